@@ -1,0 +1,122 @@
+"""Load a YAML policy: expand ``${ENV}`` references, validate, and explain errors precisely.
+
+An error names the file, the path inside it (``models[0].replicas[2].url``) and what was expected, so an
+operator can fix a policy without reading our source.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from config.policy import Policy
+
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+class PolicyError(Exception):
+    """A policy that cannot be used; ``problems`` lists (path, message) pairs."""
+
+    def __init__(self, source: str, problems: list[tuple[str, str]]):
+        self.source = source
+        self.problems = problems
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        lines = [f"{self.source}: invalid policy ({len(self.problems)} problem(s))"]
+        lines += [f"  {path or '<root>'}: {msg}" for path, msg in self.problems]
+        return "\n".join(lines)
+
+
+def expand_env(value: Any, env: Mapping[str, str], source: str, path: str = "") -> Any:
+    """Replace ``${NAME}`` and ``${NAME:-default}`` in every string of a parsed YAML tree."""
+    if isinstance(value, str):
+
+        def sub(m: re.Match[str]) -> str:
+            name, default = m.group(1), m.group(2)
+            if name in env:
+                return env[name]
+            if default is not None:
+                return default
+            raise PolicyError(source, [(path, f"environment variable {name} is not set (referenced as ${{{name}}})")])
+
+        return _ENV_REF.sub(sub, value)
+    if isinstance(value, dict):
+        return {k: expand_env(v, env, source, _join(path, k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [expand_env(v, env, source, f"{path}[{i}]") for i, v in enumerate(value)]
+    return value
+
+
+def _join(path: str, key: Any) -> str:
+    return f"{path}.{key}" if path else str(key)
+
+
+def _loc_to_path(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out = _join(out, part)
+    return out
+
+
+def _explain(err: dict[str, Any]) -> str:
+    msg = err["msg"]
+    if err["type"] == "extra_forbidden":
+        return "unknown field (check the spelling; see docs/configuration.md)"
+    if err["type"] == "missing":
+        return "required field is missing"
+    inp = err.get("input")
+    if inp is not None and not isinstance(inp, dict | list):
+        shown = repr(inp)
+        if len(shown) > 60:
+            shown = shown[:57] + "..."
+        return f"{msg} (got {shown})"
+    return msg
+
+
+def parse_policy(text: str, source: str = "<policy>", env: Mapping[str, str] | None = None) -> Policy:
+    """Parse policy YAML text into a validated ``Policy``; raise ``PolicyError`` otherwise."""
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise PolicyError(source, [(where, f"not valid YAML: {getattr(exc, 'problem', exc)}")]) from None
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise PolicyError(source, [("", f"expected a mapping at the top level, got {type(raw).__name__}")])
+    raw = expand_env(raw, os.environ if env is None else env, source)
+    try:
+        return Policy.model_validate(raw)
+    except ValidationError as exc:
+        problems = [(_loc_to_path(e["loc"]), _explain(e)) for e in exc.errors()]
+        raise PolicyError(source, problems) from None
+
+
+def load_policy(path: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> Policy:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise PolicyError(str(p), [("", f"cannot read file: {exc.strerror or exc}")]) from None
+    except UnicodeDecodeError:
+        raise PolicyError(str(p), [("", "file is not UTF-8 text")]) from None
+    return parse_policy(text, str(p), env)
+
+
+EXAMPLES_DIR = Path(__file__).parent / "examples"
+
+
+def example_path(name: str) -> Path:
+    """Path of a shipped example policy, e.g. ``example_path("local")``."""
+    return EXAMPLES_DIR / f"{name}.yaml"

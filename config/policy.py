@@ -1,0 +1,160 @@
+"""Root model of the YAML policy.
+
+Each section lives beside its owner's concerns: routing in ``config/routing.py``, the response cache in
+``config/cache.py``, billing in ``config/billing.py``. Unknown keys are rejected everywhere so a typo
+in a policy is an error at load time, not a silently ignored setting.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from config.billing import BillingConfig
+from config.cache import CacheConfig
+from config.routing import RoutingConfig
+
+BackendKind = Literal["vllm", "sglang", "openai"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ServerConfig(_Strict):
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=0, le=65535)
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    access_log: bool = True
+
+
+class LimitsConfig(_Strict):
+    max_body_bytes: int = Field(16 * 1024 * 1024, ge=1024, description="larger request bodies get 413")
+    max_header_bytes: int = Field(16 * 1024, ge=1024, description="longest request line / header field")
+    max_prompt_chars: int = Field(
+        4 * 1024 * 1024, ge=1, description="longest rendered prompt (characters) accepted, else 400"
+    )
+
+
+class TimeoutsConfig(_Strict):
+    connect_s: float = Field(5.0, gt=0, description="TCP connect to a replica")
+    first_byte_s: float = Field(300.0, gt=0, description="from sending the request to the first byte back")
+    idle_s: float = Field(120.0, gt=0, description="longest silence between two chunks of a stream")
+    total_s: float = Field(900.0, gt=0, description="whole upstream exchange")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> TimeoutsConfig:
+        if self.first_byte_s > self.total_s:
+            raise ValueError("first_byte_s must not exceed total_s")
+        return self
+
+
+class ReplicaConfig(_Strict):
+    url: AnyHttpUrl
+    id: str | None = Field(None, description="stable name; defaults to host:port of the url")
+    kv_capacity_blocks: int | None = Field(
+        None, ge=1, description="blocks the replica's KV cache holds (router index bound)"
+    )
+    weight: float = Field(1.0, gt=0)
+
+    @property
+    def replica_id(self) -> str:
+        if self.id:
+            return self.id
+        return f"{self.url.host}:{self.url.port}"
+
+    @property
+    def base_url(self) -> str:
+        return str(self.url).rstrip("/")
+
+
+class ModelPoolConfig(_Strict):
+    name: str = Field(min_length=1, description="model name clients send")
+    served_model_name: str | None = Field(None, description="name the replicas know it by, if different")
+    backend: BackendKind = "vllm"
+    replicas: list[ReplicaConfig] = Field(min_length=1)
+    routing: RoutingConfig = Field(default_factory=RoutingConfig)
+
+    @model_validator(mode="after")
+    def _unique_replicas(self) -> ModelPoolConfig:
+        ids = [r.replica_id for r in self.replicas]
+        dup = {i for i in ids if ids.count(i) > 1}
+        if dup:
+            raise ValueError(f"replica ids must be unique within a pool, repeated: {sorted(dup)}")
+        return self
+
+
+class TenantConfig(_Strict):
+    id: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:-]+$")
+    api_key_sha256: list[str] = Field(default_factory=list, description="hex SHA-256 digests of API keys")
+    group: str | None = Field(None, description="tenants of one group share a cache salt")
+
+    @field_validator("api_key_sha256")
+    @classmethod
+    def _hex_digests(cls, digests: list[str]) -> list[str]:
+        out = []
+        for d in digests:
+            d = d.strip().lower()
+            if len(d) != 64 or any(c not in "0123456789abcdef" for c in d):
+                raise ValueError("api_key_sha256 entries must be 64 hex characters (sha256 of the key)")
+            out.append(d)
+        return out
+
+
+class TenancyConfig(_Strict):
+    allow_anonymous: bool = Field(True, description="serve requests without a known key as default_tenant")
+    default_tenant: str = "anonymous"
+    secret_env: str = Field(
+        "PREFIX_GATEWAY_SECRET", description="environment variable holding the server secret for salts"
+    )
+    trusted_header: str | None = Field(None, description="e.g. x-tenant-id, honoured from trusted_proxies")
+    trusted_proxies: list[str] = Field(default_factory=list, description="peer addresses or CIDRs")
+    tenants: list[TenantConfig] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _unique(self) -> TenancyConfig:
+        ids = [t.id for t in self.tenants]
+        if len(ids) != len(set(ids)):
+            raise ValueError("tenant ids must be unique")
+        digests = [d for t in self.tenants for d in t.api_key_sha256]
+        if len(digests) != len(set(digests)):
+            raise ValueError("an API key digest is listed for more than one tenant")
+        return self
+
+
+class AdminConfig(_Strict):
+    token_env: str = Field("PREFIX_GATEWAY_ADMIN_TOKEN", description="variable holding the admin token")
+
+
+class RedisConfig(_Strict):
+    url: str | None = Field(None, description="redis://host:port/db; None keeps all state in memory")
+    key_prefix: str = "pgw"
+    socket_timeout_s: float = Field(0.5, gt=0)
+
+
+class Policy(_Strict):
+    version: Literal[1] = 1
+    server: ServerConfig = Field(default_factory=ServerConfig)
+    limits: LimitsConfig = Field(default_factory=LimitsConfig)
+    timeouts: TimeoutsConfig = Field(default_factory=TimeoutsConfig)
+    models: list[ModelPoolConfig] = Field(min_length=1)
+    tenancy: TenancyConfig = Field(default_factory=TenancyConfig)
+    admin: AdminConfig = Field(default_factory=AdminConfig)
+    redis: RedisConfig = Field(default_factory=RedisConfig)
+    cache: CacheConfig = Field(default_factory=CacheConfig)
+    billing: BillingConfig = Field(default_factory=BillingConfig)
+
+    @model_validator(mode="after")
+    def _unique_models(self) -> Policy:
+        names = [m.name for m in self.models]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise ValueError(f"model names must be unique, repeated: {sorted(dup)}")
+        return self
+
+    def pool(self, name: str) -> ModelPoolConfig | None:
+        for m in self.models:
+            if m.name == name:
+                return m
+        return None

@@ -1,0 +1,1 @@
+"""Routing policies, one per module, all behind ``router.policies.base.RoutingPolicy``."""

@@ -1,0 +1,39 @@
+"""Values that cross the router's boundary."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from router.replica import ReplicaState
+
+
+@dataclass(slots=True)
+class RouteRequest:
+    """A parsed request as the router sees it. ``body`` is the client's JSON, never mutated here."""
+
+    endpoint: str  # "chat" | "completions" | "embeddings"
+    model: str
+    body: Mapping[str, Any]
+    tenant_salt: str = ""
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(slots=True, eq=False)
+class Decision:
+    """The replica picked for one request, why, and what the router must release later."""
+
+    replica: ReplicaState
+    reason: str
+    policy: str
+    prompt_tokens: int = 0
+    matched_tokens: int = 0
+    uncached_tokens: int = 0
+    block_hashes: tuple[int, ...] = ()
+    _prefill_released: bool = False
+    _released: bool = False
+
+
+class NoReplicaAvailable(Exception):
+    """No healthy replica may take the request."""

@@ -44,7 +44,9 @@ def expand_env(value: Any, env: Mapping[str, str], source: str, path: str = "") 
                 return env[name]
             if default is not None:
                 return default
-            raise PolicyError(source, [(path, f"environment variable {name} is not set (referenced as ${{{name}}})")])
+            raise PolicyError(
+                source, [(path, f"environment variable {name} is not set (referenced as ${{{name}}})")]
+            )
 
         return _ENV_REF.sub(sub, value)
     if isinstance(value, dict):

@@ -27,6 +27,9 @@ class ServerConfig(_Strict):
     port: int = Field(8080, ge=0, le=65535)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     access_log: bool = True
+    drain_timeout_s: float = Field(
+        30.0, ge=0, description="on SIGTERM, how long in-flight requests may finish"
+    )
 
 
 class LimitsConfig(_Strict):
@@ -48,6 +51,25 @@ class TimeoutsConfig(_Strict):
         if self.first_byte_s > self.total_s:
             raise ValueError("first_byte_s must not exceed total_s")
         return self
+
+
+class RetriesConfig(_Strict):
+    """Retry a failed attempt on another replica, only while nothing has reached the client."""
+
+    max_attempts: int = Field(3, ge=1, le=10, description="attempts per request, the first included")
+    backoff_base_s: float = Field(0.02, ge=0, description="first backoff; doubles per attempt, jittered")
+    backoff_max_s: float = Field(0.5, ge=0)
+    deadline_s: float = Field(30.0, gt=0, description="no new attempt starts after this")
+    on_status: list[int] = Field(default_factory=lambda: [429, 502, 503, 504])
+
+
+class HealthConfig(_Strict):
+    """Active checks of each replica's /health."""
+
+    enabled: bool = True
+    interval_s: float = Field(2.0, gt=0)
+    timeout_s: float = Field(1.0, gt=0)
+    fails_to_eject: int = Field(2, ge=1, description="failed checks in a row before a replica leaves routing")
 
 
 class ReplicaConfig(_Strict):
@@ -138,6 +160,8 @@ class Policy(_Strict):
     server: ServerConfig = Field(default_factory=ServerConfig)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     timeouts: TimeoutsConfig = Field(default_factory=TimeoutsConfig)
+    retries: RetriesConfig = Field(default_factory=RetriesConfig)
+    health: HealthConfig = Field(default_factory=HealthConfig)
     models: list[ModelPoolConfig] = Field(min_length=1)
     tenancy: TenancyConfig = Field(default_factory=TenancyConfig)
     admin: AdminConfig = Field(default_factory=AdminConfig)

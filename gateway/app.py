@@ -1,0 +1,103 @@
+"""Application factory and process lifecycle."""
+
+from __future__ import annotations
+
+import asyncio
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from config.policy import Policy
+from gateway import handlers, health
+from gateway.errors import GatewayError, error_response
+from gateway.metrics import GatewayMetrics
+from gateway.state import STATE, build_state
+from gateway.upstream import Upstream, make_session
+
+HEALTH_TASK = web.AppKey("health_task", asyncio.Task)
+
+
+@web.middleware
+async def openai_errors(request: web.Request, handler):  # type: ignore[no-untyped-def]
+    """Routing errors (404, 405) and anything unexpected in OpenAI's error format, never a crash."""
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status)
+        message = {
+            404: f"Unknown path {request.path}",
+            405: f"Method {request.method} is not allowed for {request.path}",
+        }.get(exc.status, exc.reason)
+        headers = {"Allow": exc.headers["Allow"]} if "Allow" in exc.headers else None
+        return error_response(GatewayError(exc.status, message, code=code, headers=headers))
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        request.app.logger.exception("unhandled error", extra={"event": "unhandled", "path": request.path})
+        return error_response(GatewayError(500, "internal gateway error", code="internal_error"))
+
+
+async def metrics_endpoint(request: web.Request) -> web.Response:
+    registry = request.app[STATE].metrics.registry
+    return web.Response(body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+def create_app(
+    policy: Policy, *, secret: bytes | None = None, metrics: GatewayMetrics | None = None
+) -> web.Application:
+    app = web.Application(middlewares=[openai_errors], client_max_size=policy.limits.max_body_bytes)
+    app.router.add_post("/v1/chat/completions", handlers.chat_completions)
+    app.router.add_post("/v1/completions", handlers.completions)
+    app.router.add_post("/v1/embeddings", handlers.embeddings)
+    app.router.add_get("/v1/models", handlers.list_models)
+    app.router.add_get("/health", health.health)
+    app.router.add_get("/ready", health.ready)
+    app.router.add_get("/metrics", metrics_endpoint)
+
+    async def startup(app: web.Application) -> None:
+        upstream = Upstream(make_session(policy.timeouts), policy.timeouts)
+        app[STATE] = build_state(policy, metrics or GatewayMetrics(), upstream, secret)
+        if policy.health.enabled:
+            h = policy.health
+            app[HEALTH_TASK] = asyncio.create_task(
+                health.health_loop(app, h.interval_s, h.timeout_s, h.fails_to_eject)
+            )
+
+    async def cleanup(app: web.Application) -> None:
+        await health.stop_task(app.get(HEALTH_TASK))
+        await app[STATE].upstream.session.close()
+
+    app.on_startup.append(startup)
+    app.on_cleanup.append(cleanup)
+    return app
+
+
+def runner_for(app: web.Application, policy: Policy) -> web.AppRunner:
+    """An AppRunner with the policy's header limits, cancelling handlers when clients disconnect."""
+    limit = policy.limits.max_header_bytes
+    return web.AppRunner(
+        app,
+        handler_cancellation=True,
+        access_log=None,
+        max_line_size=limit,
+        max_field_size=limit,
+        shutdown_timeout=policy.server.drain_timeout_s,
+    )
+
+
+async def serve(
+    policy: Policy, *, host: str | None = None, port: int | None = None
+) -> tuple[web.AppRunner, str]:
+    """Start serving; returns the runner (``await runner.cleanup()`` to stop) and the base URL."""
+    app = create_app(policy)
+    runner = runner_for(app, policy)
+    await runner.setup()
+    site = web.TCPSite(
+        runner, host or policy.server.host, policy.server.port if port is None else port, reuse_port=False
+    )
+    await site.start()
+    sock = site._server.sockets[0]  # type: ignore[union-attr]
+    h, p = sock.getsockname()[:2]
+    return runner, f"http://{h}:{p}"

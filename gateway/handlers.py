@@ -1,0 +1,116 @@
+"""The OpenAI endpoints: authenticate, validate, route and proxy, then log and count."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+
+import orjson
+from aiohttp import web
+
+from gateway.errors import GatewayError, error_response
+from gateway.logs import log_access
+from gateway.proxy import Outcome, proxy
+from gateway.request import parse_request
+from gateway.state import STATE, GatewayState
+
+_MAX_REQUEST_ID = 128
+
+
+def request_id_of(request: web.Request) -> str:
+    """The client's ``x-request-id`` when it is a sane token, else a fresh one."""
+    given = request.headers.get("x-request-id")
+    if given and len(given) <= _MAX_REQUEST_ID and given.isascii() and given.isprintable():
+        return given
+    return os.urandom(12).hex()
+
+
+async def _inference(request: web.Request, endpoint: str) -> web.StreamResponse:
+    state: GatewayState = request.app[STATE]
+    outcome = Outcome(request_id=request_id_of(request))
+    model = "-"
+    tenant_label = "-"
+    resp: web.StreamResponse | None = None
+    try:
+        tenant = state.tenants.resolve(request.headers, request.remote)
+        tenant_label = tenant.metric_label
+        parsed = await parse_request(request, endpoint, state.policy.limits)
+        pool = state.pools.get(parsed.model)
+        if pool is None:
+            raise GatewayError(
+                404, f"The model '{parsed.model}' does not exist", param="model", code="model_not_found"
+            )
+        model = pool.name
+        resp = await proxy(request, state, pool, parsed, tenant, outcome)
+        return resp
+    except GatewayError as err:
+        err.headers.setdefault("x-request-id", outcome.request_id)
+        outcome.status = err.status
+        resp = error_response(err)
+        return resp
+    except asyncio.CancelledError:
+        outcome.status = 499  # client closed the connection
+        raise
+    finally:
+        elapsed = time.perf_counter() - outcome.started
+        if not outcome.status and resp is not None:
+            outcome.status = resp.status
+        _observe(state, model, tenant_label, endpoint, outcome, elapsed)
+
+
+def _observe(
+    state: GatewayState, model: str, tenant: str, endpoint: str, outcome: Outcome, elapsed: float
+) -> None:
+    metrics = state.metrics
+    metrics.count_request(model, outcome.replica, outcome.status)
+    if model != "-":
+        metrics.duration.labels(model).observe(elapsed)
+        ttfb = outcome.first_byte_s if outcome.first_byte_s is not None else elapsed
+        metrics.ttfb.labels(model).observe(ttfb)
+    if state.policy.server.access_log:
+        log_access(
+            {
+                "request_id": outcome.request_id,
+                "tenant": tenant,
+                "model": model,
+                "endpoint": endpoint,
+                "status": outcome.status,
+                "replica": outcome.replica,
+                "attempts": outcome.attempts,
+                "route_reason": outcome.route_reason,
+                "prompt_tokens_est": outcome.prompt_tokens,
+                "matched_tokens_est": outcome.matched_tokens,
+                "upstream_error": outcome.upstream_error,
+                "ttfb_ms": round(outcome.first_byte_s * 1000, 2)
+                if outcome.first_byte_s is not None
+                else None,
+                "duration_ms": round(elapsed * 1000, 2),
+            }
+        )
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    return await _inference(request, "chat")
+
+
+async def completions(request: web.Request) -> web.StreamResponse:
+    return await _inference(request, "completions")
+
+
+async def embeddings(request: web.Request) -> web.StreamResponse:
+    return await _inference(request, "embeddings")
+
+
+async def list_models(request: web.Request) -> web.Response:
+    state: GatewayState = request.app[STATE]
+    try:
+        state.tenants.resolve(request.headers, request.remote)
+    except GatewayError as err:
+        return error_response(err)
+    created = int(time.time())
+    data = [
+        {"id": name, "object": "model", "created": created, "owned_by": "prefix-gateway"}
+        for name in state.pools
+    ]
+    return web.Response(body=orjson.dumps({"object": "list", "data": data}), content_type="application/json")

@@ -1,0 +1,217 @@
+"""Proxy one validated request to a replica and relay the answer, streamed or whole.
+
+The attempt loop retries on another replica only while nothing has been sent to the client: connect
+errors, timeouts before the first byte, and the policy's retryable statuses. Once the first byte of a
+stream has been written, a failure ends the client's stream with an SSE error event in OpenAI's shape.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import orjson
+from aiohttp import web
+
+from gateway.errors import GatewayError, error_body
+from gateway.pools import Pool
+from gateway.request import ENDPOINT_PATHS, ParsedRequest
+from gateway.state import GatewayState
+from gateway.tenancy import Tenant
+from gateway.upstream import HOP_BY_HOP, UpstreamFailure
+from router.pool import PoolRouter
+from router.types import Decision, NoReplicaAvailable, RouteRequest
+
+log = logging.getLogger("prefix_gateway")
+
+SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What happened, for the access log and metrics (filled as the request goes)."""
+
+    request_id: str
+    started: float = field(default_factory=time.perf_counter)
+    replica: str = "-"
+    status: int = 0
+    first_byte_s: float | None = None
+    attempts: int = 0
+    route_reason: str | None = None
+    matched_tokens: int = 0
+    prompt_tokens: int = 0
+    upstream_error: str | None = None
+    usage: dict[str, Any] | None = None
+
+
+def upstream_body(parsed: ParsedRequest, pool: Pool, tenant: Tenant) -> bytes:
+    """The body sent to the replica: the client's fields in the client's order (so the replica's own
+    prefix cache sees the same prompt), the served model name, and the tenant's ``cache_salt``."""
+    body = dict(parsed.body)
+    if pool.cfg.served_model_name:
+        body["model"] = pool.cfg.served_model_name
+    if pool.sends_cache_salt:
+        body["cache_salt"] = tenant.salt
+    else:
+        body.pop("cache_salt", None)
+    return orjson.dumps(body)
+
+
+def _relay_headers(resp: aiohttp.ClientResponse, outcome: Outcome, decision: Decision) -> dict[str, str]:
+    headers = {k: v for k, v in resp.headers.items() if k.lower() not in HOP_BY_HOP}
+    headers["x-gateway-replica"] = decision.replica.id
+    headers["x-request-id"] = outcome.request_id
+    if decision.prompt_tokens:
+        headers["x-gateway-prefix-match"] = f"{decision.matched_tokens}/{decision.prompt_tokens}"
+    return headers
+
+
+def _backoff(attempt: int, base: float, cap: float) -> float:
+    return random.uniform(0, min(cap, base * (2**attempt)))
+
+
+async def proxy(
+    request: web.Request,
+    state: GatewayState,
+    pool: Pool,
+    parsed: ParsedRequest,
+    tenant: Tenant,
+    outcome: Outcome,
+) -> web.StreamResponse:
+    retries = state.policy.retries
+    body = upstream_body(parsed, pool, tenant)
+    headers = {"Content-Type": "application/json", "X-Request-Id": outcome.request_id}
+    if parsed.stream:
+        headers["Accept"] = "text/event-stream"
+    path = ENDPOINT_PATHS[parsed.endpoint]
+    route_req = RouteRequest(parsed.endpoint, parsed.model, parsed.body, tenant.salt, request.headers)
+    router = pool.router
+    deadline = time.monotonic() + retries.deadline_s
+    tried: set[str] = set()
+    last_failure: GatewayError | None = None
+
+    for attempt in range(retries.max_attempts):
+        if attempt and time.monotonic() >= deadline:
+            break
+        try:
+            decision = router.route(route_req, exclude=tried)
+        except NoReplicaAvailable:
+            if not tried:
+                raise GatewayError(
+                    503,
+                    f"no healthy replica for model '{parsed.model}'",
+                    code="no_replica_available",
+                    headers={"Retry-After": "1"},
+                ) from None
+            break
+        tried.add(decision.replica.id)
+        outcome.attempts += 1
+        outcome.replica = decision.replica.id
+        outcome.route_reason = decision.reason
+        outcome.prompt_tokens = decision.prompt_tokens
+        outcome.matched_tokens = decision.matched_tokens
+        state.metrics.in_flight.labels(decision.replica.id).inc()
+        try:
+            try:
+                resp = await state.upstream.open(decision.replica.url + path, body, headers)
+            except UpstreamFailure as failure:
+                state.metrics.upstream_errors.labels(decision.replica.id, failure.kind).inc()
+                last_failure = failure.to_gateway_error()
+                outcome.upstream_error = failure.kind
+                await asyncio.sleep(_backoff(attempt, retries.backoff_base_s, retries.backoff_max_s))
+                continue
+            try:
+                if resp.status in retries.on_status and attempt + 1 < retries.max_attempts:
+                    state.metrics.upstream_errors.labels(decision.replica.id, f"status_{resp.status}").inc()
+                    last_failure = await _error_from_status(resp, state)
+                    outcome.upstream_error = f"status_{resp.status}"
+                    await asyncio.sleep(_backoff(attempt, retries.backoff_base_s, retries.backoff_max_s))
+                    continue
+                stream = parsed.stream and resp.status == 200
+                if stream:
+                    return await _relay_stream(request, state, router, resp, decision, outcome)
+                return await _relay_whole(state, router, resp, decision, outcome)
+            except UpstreamFailure as failure:
+                # Nothing was sent to the client yet: count it and try another replica.
+                state.metrics.upstream_errors.labels(decision.replica.id, failure.kind).inc()
+                last_failure = failure.to_gateway_error()
+                outcome.upstream_error = failure.kind
+                await asyncio.sleep(_backoff(attempt, retries.backoff_base_s, retries.backoff_max_s))
+                continue
+            finally:
+                resp.close()
+        finally:
+            router.release(decision)
+            state.metrics.in_flight.labels(decision.replica.id).dec()
+
+    assert last_failure is not None
+    raise last_failure
+
+
+async def _error_from_status(resp: aiohttp.ClientResponse, state: GatewayState) -> GatewayError:
+    try:
+        data = await state.upstream.read_all(resp)
+        err = orjson.loads(data).get("error") or {}
+        message = err.get("message") or f"upstream answered {resp.status}"
+    except (UpstreamFailure, orjson.JSONDecodeError, AttributeError):
+        message = f"upstream answered {resp.status}"
+    return GatewayError(resp.status, str(message), code=f"upstream_status_{resp.status}")
+
+
+async def _relay_whole(
+    state: GatewayState,
+    router: PoolRouter,
+    resp: aiohttp.ClientResponse,
+    decision: Decision,
+    outcome: Outcome,
+) -> web.Response:
+    data = await state.upstream.read_all(resp)
+    router.release_prefill(decision)
+    outcome.status = resp.status
+    headers = _relay_headers(resp, outcome, decision)
+    if resp.status == 200 and data[:1] == b"{":
+        try:
+            outcome.usage = orjson.loads(data).get("usage")
+        except (orjson.JSONDecodeError, AttributeError):
+            outcome.usage = None
+    return web.Response(status=resp.status, body=data, headers=headers)
+
+
+async def _relay_stream(
+    request: web.Request,
+    state: GatewayState,
+    router: PoolRouter,
+    resp: aiohttp.ClientResponse,
+    decision: Decision,
+    outcome: Outcome,
+) -> web.StreamResponse:
+    chunks = state.upstream.iter_chunks(resp)
+    # Read the first chunk before answering: until then a failure can still be retried elsewhere.
+    first = await anext(chunks, b"")
+    router.release_prefill(decision)
+    headers = _relay_headers(resp, outcome, decision)
+    headers.update(SSE_HEADERS)
+    out = web.StreamResponse(status=200, headers=headers)
+    await out.prepare(request)
+    outcome.status = 200
+    outcome.first_byte_s = time.perf_counter() - outcome.started
+    if first:
+        await out.write(first)
+    try:
+        async for chunk in chunks:
+            await out.write(chunk)
+    except UpstreamFailure as failure:
+        # Too late to retry: tell the client in OpenAI's shape, then end the stream.
+        state.metrics.upstream_errors.labels(decision.replica.id, f"midstream_{failure.kind}").inc()
+        outcome.upstream_error = f"midstream_{failure.kind}"
+        event = error_body(
+            f"upstream stream failed: {failure}", "upstream_error", None, "upstream_stream_error"
+        )
+        await out.write(b"data: " + orjson.dumps(event) + b"\n\n")
+    await out.write_eof()
+    return out

@@ -1,0 +1,193 @@
+"""Read and validate an OpenAI request body: size, encoding, JSON, the fields the gateway relies on.
+
+Deep validation of sampling parameters is the replica's job (its 400 is relayed as is); here we check
+what the gateway itself needs to route, cache and bill, and every limit it names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from config.policy import LimitsConfig
+from gateway.errors import GatewayError
+
+ENDPOINT_PATHS = {
+    "chat": "/v1/chat/completions",
+    "completions": "/v1/completions",
+    "embeddings": "/v1/embeddings",
+}
+
+
+@dataclass(slots=True)
+class ParsedRequest:
+    endpoint: str  # "chat" | "completions" | "embeddings"
+    body: dict[str, Any]
+    model: str
+    stream: bool
+    prompt_chars: int
+
+
+def _bad(message: str, param: str | None = None, code: str | None = "invalid_request") -> GatewayError:
+    return GatewayError(400, message, param=param, code=code)
+
+
+def check_content_type(request: web.Request) -> None:
+    ctype = request.headers.get("Content-Type")
+    if ctype is None:
+        return  # lenient: some clients send none; the body must still be JSON
+    mime = ctype.split(";", 1)[0].strip().lower()
+    if mime != "application/json" and not mime.endswith("+json"):
+        raise GatewayError(
+            415,
+            f"Content-Type must be application/json, got {mime or 'nothing'}",
+            code="unsupported_media_type",
+        )
+
+
+async def read_body(request: web.Request, limits: LimitsConfig) -> bytes:
+    """Read the body within ``limits.max_body_bytes`` (413 beyond it, before reading when declared)."""
+    limit = limits.max_body_bytes
+    declared = request.content_length
+    if declared is not None and declared > limit:
+        raise GatewayError(
+            413, f"request body of {declared} bytes exceeds the limit of {limit} bytes", code="body_too_large"
+        )
+    try:
+        return await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise GatewayError(
+            413, f"request body exceeds the limit of {limit} bytes", code="body_too_large"
+        ) from None
+
+
+def decode_json_object(raw: bytes) -> dict[str, Any]:
+    if not raw:
+        raise _bad("request body is empty; expected a JSON object", code="invalid_json")
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise _bad("request body is not valid UTF-8", code="invalid_encoding") from None
+        raise _bad(f"request body is not valid JSON: {exc}", code="invalid_json") from None
+    if not isinstance(body, dict):
+        raise _bad(f"request body must be a JSON object, got {type(body).__name__}", code="invalid_json")
+    return body
+
+
+def _text_chars(content: Any, param: str) -> int:
+    """Characters of text in a message content (str, list of parts, or null)."""
+    if content is None:
+        return 0
+    if isinstance(content, str):
+        return len(content)
+    if isinstance(content, list):
+        total = 0
+        for j, part in enumerate(content):
+            if not isinstance(part, dict):
+                raise _bad(f"{param}[{j}] must be an object (a content part)", f"{param}[{j}]")
+            text = part.get("text")
+            if isinstance(text, str):
+                total += len(text)
+        return total
+    raise _bad(f"{param} must be a string, an array of content parts, or null", param)
+
+
+def _check_messages(body: dict[str, Any]) -> int:
+    messages = body.get("messages")
+    if messages is None:
+        raise _bad("'messages' is a required property", "messages", "missing_required_parameter")
+    if not isinstance(messages, list) or not messages:
+        raise _bad("'messages' must be a non-empty array", "messages")
+    chars = 0
+    for i, msg in enumerate(messages):
+        where = f"messages[{i}]"
+        if not isinstance(msg, dict):
+            raise _bad(f"{where} must be an object", where)
+        role = msg.get("role")
+        if not isinstance(role, str) or not role:
+            raise _bad(f"{where}.role must be a non-empty string", f"{where}.role")
+        chars += _text_chars(msg.get("content"), f"{where}.content")
+    return chars
+
+
+def _check_prompt(body: dict[str, Any]) -> int:
+    if "prompt" not in body:
+        raise _bad("'prompt' is a required property", "prompt", "missing_required_parameter")
+    prompt = body["prompt"]
+    if isinstance(prompt, str):
+        return len(prompt)
+    if isinstance(prompt, list) and prompt:
+        if all(isinstance(p, str) for p in prompt):
+            return sum(len(p) for p in prompt)
+        if all(isinstance(p, int) and not isinstance(p, bool) for p in prompt):
+            return len(prompt) * 4
+        if all(isinstance(p, list) and all(isinstance(t, int) for t in p) for p in prompt):
+            return sum(len(p) for p in prompt) * 4
+    raise _bad("'prompt' must be a string, an array of strings, or an array of token ids", "prompt")
+
+
+def _check_input(body: dict[str, Any]) -> int:
+    if "input" not in body:
+        raise _bad("'input' is a required property", "input", "missing_required_parameter")
+    inp = body["input"]
+    if isinstance(inp, str):
+        return len(inp)
+    if isinstance(inp, list) and inp:
+        return sum(len(x) if isinstance(x, str) else 4 for x in inp)
+    raise _bad("'input' must be a string or a non-empty array", "input")
+
+
+_CHECKS = {"chat": _check_messages, "completions": _check_prompt, "embeddings": _check_input}
+
+
+def _check_common(body: dict[str, Any]) -> None:
+    stream = body.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        raise _bad("'stream' must be a boolean", "stream")
+    for name in ("max_tokens", "max_completion_tokens", "n", "seed"):
+        v = body.get(name)
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool)):
+            raise _bad(f"'{name}' must be an integer", name)
+    for name in ("max_tokens", "max_completion_tokens", "n"):
+        v = body.get(name)
+        if v is not None and v < 1:
+            raise _bad(f"'{name}' must be at least 1", name)
+    for name in ("temperature", "top_p", "presence_penalty", "frequency_penalty"):
+        v = body.get(name)
+        if v is not None and (not isinstance(v, int | float) or isinstance(v, bool)):
+            raise _bad(f"'{name}' must be a number", name)
+
+
+def validate(endpoint: str, body: dict[str, Any], limits: LimitsConfig) -> ParsedRequest:
+    model = body.get("model")
+    if model is None:
+        raise _bad("'model' is a required property", "model", "missing_required_parameter")
+    if not isinstance(model, str) or not model:
+        raise _bad("'model' must be a non-empty string", "model")
+    chars = _CHECKS[endpoint](body)
+    _check_common(body)
+    if chars > limits.max_prompt_chars:
+        raise _bad(
+            f"prompt of {chars} characters exceeds the limit of {limits.max_prompt_chars}",
+            "messages" if endpoint == "chat" else "prompt",
+            "prompt_too_long",
+        )
+    return ParsedRequest(
+        endpoint=endpoint,
+        body=body,
+        model=model,
+        stream=bool(body.get("stream")) and endpoint != "embeddings",
+        prompt_chars=chars,
+    )
+
+
+async def parse_request(request: web.Request, endpoint: str, limits: LimitsConfig) -> ParsedRequest:
+    check_content_type(request)
+    raw = await read_body(request, limits)
+    return validate(endpoint, decode_json_object(raw), limits)

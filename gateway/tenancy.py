@@ -1,0 +1,118 @@
+"""Who is calling: API key → tenant, the tenant's cache salt, and the trusted-proxy header.
+
+The salt is ``base64url(HMAC-SHA256(server secret, len(group) || group))``: length-prefixing the id means
+no tenant id can be chosen to collide with another's input, and only the server knows the secret.
+Tenants of one sharing group share a salt, hence cache entries and prefix blocks.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import ipaddress
+import logging
+import os
+import secrets
+from dataclasses import dataclass
+
+from config.policy import TenancyConfig
+from gateway.errors import GatewayError
+
+log = logging.getLogger("prefix_gateway")
+
+
+@dataclass(frozen=True, slots=True)
+class Tenant:
+    id: str
+    group: str
+    salt: str
+    listed: bool  # named in the policy (bounded metric-label cardinality)
+
+    @property
+    def metric_label(self) -> str:
+        return self.id if self.listed else "other"
+
+
+def derive_salt(secret: bytes, group_id: str) -> str:
+    ident = group_id.encode("utf-8")
+    mac = hmac.new(secret, len(ident).to_bytes(4, "big") + ident, hashlib.sha256).digest()
+    return base64.urlsafe_b64encode(mac).rstrip(b"=").decode("ascii")
+
+
+def server_secret(cfg: TenancyConfig, *, required: bool) -> bytes:
+    """The salt secret from the environment; a random per-process one when allowed (single process)."""
+    value = os.environ.get(cfg.secret_env)
+    if value:
+        return value.encode("utf-8")
+    if required:
+        raise RuntimeError(
+            f"{cfg.secret_env} is not set: gateway pods sharing state (Redis) must share one server secret"
+        )
+    log.warning(
+        "server secret not set; using a random one for this process",
+        extra={"event": "secret_missing", "env": cfg.secret_env},
+    )
+    return secrets.token_bytes(32)
+
+
+class TenantResolver:
+    def __init__(self, cfg: TenancyConfig, secret: bytes):
+        self.cfg = cfg
+        self._secret = secret
+        self._by_digest: dict[str, Tenant] = {}
+        self._by_id: dict[str, Tenant] = {}
+        for t in cfg.tenants:
+            group = t.group or t.id
+            tenant = Tenant(t.id, group, derive_salt(secret, group), listed=True)
+            self._by_id[t.id] = tenant
+            for digest in t.api_key_sha256:
+                self._by_digest[digest] = tenant
+        default = cfg.default_tenant
+        self.default = self._by_id.get(default) or Tenant(
+            default, default, derive_salt(secret, default), True
+        )
+        self._proxies = [ipaddress.ip_network(p, strict=False) for p in cfg.trusted_proxies]
+
+    def _from_trusted_header(self, headers: object, peer: str | None) -> Tenant | None:
+        name = self.cfg.trusted_header
+        if not name or not peer or not self._proxies:
+            return None
+        value = headers.get(name)  # type: ignore[attr-defined]
+        if not value:
+            return None
+        try:
+            addr = ipaddress.ip_address(peer)
+        except ValueError:
+            return None
+        if not any(addr in net for net in self._proxies):
+            return None
+        tenant = self._by_id.get(value)
+        if tenant is not None:
+            return tenant
+        if len(value) > 128 or not all(c.isalnum() or c in "._:-" for c in value):
+            raise GatewayError(400, f"invalid {name} header", code="invalid_tenant")
+        return Tenant(value, value, derive_salt(self._secret, value), listed=False)
+
+    def resolve(self, headers: object, peer: str | None) -> Tenant:
+        """Tenant of a request from its headers (a case-insensitive mapping) and peer address."""
+        tenant = self._from_trusted_header(headers, peer)
+        if tenant is not None:
+            return tenant
+        auth = headers.get("Authorization")  # type: ignore[attr-defined]
+        if auth:
+            scheme, _, key = auth.partition(" ")
+            key = key.strip()
+            if scheme.lower() == "bearer" and key:
+                found = self._by_digest.get(hashlib.sha256(key.encode("utf-8")).hexdigest())
+                if found is not None:
+                    return found
+        if self.cfg.allow_anonymous:
+            return self.default
+        if not auth:
+            raise GatewayError(
+                401,
+                "You didn't provide an API key. Use 'Authorization: Bearer YOUR_KEY'.",
+                code="missing_api_key",
+            )
+        raise GatewayError(401, "Incorrect API key provided.", code="invalid_api_key")

@@ -1,0 +1,114 @@
+"""The upstream side: one pooled aiohttp client session per process, timeouts, error mapping.
+
+Four timeouts, each from the policy: connect, first byte (headers and, for a stream, its first chunk),
+idle (longest silence between two chunks) and total. ``asyncio.timeout`` is rescheduled per chunk so
+the idle timer costs no task per read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import aiohttp
+
+from config.policy import TimeoutsConfig
+from gateway.errors import GatewayError
+
+HOP_BY_HOP = frozenset(
+    h.lower()
+    for h in (
+        "Connection",
+        "Keep-Alive",
+        "Proxy-Authenticate",
+        "Proxy-Authorization",
+        "TE",
+        "Trailers",
+        "Transfer-Encoding",
+        "Upgrade",
+        "Content-Length",
+        "Content-Encoding",
+        "Date",
+        "Server",
+    )
+)
+
+
+class UpstreamFailure(Exception):
+    """An attempt failed before anything reached the client; ``kind`` says how."""
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind = kind  # "connect" | "timeout" | "disconnect" | "protocol"
+
+    def to_gateway_error(self) -> GatewayError:
+        if self.kind == "timeout":
+            return GatewayError(504, f"upstream timed out: {self}", code="upstream_timeout")
+        return GatewayError(502, f"upstream failed: {self}", code=f"upstream_{self.kind}")
+
+
+def make_session(timeouts: TimeoutsConfig, limit_per_host: int = 0) -> aiohttp.ClientSession:
+    connector = aiohttp.TCPConnector(limit=0, limit_per_host=limit_per_host, keepalive_timeout=30.0)
+    timeout = aiohttp.ClientTimeout(total=timeouts.total_s, connect=timeouts.connect_s)
+    return aiohttp.ClientSession(
+        connector=connector,
+        timeout=timeout,
+        auto_decompress=False,
+        skip_auto_headers=("User-Agent",),
+        json_serialize=None,  # type: ignore[arg-type]
+    )
+
+
+@dataclass(slots=True)
+class Upstream:
+    session: aiohttp.ClientSession
+    timeouts: TimeoutsConfig
+
+    async def open(self, url: str, body: bytes, headers: dict[str, str]) -> aiohttp.ClientResponse:
+        """POST and wait for the response headers within the first-byte timeout."""
+        try:
+            async with asyncio.timeout(self.timeouts.first_byte_s):
+                return await self.session.post(url, data=body, headers=headers)
+        except TimeoutError:
+            raise UpstreamFailure("timeout", f"no response within {self.timeouts.first_byte_s}s") from None
+        except aiohttp.ClientConnectorError as exc:
+            raise UpstreamFailure("connect", f"cannot connect to {exc.host}:{exc.port}") from None
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+            raise UpstreamFailure("disconnect", str(exc) or type(exc).__name__) from None
+        except aiohttp.ClientError as exc:
+            raise UpstreamFailure("protocol", str(exc) or type(exc).__name__) from None
+
+    async def read_all(self, resp: aiohttp.ClientResponse) -> bytes:
+        """Whole body of a non-stream answer (within first-byte timeout: nothing was sent back yet)."""
+        try:
+            async with asyncio.timeout(self.timeouts.first_byte_s):
+                return await resp.read()
+        except TimeoutError:
+            raise UpstreamFailure(
+                "timeout", f"no complete answer within {self.timeouts.first_byte_s}s"
+            ) from None
+        except aiohttp.ClientError as exc:
+            raise UpstreamFailure("disconnect", str(exc) or type(exc).__name__) from None
+
+    async def iter_chunks(self, resp: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
+        """Chunks of a streamed body as they arrive. The first within the first-byte timeout, then each
+        within the idle timeout. Raises ``UpstreamFailure`` on silence or a broken connection."""
+        loop = asyncio.get_running_loop()
+        limit = self.timeouts.first_byte_s
+        try:
+            # The deadline covers only the read: while the consumer writes to its client it is lifted,
+            # so the timeout can never fire outside this frame.
+            async with asyncio.timeout(None) as cm:
+                while True:
+                    cm.reschedule(loop.time() + limit)
+                    chunk = await resp.content.readany()
+                    cm.reschedule(None)
+                    if not chunk:
+                        return
+                    limit = self.timeouts.idle_s
+                    yield chunk
+        except TimeoutError:
+            raise UpstreamFailure("timeout", f"stream silent for {limit}s") from None
+        except aiohttp.ClientError as exc:
+            raise UpstreamFailure("disconnect", str(exc) or type(exc).__name__) from None

@@ -1,0 +1,115 @@
+"""Command line of the simulator: ``python -m bench.sim`` (wired as ``prefix-gateway sim``)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+import sys
+
+from bench.sim.config import SimConfig
+from bench.sim.fleet import start_replicas
+
+_DEFAULTS = SimConfig()
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the fleet options (``--replicas``, ``--base-port``, ``--host``) and every SimConfig knob."""
+    add = parser.add_argument
+    add("--replicas", type=int, default=1, help="number of replicas (default 1)")
+    add(
+        "--base-port", type=int, default=9100, help="port of replica 0; replica i uses base+i; 0 = free ports"
+    )
+    add("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    add("--model", nargs="+", default=list(_DEFAULTS.models), help="served model name(s)")
+    add("--kv-capacity-blocks", type=int, default=_DEFAULTS.kv_capacity_blocks)
+    add("--max-num-seqs", type=int, default=_DEFAULTS.max_num_seqs)
+    add("--prefill-s-per-token", type=float, default=_DEFAULTS.prefill_s_per_token)
+    add("--decode-s-per-token", type=float, default=_DEFAULTS.decode_s_per_token)
+    add("--overhead-s", type=float, default=_DEFAULTS.overhead_s)
+    add("--speed", type=float, default=_DEFAULTS.speed, help="multiplies every delay; 0 = no delay at all")
+    add("--block-size", type=int, default=_DEFAULTS.block_size)
+    add("--bytes-per-token", type=int, default=_DEFAULTS.bytes_per_token)
+    add("--max-model-len", type=int, default=_DEFAULTS.max_model_len)
+    add("--default-max-tokens", type=int, default=_DEFAULTS.default_max_tokens)
+    add(
+        "--loop",
+        choices=("auto", "asyncio", "uvloop"),
+        default="auto",
+        help="event loop: uvloop when installed (auto), or plain asyncio",
+    )
+
+
+def config_from_args(args: argparse.Namespace) -> SimConfig:
+    """One replica's SimConfig from parsed arguments (every replica gets the same)."""
+    return SimConfig(
+        models=tuple(args.model),
+        kv_capacity_blocks=args.kv_capacity_blocks,
+        max_num_seqs=args.max_num_seqs,
+        prefill_s_per_token=args.prefill_s_per_token,
+        decode_s_per_token=args.decode_s_per_token,
+        overhead_s=args.overhead_s,
+        speed=args.speed,
+        block_size=args.block_size,
+        bytes_per_token=args.bytes_per_token,
+        max_model_len=args.max_model_len,
+        default_max_tokens=args.default_max_tokens,
+    )
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    configs = [config_from_args(args) for _ in range(args.replicas)]
+    fleet = await start_replicas(configs, host=args.host, base_port=args.base_port)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        for i, url in enumerate(fleet.urls):
+            print(f"sim replica {i}: {url} models={','.join(configs[i].models)}", flush=True)
+        await stop.wait()
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+        await fleet.stop()
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the replicas until SIGINT/SIGTERM; returns the process exit code."""
+    if args.replicas < 1:
+        print("--replicas must be >= 1", file=sys.stderr)
+        return 2
+    try:
+        config_from_args(args)
+    except ValueError as exc:
+        print(f"invalid simulator settings: {exc}", file=sys.stderr)
+        return 2
+    loop_factory = None
+    if args.loop in ("auto", "uvloop"):
+        try:
+            import uvloop
+
+            loop_factory = uvloop.new_event_loop
+        except ImportError:
+            if args.loop == "uvloop":
+                print("uvloop is not installed", file=sys.stderr)
+                return 2
+    try:
+        with asyncio.Runner(loop_factory=loop_factory) as runner:
+            return runner.run(_serve(args))
+    except OSError as exc:
+        print(f"cannot start the simulator: {exc}", file=sys.stderr)
+        return 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.sim", description="Simulated vLLM replicas.")
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(KeyboardInterrupt):
+        sys.exit(main())

@@ -1,0 +1,96 @@
+"""Per-replica constants of the simulator and its runtime fault knobs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+
+@dataclass(slots=True)
+class Faults:
+    """Misbehaviours a test can switch on at runtime (``POST /sim/faults``); all off by default.
+
+    - ``fail_status``: answer every generation request with this HTTP status and an OpenAI error body.
+    - ``hang``: never answer (until the client goes away, or ``SimConfig.hang_limit_s`` passes).
+    - ``drop_mid_stream_after``: abort the TCP connection after N SSE events of a stream (for a
+      non-stream request: after the headers and half of the body).
+    - ``slow_factor``: multiplies every modelled delay.
+    - ``malformed``: answer 200 with invalid JSON, or an SSE stream carrying a broken event.
+    - ``health_status``: the status ``GET /health`` answers (200 when unset).
+    """
+
+    fail_status: int | None = None
+    hang: bool = False
+    drop_mid_stream_after: int | None = None
+    slow_factor: float = 1.0
+    malformed: bool = False
+    health_status: int | None = None
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Faults:
+        """Build from a JSON object; unknown keys and wrong types raise ``ValueError``."""
+        if not isinstance(data, dict):
+            raise ValueError("faults must be a JSON object")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown fault knobs: {unknown}")
+        out = cls()
+        for key, value in data.items():
+            if value is None:
+                continue
+            if key in ("hang", "malformed"):
+                if not isinstance(value, bool):
+                    raise ValueError(f"{key} must be a boolean")
+            elif key in ("fail_status", "drop_mid_stream_after", "health_status"):
+                if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                    raise ValueError(f"{key} must be a non-negative integer")
+                if key != "drop_mid_stream_after" and not 100 <= value <= 599:
+                    raise ValueError(f"{key} must be an HTTP status (100..599)")
+            elif key == "slow_factor":
+                if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+                    raise ValueError("slow_factor must be a non-negative number")
+                value = float(value)
+            setattr(out, key, value)
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(slots=True)
+class SimConfig:
+    """Everything that makes one simulated replica behave the way it does.
+
+    Delays are in seconds and are all multiplied by ``speed`` (and by ``faults.slow_factor``);
+    ``speed == 0`` disables every sleep so the simulator costs as little as possible per request.
+    """
+
+    models: tuple[str, ...] = ("sim-llama",)
+    kv_capacity_blocks: int = 2048
+    max_num_seqs: int = 256
+    prefill_s_per_token: float = 0.0001
+    decode_s_per_token: float = 0.01
+    overhead_s: float = 0.005
+    speed: float = 1.0
+    block_size: int = 16
+    bytes_per_token: int = 4
+    default_max_tokens: int = 16
+    max_model_len: int = 32768
+    max_recorded_requests: int = 1000
+    embedding_dim: int = 8
+    hang_limit_s: float = 300.0
+    faults: Faults = field(default_factory=Faults)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.models, str):
+            self.models = (self.models,)
+        self.models = tuple(self.models)
+        if not self.models:
+            raise ValueError("at least one served model name is required")
+        for name in ("kv_capacity_blocks", "max_num_seqs", "block_size", "bytes_per_token"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1")
+        for name in ("prefill_s_per_token", "decode_s_per_token", "overhead_s", "speed"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0")

@@ -1,0 +1,490 @@
+"""The aiohttp application of one simulated vLLM replica.
+
+Handlers parse the request, consult the pure models (prompt rendering, prefix cache, latency) kept
+in a :class:`~bench.sim.state.Replica`, and answer in vLLM's/OpenAI's wire format. The hot path at
+``speed == 0`` does no sleeping and writes a whole stream in one go.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from bench.sim import latency, textgen
+from bench.sim.config import Faults, SimConfig
+from bench.sim.kvcache import block_hashes, count_tokens
+from bench.sim.metrics import CONTENT_TYPE, make_registry, render
+from bench.sim.prompt import PromptError, render_chat, render_completion
+from bench.sim.state import Replica
+
+REPLICA_KEY: web.AppKey[Replica] = web.AppKey("sim_replica", Replica)
+_REGISTRY_KEY: web.AppKey[Any] = web.AppKey("sim_registry", object)
+
+_JSON = "application/json"
+_SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
+_DONE = b"data: [DONE]\n\n"
+_ERROR_TYPES = {
+    400: "BadRequestError",
+    401: "AuthenticationError",
+    403: "PermissionDeniedError",
+    404: "NotFoundError",
+    408: "RequestTimeoutError",
+    422: "UnprocessableEntityError",
+    429: "RateLimitError",
+}
+
+
+class _BadRequest(Exception):
+    def __init__(self, status: int, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.param = param
+
+
+def error_response(status: int, message: str, param: str | None = None) -> web.Response:
+    """An OpenAI-style error body: ``{"error": {"message", "type", "param", "code"}}``."""
+    kind = _ERROR_TYPES.get(status, "InternalServerError" if status >= 500 else "APIError")
+    body = {"error": {"message": message, "type": kind, "param": param, "code": status}}
+    headers = {"Retry-After": "1"} if status in (429, 503) else None
+    return web.Response(status=status, body=orjson.dumps(body), content_type=_JSON, headers=headers)
+
+
+def _json(data: Any, status: int = 200) -> web.Response:
+    return web.Response(status=status, body=orjson.dumps(data), content_type=_JSON)
+
+
+def _sse(obj: Any) -> bytes:
+    return b"data: " + orjson.dumps(obj) + b"\n\n"
+
+
+async def _read_body(request: web.Request) -> dict[str, Any]:
+    raw = await request.read()
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise _BadRequest(400, f"invalid JSON body: {exc}") from None
+    if not isinstance(body, dict):
+        raise _BadRequest(400, "the request body must be a JSON object")
+    return body
+
+
+def _check_model(rep: Replica, body: dict[str, Any]) -> str:
+    model = body.get("model")
+    if model is None:
+        return rep.model_name
+    if model not in rep.cfg.models:
+        raise _BadRequest(404, f"The model `{model}` does not exist.", "model")
+    return model
+
+
+def _max_tokens(cfg: SimConfig, body: dict[str, Any], prompt_tokens: int) -> int:
+    value = body.get("max_completion_tokens")
+    if value is None:
+        value = body.get("max_tokens")
+    if value is None:
+        value = cfg.default_max_tokens
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise _BadRequest(400, "max_tokens must be a positive integer", "max_tokens")
+    if prompt_tokens + value > cfg.max_model_len:
+        raise _BadRequest(
+            400,
+            f"This model's maximum context length is {cfg.max_model_len} tokens. However, you requested "
+            f"{prompt_tokens + value} tokens ({prompt_tokens} in the messages, {value} in the completion).",
+            "max_tokens",
+        )
+    return value
+
+
+def _sampling(body: dict[str, Any]) -> tuple[int | None, float]:
+    seed = body.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise _BadRequest(400, "seed must be an integer", "seed")
+    temperature = body.get("temperature", 1.0)
+    if temperature is None:
+        temperature = 1.0
+    if isinstance(temperature, bool) or not isinstance(temperature, int | float) or temperature < 0:
+        raise _BadRequest(400, "temperature must be a non-negative number", "temperature")
+    return seed, float(temperature)
+
+
+async def _hang(rep: Replica) -> web.Response:
+    """Answer nothing until the client goes away (the task is then cancelled) or the limit passes."""
+    await asyncio.sleep(rep.cfg.hang_limit_s)
+    return error_response(504, "simulated hang ended")
+
+
+class _Job:
+    """One generation request, parsed and validated."""
+
+    __slots__ = (
+        "body", "chat", "data", "hashes", "include_usage", "max_tokens", "model", "prompt_tokens",
+        "rid", "seed", "stream", "temperature",
+    )  # fmt: skip
+
+    def __init__(self, rep: Replica, body: dict[str, Any], chat: bool) -> None:
+        cfg = rep.cfg
+        self.body = body
+        self.chat = chat
+        self.model = _check_model(rep, body)
+        try:
+            if chat:
+                data, bpt = render_chat(body), cfg.bytes_per_token
+            else:
+                data, bpt = render_completion(body, cfg.bytes_per_token)
+        except PromptError as exc:
+            raise _BadRequest(400, str(exc), "messages" if chat else "prompt") from None
+        salt = body.get("cache_salt")
+        if salt is not None and (not isinstance(salt, str) or not salt):
+            raise _BadRequest(400, "cache_salt must be a non-empty string", "cache_salt")
+        self.data = data
+        self.prompt_tokens = count_tokens(len(data), bpt)
+        self.hashes = block_hashes(data, block_size=cfg.block_size, bytes_per_token=bpt, cache_salt=salt)
+        self.max_tokens = _max_tokens(cfg, body, self.prompt_tokens)
+        self.seed, self.temperature = _sampling(body)
+        self.stream = bool(body.get("stream"))
+        opts = body.get("stream_options")
+        self.include_usage = self.stream and isinstance(opts, dict) and bool(opts.get("include_usage"))
+        self.rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
+
+    def answer_tokens(self, rep: Replica) -> list[str]:
+        nonce = 0
+        if self.temperature > 0 and self.seed is None:
+            nonce = rep.next_nonce()
+        base = textgen.answer_seed(self.data, self.seed, self.temperature, nonce)
+        return textgen.tokens(base, self.max_tokens)
+
+    def usage(self, cached: int, completion: int) -> dict[str, Any]:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "total_tokens": self.prompt_tokens + completion,
+            "completion_tokens": completion,
+            "prompt_tokens_details": {"cached_tokens": cached},
+        }
+
+    def full_response(self, created: int, toks: list[str], cached: int) -> dict[str, Any]:
+        text = "".join(toks)
+        if self.chat:
+            choice: dict[str, Any] = {
+                "index": 0,
+                "message": {"role": "assistant", "content": text, "tool_calls": []},
+                "logprobs": None,
+                "finish_reason": "length",
+                "stop_reason": None,
+            }
+            obj = "chat.completion"
+        else:
+            choice = {
+                "index": 0,
+                "text": text,
+                "logprobs": None,
+                "finish_reason": "length",
+                "stop_reason": None,
+            }
+            obj = "text_completion"
+        return {
+            "id": self.rid,
+            "object": obj,
+            "created": created,
+            "model": self.model,
+            "choices": [choice],
+            "usage": self.usage(cached, len(toks)),
+        }
+
+    def chunk(self, created: int, piece: str | None, finish: str | None, first: bool = False) -> bytes:
+        if self.chat:
+            delta: dict[str, Any] = {}
+            if first:
+                delta["role"] = "assistant"
+            if piece is not None:
+                delta["content"] = piece
+            choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+            obj = "chat.completion.chunk"
+        else:
+            choice = {"index": 0, "text": piece or "", "logprobs": None, "finish_reason": finish}
+            obj = "text_completion"
+        if finish is not None:
+            choice["stop_reason"] = None
+        return _sse(
+            {"id": self.rid, "object": obj, "created": created, "model": self.model, "choices": [choice]}
+        )
+
+    def usage_chunk(self, created: int, cached: int, completion: int) -> bytes:
+        obj = "chat.completion.chunk" if self.chat else "text_completion"
+        return _sse(
+            {
+                "id": self.rid,
+                "object": obj,
+                "created": created,
+                "model": self.model,
+                "choices": [],
+                "usage": self.usage(cached, completion),
+            }
+        )
+
+    @property
+    def lead(self) -> int:
+        """Events sent before the first token: chat opens with a role-only chunk, like vLLM."""
+        return 1 if self.chat else 0
+
+    def events(self, created: int, toks: list[str], cached: int) -> list[bytes]:
+        """Every SSE event of the stream in order, ``[DONE]`` included."""
+        out = [self.chunk(created, "", None, first=True)] if self.chat else []
+        out.extend(self.chunk(created, tok, None) for tok in toks)
+        out.append(self.chunk(created, None if self.chat else "", "length"))
+        if self.include_usage:
+            out.append(self.usage_chunk(created, cached, len(toks)))
+        out.append(_DONE)
+        return out
+
+
+def _malformed_response(job: _Job) -> web.StreamResponse:
+    if job.stream:
+        return web.Response(
+            status=200,
+            body=b'data: {"id": "broken", "choices": [{"delta": {"content": "x"\n\ndata: [DONE]\n\n',
+            headers=_SSE_HEADERS,
+        )
+    return web.Response(status=200, body=b'{"id": "broken", "choices": [', content_type=_JSON)
+
+
+def _abort(request: web.Request) -> None:
+    transport = request.transport
+    if transport is not None:
+        transport.close()
+
+
+async def _send_stream(
+    request: web.Request, rep: Replica, job: _Job, toks: list[str], cached: int, per_token_s: float, t0: float
+) -> web.StreamResponse:
+    created = int(time.time())
+    events = job.events(created, toks, cached)
+    drop_after = rep.faults.drop_mid_stream_after
+    resp = web.StreamResponse(status=200, headers=_SSE_HEADERS)
+    await resp.prepare(request)
+    if drop_after is None and per_token_s == 0.0:
+        rep.ttft.observe(time.perf_counter() - t0)
+        await resp.write(b"".join(events))
+    else:
+        for i, event in enumerate(events):
+            if drop_after is not None and i >= drop_after:
+                _abort(request)
+                raise ConnectionResetError("simulated drop mid-stream")
+            if per_token_s and 1 <= i - job.lead < len(toks):
+                await asyncio.sleep(per_token_s)
+            await resp.write(event)
+            if i == 0:
+                rep.ttft.observe(time.perf_counter() - t0)
+    await resp.write_eof()
+    return resp
+
+
+async def _send_dropped_json(request: web.Request, payload: bytes) -> web.StreamResponse:
+    """Headers and half of the body, then the connection closes: a truncated non-stream answer."""
+    resp = web.StreamResponse(status=200, headers={"Content-Type": _JSON})
+    resp.content_length = len(payload)
+    await resp.prepare(request)
+    await resp.write(payload[: len(payload) // 2])
+    _abort(request)
+    raise ConnectionResetError("simulated drop mid-body")
+
+
+async def _generate(request: web.Request, chat: bool) -> web.StreamResponse:
+    rep = request.app[REPLICA_KEY]
+    counters = rep.counters
+    t0 = time.perf_counter()
+    counters.requests += 1
+    try:
+        try:
+            body = await _read_body(request)
+            rep.requests_log.append(body)
+            faults = rep.faults
+            if faults.fail_status is not None:
+                counters.errors += 1
+                return error_response(faults.fail_status, f"simulated failure {faults.fail_status}")
+            if faults.hang:
+                return await _hang(rep)
+            job = _Job(rep, body, chat)
+        except _BadRequest as exc:
+            counters.errors += 1
+            return error_response(exc.status, str(exc), exc.param)
+        if faults.malformed:
+            return _malformed_response(job)
+        return await _run(request, rep, job, faults, t0)
+    except asyncio.CancelledError:
+        counters.cancelled += 1
+        raise
+    except ConnectionResetError:
+        counters.cancelled += 1
+        return web.Response(status=499)  # never reaches the client: its connection is gone
+
+
+async def _run(
+    request: web.Request, rep: Replica, job: _Job, faults: Faults, t0: float
+) -> web.StreamResponse:
+    cfg = rep.cfg
+    limiter = rep.limiter
+    if not limiter.try_acquire():
+        await limiter.acquire()
+    reserved = latency.kv_blocks_needed(job.prompt_tokens, job.max_tokens, cfg.block_size)
+    rep.kv_blocks_in_use += reserved
+    try:
+        cached = rep.kv.match(job.hashes) * cfg.block_size
+        counters = rep.counters
+        counters.prompt_tokens += job.prompt_tokens
+        counters.cached_tokens += cached
+        d = latency.delays(cfg, job.prompt_tokens - cached, faults.slow_factor)
+        if d.prefill_s:
+            await asyncio.sleep(d.prefill_s)
+        rep.kv.insert(job.hashes)
+        toks = job.answer_tokens(rep)
+        counters.generation_tokens += len(toks)
+        if job.stream:
+            resp = await _send_stream(request, rep, job, toks, cached, d.per_token_s, t0)
+        else:
+            rep.ttft.observe(time.perf_counter() - t0)
+            if d.per_token_s and len(toks) > 1:
+                await asyncio.sleep(d.per_token_s * (len(toks) - 1))
+            payload = orjson.dumps(job.full_response(int(time.time()), toks, cached))
+            if faults.drop_mid_stream_after is not None:
+                return await _send_dropped_json(request, payload)
+            resp = web.Response(body=payload, content_type=_JSON)
+        counters.completed += 1
+        rep.e2e.observe(time.perf_counter() - t0)
+        return resp
+    finally:
+        rep.kv_blocks_in_use -= reserved
+        limiter.release()
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    return await _generate(request, chat=True)
+
+
+async def completions(request: web.Request) -> web.StreamResponse:
+    return await _generate(request, chat=False)
+
+
+async def embeddings(request: web.Request) -> web.StreamResponse:
+    rep = request.app[REPLICA_KEY]
+    rep.counters.requests += 1
+    try:
+        body = await _read_body(request)
+        rep.requests_log.append(body)
+        if rep.faults.fail_status is not None:
+            rep.counters.errors += 1
+            return error_response(rep.faults.fail_status, f"simulated failure {rep.faults.fail_status}")
+        model = _check_model(rep, body)
+        inputs = body.get("input")
+        if isinstance(inputs, str):
+            inputs = [inputs]
+        if not isinstance(inputs, list) or not inputs or not all(isinstance(s, str) for s in inputs):
+            raise _BadRequest(400, "'input' must be a string or a non-empty list of strings", "input")
+    except _BadRequest as exc:
+        rep.counters.errors += 1
+        return error_response(exc.status, str(exc), exc.param)
+    data, tokens = [], 0
+    for i, text in enumerate(inputs):
+        raw = text.encode("utf-8")
+        tokens += count_tokens(len(raw), rep.cfg.bytes_per_token)
+        vec = textgen.embedding(raw, rep.cfg.embedding_dim)
+        data.append({"object": "embedding", "index": i, "embedding": vec})
+    rep.counters.prompt_tokens += tokens
+    rep.counters.completed += 1
+    return _json(
+        {
+            "id": "embd-" + uuid.uuid4().hex,
+            "object": "list",
+            "created": int(time.time()),
+            "model": model,
+            "data": data,
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        }
+    )
+
+
+async def models(request: web.Request) -> web.Response:
+    rep = request.app[REPLICA_KEY]
+    data = [
+        {
+            "id": name,
+            "object": "model",
+            "created": 0,
+            "owned_by": "vllm",
+            "root": name,
+            "parent": None,
+            "max_model_len": rep.cfg.max_model_len,
+        }
+        for name in rep.cfg.models
+    ]
+    return _json({"object": "list", "data": data})
+
+
+async def health(request: web.Request) -> web.Response:
+    status = request.app[REPLICA_KEY].faults.health_status
+    return web.Response(status=status or 200)
+
+
+async def version(request: web.Request) -> web.Response:
+    return _json({"version": "0.0.0-sim"})
+
+
+async def metrics(request: web.Request) -> web.Response:
+    body = render(request.app[_REGISTRY_KEY])
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
+
+
+async def sim_requests(request: web.Request) -> web.Response:
+    return _json(list(request.app[REPLICA_KEY].requests_log))
+
+
+async def sim_stats(request: web.Request) -> web.Response:
+    return _json(request.app[REPLICA_KEY].stats())
+
+
+async def sim_reset(request: web.Request) -> web.Response:
+    rep = request.app[REPLICA_KEY]
+    rep.reset()
+    return _json(rep.stats())
+
+
+async def sim_faults(request: web.Request) -> web.Response:
+    rep = request.app[REPLICA_KEY]
+    if request.method == "GET":
+        return _json(rep.faults.to_json())
+    try:
+        body = orjson.loads(await request.read() or b"{}")
+        faults = Faults.from_json(body)
+    except (orjson.JSONDecodeError, ValueError) as exc:
+        return error_response(400, str(exc))
+    rep.set_faults(faults)
+    return _json(faults.to_json())
+
+
+def create_app(cfg: SimConfig | None = None, index: int = 0) -> web.Application:
+    """The application of one replica; its state is ``app[REPLICA_KEY]``.
+
+    Serve it with ``web.AppRunner(app, handler_cancellation=True)`` so that a client going away
+    cancels its handler (see :func:`bench.sim.fleet.start_replicas`).
+    """
+    rep = Replica(cfg or SimConfig(), index)
+    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app[REPLICA_KEY] = rep
+    app[_REGISTRY_KEY] = make_registry(rep)
+    app.router.add_post("/v1/chat/completions", chat_completions)
+    app.router.add_post("/v1/completions", completions)
+    app.router.add_post("/v1/embeddings", embeddings)
+    app.router.add_get("/v1/models", models)
+    app.router.add_get("/health", health)
+    app.router.add_get("/version", version)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/sim/requests", sim_requests)
+    app.router.add_get("/sim/stats", sim_stats)
+    app.router.add_post("/sim/reset", sim_reset)
+    app.router.add_post("/sim/faults", sim_faults)
+    app.router.add_get("/sim/faults", sim_faults)
+    return app

@@ -1,0 +1,116 @@
+"""The mutable state of one simulated replica: its KV cache, scheduler, counters and request log."""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+from collections import deque
+from dataclasses import dataclass, fields
+from typing import Any
+
+from bench.sim.config import Faults, SimConfig
+from bench.sim.kvcache import KVCache
+from bench.sim.scheduler import FifoLimiter
+
+# vLLM's own buckets for vllm:time_to_first_token_seconds.
+TTFT_BUCKETS: tuple[float, ...] = (
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+    20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
+)  # fmt: skip
+
+
+@dataclass(slots=True)
+class Counters:
+    """Monotonic counters since start or the last reset (``/sim/stats``, ``/metrics``)."""
+
+    requests: int = 0  # generation/embedding requests received (including faulted and invalid ones)
+    cancelled: int = 0  # the client went away before the answer ended
+    completed: int = 0  # answers delivered in full
+    errors: int = 0  # answered with an error status (validation or fault)
+    prompt_tokens: int = 0  # prompt tokens admitted to the engine (= prefix-cache tokens queried)
+    cached_tokens: int = 0  # of which found in the prefix cache
+    generation_tokens: int = 0
+
+
+class Histogram:
+    """A tiny cumulative-bucket histogram (cheaper per observation than prometheus_client's)."""
+
+    __slots__ = ("bounds", "counts", "sum")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)  # last is +Inf
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.sum += value
+
+    def cumulative(self) -> list[tuple[str, int]]:
+        out, acc = [], 0
+        for bound, count in zip((*map(str, self.bounds), "+Inf"), self.counts, strict=True):
+            acc += count
+            out.append((bound, acc))
+        return out
+
+    def reset(self) -> None:
+        self.counts = [0] * (len(self.bounds) + 1)
+        self.sum = 0.0
+
+
+class Replica:
+    """All state of one replica; the aiohttp handlers only read and update it."""
+
+    def __init__(self, cfg: SimConfig, index: int = 0) -> None:
+        self.cfg = cfg
+        self.index = index
+        self.kv = KVCache(cfg.kv_capacity_blocks)
+        self.limiter = FifoLimiter(cfg.max_num_seqs)
+        self.counters = Counters()
+        self.ttft = Histogram(TTFT_BUCKETS)
+        self.e2e = Histogram(TTFT_BUCKETS)
+        self.kv_blocks_in_use = 0
+        self.requests_log: deque[Any] = deque(maxlen=cfg.max_recorded_requests)
+        self._nonce = itertools.count(1)
+
+    @property
+    def faults(self) -> Faults:
+        return self.cfg.faults
+
+    @property
+    def model_name(self) -> str:
+        return self.cfg.models[0]
+
+    def set_faults(self, faults: Faults) -> None:
+        self.cfg.faults = faults
+
+    def next_nonce(self) -> int:
+        return next(self._nonce)
+
+    def kv_usage(self) -> float:
+        """Share of KV blocks held by running requests, as vLLM reports it (cached-but-free is free)."""
+        return min(1.0, self.kv_blocks_in_use / self.cfg.kv_capacity_blocks)
+
+    def reset(self) -> None:
+        """Forget the prefix cache, counters and recorded requests (running requests go on)."""
+        self.kv.clear()
+        self.counters = Counters()
+        self.ttft.reset()
+        self.e2e.reset()
+        self.requests_log.clear()
+        self.limiter.reset_peaks()
+
+    def stats(self) -> dict[str, Any]:
+        out: dict[str, Any] = {f.name: getattr(self.counters, f.name) for f in fields(Counters)}
+        out.update(
+            running=self.limiter.running,
+            waiting=self.limiter.waiting,
+            max_running_seen=self.limiter.max_running_seen,
+            max_waiting_seen=self.limiter.max_waiting_seen,
+            kv_cached_blocks=len(self.kv),
+            kv_capacity_blocks=self.cfg.kv_capacity_blocks,
+            kv_evictions=self.kv.evictions,
+            kv_usage=self.kv_usage(),
+            faults=self.faults.to_json(),
+        )
+        return out

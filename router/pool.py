@@ -1,4 +1,4 @@
-"""One model pool's router: its replicas, its policy, and the load it has handed out.
+"""One model pool's router: its replicas, its policy, its prefix index, and the load it handed out.
 
 The gateway calls ``route`` once per attempt and then ``release_prefill`` at the first byte and
 ``release`` at the end (success, error or cancel). Both releases are idempotent so that every exit path
@@ -7,45 +7,136 @@ of the gateway can call them without double counting.
 
 from __future__ import annotations
 
-from collections.abc import Container, Sequence
+import time
+from collections.abc import Callable, Container, Sequence
+from dataclasses import dataclass
 
 from config.routing import RoutingConfig
-from router.policies.base import RoutingPolicy
+from router.blocks import block_hashes, root_hash, route_key
+from router.index import IndexStats, PrefixIndex
+from router.policies import make_policy
+from router.policies.base import PickContext, RoutingPolicy
+from router.prompt import render_prompt
 from router.replica import ReplicaState
+from router.tokenizers import Tokenizer, Tokens, from_ids, make_tokenizer
 from router.types import Decision, NoReplicaAvailable, RouteRequest
 
+__all__ = ["NoReplicaAvailable", "PoolRouter", "RouterStats", "make_policy"]
 
-def make_policy(cfg: RoutingConfig) -> RoutingPolicy:
-    """Build the policy named in the pool's routing section."""
-    if cfg.policy == "round_robin":
-        from router.policies.round_robin import RoundRobin
 
-        return RoundRobin()
-    if cfg.policy == "least_load":
-        from router.policies.least_load import LeastLoad
-
-        return LeastLoad(cfg.seed)
-    raise ValueError(f"routing policy {cfg.policy!r} is not available in this build")
+@dataclass(frozen=True, slots=True)
+class RouterStats:
+    index: IndexStats
+    decisions: int
+    predicted_cached_tokens: int  # sum of matched_tokens over observed decisions
+    observed_cached_tokens: int  # sum of what replicas reported for the same decisions
 
 
 class PoolRouter:
-    def __init__(self, replicas: Sequence[ReplicaState], cfg: RoutingConfig, policy: RoutingPolicy | None = None):
+    def __init__(
+        self,
+        replicas: Sequence[ReplicaState],
+        cfg: RoutingConfig,
+        policy: RoutingPolicy | None = None,
+        *,
+        tokenizer: Tokenizer | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.cfg = cfg
-        self.replicas: list[ReplicaState] = list(replicas)
         self.policy: RoutingPolicy = policy or make_policy(cfg)
+        self.tokenizer: Tokenizer = tokenizer or make_tokenizer(cfg.tokenizer)
+        self.clock = clock
+        self.index = PrefixIndex(cfg.index_ttl_s)
+        self.replicas: list[ReplicaState] = []
+        self._by_id: dict[str, ReplicaState] = {}
+        self.decisions = 0
+        self._predicted = 0
+        self._observed = 0
+        self.set_replicas(replicas)
+
+    # -- fleet ----------------------------------------------------------------------------------------
+    def set_replicas(self, replicas: Sequence[ReplicaState]) -> None:
+        """Replace the fleet (discovery). Replicas that stay keep their counters and index entries.
+
+        A staying replica keeps its ``ReplicaState`` object (decisions in flight point at it) and takes the
+        new url, kind, weight and capacity; a removed one is dropped from the index.
+        """
+        ids = [r.id for r in replicas]
+        if len(ids) != len(set(ids)):
+            raise ValueError("replica ids must be unique")
+        new: list[ReplicaState] = []
+        for r in replicas:
+            old = self._by_id.get(r.id)
+            if old is not None and old is not r:
+                old.url, old.kind, old.weight, old.kv_capacity_blocks = (
+                    r.url,
+                    r.kind,
+                    r.weight,
+                    r.kv_capacity_blocks,
+                )
+                old.healthy = r.healthy
+                r = old
+            new.append(r)
+            self.index.add_replica(r.id, r.kv_capacity_blocks or self.cfg.default_kv_capacity_blocks)
+        for gone in set(self._by_id) - set(ids):
+            self.index.drop_replica(gone)
+        self.replicas = new
+        self._by_id = {r.id: r for r in new}
+
+    def replica(self, replica_id: str) -> ReplicaState | None:
+        return self._by_id.get(replica_id)
 
     def healthy(self, exclude: Container[str] = ()) -> list[ReplicaState]:
         return [r for r in self.replicas if r.healthy and r.id not in exclude]
 
+    def update_reported(
+        self,
+        replica_id: str,
+        running: float | None,
+        waiting: float | None,
+        kv_usage: float | None = None,
+        now: float | None = None,
+    ) -> bool:
+        """Store a replica's scraped load (``now`` on this router's clock). False for an unknown replica."""
+        r = self._by_id.get(replica_id)
+        if r is None:
+            return False
+        r.reported_running, r.reported_waiting, r.reported_kv_usage = running, waiting, kv_usage
+        r.reported_at = self.clock() if now is None else now
+        return True
+
+    # -- decisions ------------------------------------------------------------------------------------
     def route(self, request: RouteRequest, exclude: Container[str] = ()) -> Decision:
-        """Pick a replica and count the request against it at once."""
+        """Pick a replica and count the request against it at once (in flight + uncached prefill)."""
         candidates = self.healthy(exclude)
         if not candidates:
             raise NoReplicaAvailable(f"no healthy replica for model {request.model!r}")
-        replica, reason = self.policy.pick(request, candidates)
-        decision = Decision(replica=replica, reason=reason, policy=self.policy.name)
+        now = self.clock()
+        self._drop_stale_reports(candidates, now)
+        ctx = PickContext(request=request, candidates=candidates, block_size=self.cfg.block_size)
+        hashes: tuple[int, ...] = ()
+        if self.policy.needs_prefix:
+            hashes = self._prefix(request, ctx)
+            ctx.matched_blocks = self.index.match(hashes, now)
+        replica, reason = self.policy.pick(ctx)
+        matched = min(ctx.matched_blocks.get(replica.id, 0) * self.cfg.block_size, ctx.prompt_tokens)
+        decision = Decision(
+            replica=replica,
+            reason=reason,
+            policy=self.policy.name,
+            prompt_tokens=ctx.prompt_tokens,
+            matched_tokens=matched,
+            uncached_tokens=ctx.prompt_tokens - matched,
+            block_hashes=hashes,
+            route_key=ctx.route_key,
+            block_size=self.cfg.block_size,
+        )
         replica.in_flight += 1
         replica.queued_prefill_tokens += decision.uncached_tokens
+        if hashes:
+            # Speculative: the replica will hold this prefix once it has prefilled it.
+            self.index.insert(replica.id, hashes, now, known=ctx.matched_blocks.get(replica.id, 0))
+        self.decisions += 1
         return decision
 
     def release_prefill(self, decision: Decision) -> None:
@@ -60,3 +151,32 @@ class PoolRouter:
         if not decision._released:
             decision._released = True
             decision.replica.in_flight -= 1
+
+    def observe_usage(self, decision: Decision, cached_tokens: int | None) -> None:
+        """The replica's own ``cached_tokens`` for a decision: accounted against the index's prediction."""
+        if cached_tokens is None or not decision.block_hashes:
+            return
+        self._predicted += decision.matched_tokens
+        self._observed += max(0, cached_tokens)
+
+    def stats(self) -> RouterStats:
+        return RouterStats(self.index.stats(), self.decisions, self._predicted, self._observed)
+
+    # -- internals ------------------------------------------------------------------------------------
+    def _prefix(self, request: RouteRequest, ctx: PickContext) -> tuple[int, ...]:
+        cfg = self.cfg
+        prompt = render_prompt(request.endpoint, request.body)
+        tokens: Tokens = from_ids(prompt) if isinstance(prompt, list) else self.tokenizer.encode(prompt)
+        root = root_hash(request.model, request.tenant_salt)
+        hashes = block_hashes(tokens, root, cfg.block_size, cfg.max_prefix_tokens)
+        ctx.route_key = route_key(tokens, hashes, root, cfg.block_size, cfg.route_key_tokens)
+        ctx.prompt_tokens = tokens.count
+        ctx.hashed_tokens = min(tokens.count, cfg.max_prefix_tokens)
+        return hashes
+
+    def _drop_stale_reports(self, candidates: Sequence[ReplicaState], now: float) -> None:
+        stale = self.cfg.report_stale_s
+        for r in candidates:
+            if r.reported_at and now - r.reported_at > stale:
+                r.reported_running = r.reported_waiting = r.reported_kv_usage = None
+                r.reported_at = 0.0

@@ -22,7 +22,12 @@ class RouteRequest:
 
 @dataclass(slots=True, eq=False)
 class Decision:
-    """The replica picked for one request, why, and what the router must release later."""
+    """The replica picked for one request, why, and what the router must release later.
+
+    ``matched_tokens`` is the prefix the router believes the replica holds (from its index);
+    ``uncached_tokens = prompt_tokens - matched_tokens`` is what it counted as queued prefill. All three
+    are 0 for policies that do not look at the prompt (round_robin, least_load).
+    """
 
     replica: ReplicaState
     reason: str
@@ -31,6 +36,8 @@ class Decision:
     matched_tokens: int = 0
     uncached_tokens: int = 0
     block_hashes: tuple[int, ...] = ()
+    route_key: int = 0
+    block_size: int = 16
     _prefill_released: bool = False
     _released: bool = False
 

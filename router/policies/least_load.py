@@ -5,17 +5,23 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
+from router.policies.base import PickContext
 from router.replica import ReplicaState
-from router.types import RouteRequest
+
+
+def least_loaded(candidates: Sequence[ReplicaState], rng: random.Random) -> ReplicaState:
+    """Lowest ``load / weight``; a seeded random choice among ties."""
+    best = min(r.load() / r.weight for r in candidates)
+    tied = [r for r in candidates if r.load() / r.weight == best]
+    return tied[0] if len(tied) == 1 else rng.choice(tied)
 
 
 class LeastLoad:
     name = "least_load"
+    needs_prefix = False
 
     def __init__(self, seed: int | None = None) -> None:
         self._rng = random.Random(seed)
 
-    def pick(self, request: RouteRequest, candidates: Sequence[ReplicaState]) -> tuple[ReplicaState, str]:
-        best = min(r.load() / r.weight for r in candidates)
-        tied = [r for r in candidates if r.load() / r.weight == best]
-        return (tied[0] if len(tied) == 1 else self._rng.choice(tied)), "least_load"
+    def pick(self, ctx: PickContext) -> tuple[ReplicaState, str]:
+        return least_loaded(ctx.candidates, self._rng), "least_load"

@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
+from router.policies.base import PickContext
 from router.replica import ReplicaState
-from router.types import RouteRequest
 
 
 class RoundRobin:
     name = "round_robin"
+    needs_prefix = False
 
     def __init__(self) -> None:
         self._next = 0
 
-    def pick(self, request: RouteRequest, candidates: Sequence[ReplicaState]) -> tuple[ReplicaState, str]:
-        replica = candidates[self._next % len(candidates)]
+    def pick(self, ctx: PickContext) -> tuple[ReplicaState, str]:
+        replica = ctx.candidates[self._next % len(ctx.candidates)]
         self._next += 1
         return replica, "round_robin"

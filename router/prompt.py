@@ -1,0 +1,130 @@
+"""Canonical prompt of a request: one string in the order the model reads it.
+
+Only the router reads the rendering (it is tokenized and hashed, never logged or stored). The format is
+built from self-delimiting pieces so that a conversation's next turn renders as the previous turn plus
+more text: ``render(messages + [m]) == render(messages) + render([m])`` minus the shared tools header.
+
+Layout of a chat request::
+
+    \\x02tools\\x1f<tools JSON, sorted keys>          (only when tools are given)
+    \\x1e<role>\\x1f<content>[\\x1d<key>=<JSON>...]   (once per message, in order)
+
+Content parts: text verbatim; image, audio and file parts by an xxh3-128 digest of their URL or data,
+so a 5 MB data URL costs one hash and a few bytes of rendering. Separators are ASCII control characters;
+a prompt containing them could in principle render like another, which costs at worst a routing
+mismatch, never a wrong answer (the replica sees the real request).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import orjson
+import xxhash
+
+_SORTED = orjson.OPT_SORT_KEYS
+# Keys of a message that do not change what the model reads.
+_SKIP_MESSAGE_KEYS = frozenset(("role", "content", "cache_control"))
+# A separator token id between the prompts of a batched token-id completions request.
+BATCH_SEPARATOR_ID = 0xFFFFFFFF
+
+
+def render_prompt(endpoint: str, body: Mapping[str, Any]) -> str | list[int]:
+    """Render a request's prompt; token-id completions prompts come back as a list of ids."""
+    if endpoint == "chat":
+        return render_chat(body.get("messages") or (), body.get("tools"))
+    prompt = body.get("prompt") if endpoint == "completions" else body.get("input")
+    return render_completion_prompt(prompt)
+
+
+def render_chat(messages: Sequence[Any], tools: Any = None) -> str:
+    """Tools first (sorted-key JSON), then each message as role + content, in order."""
+    pieces: list[str] = []
+    if tools:
+        pieces.append("\x02tools\x1f")
+        pieces.append(_json(tools))
+    for message in messages:
+        _render_message(message, pieces)
+    return "".join(pieces)
+
+
+def render_completion_prompt(prompt: Any) -> str | list[int]:
+    """A completions prompt: a string, a list of strings, token ids, or a list of token-id lists."""
+    if prompt is None:
+        return ""
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, list) and prompt:
+        first = prompt[0]
+        if isinstance(first, int) and not isinstance(first, bool):
+            return [int(t) & 0xFFFFFFFF for t in prompt]
+        if all(isinstance(p, str) for p in prompt):
+            return "\x1e".join(prompt)
+        if all(isinstance(p, list) for p in prompt):
+            ids: list[int] = []
+            for i, part in enumerate(prompt):
+                if i:
+                    ids.append(BATCH_SEPARATOR_ID)
+                ids.extend(int(t) & 0xFFFFFFFF for t in part if isinstance(t, int))
+            return ids
+    return _json(prompt)
+
+
+def _render_message(message: Any, pieces: list[str]) -> None:
+    if not isinstance(message, Mapping):
+        pieces.append("\x1e?\x1f")
+        pieces.append(_json(message))
+        return
+    pieces.append("\x1e")
+    pieces.append(str(message.get("role", "")))
+    pieces.append("\x1f")
+    content = message.get("content")
+    if isinstance(content, str):
+        pieces.append(content)
+    elif isinstance(content, list):
+        for part in content:
+            pieces.append(_render_part(part))
+    elif content is not None:
+        pieces.append(_json(content))
+    if len(message) > 2 or "content" not in message:
+        for key in sorted(k for k in message if k not in _SKIP_MESSAGE_KEYS):
+            pieces.append(f"\x1d{key}=")
+            pieces.append(_json(message[key]))
+
+
+def _render_part(part: Any) -> str:
+    """One content part: text verbatim, media by digest, anything else as sorted JSON."""
+    if isinstance(part, str):
+        return part
+    if not isinstance(part, Mapping):
+        return _json(part)
+    kind = part.get("type")
+    if kind == "text":
+        return str(part.get("text", ""))
+    if kind == "image_url":
+        image = part.get("image_url")
+        url = image.get("url", "") if isinstance(image, Mapping) else image
+        detail = image.get("detail", "") if isinstance(image, Mapping) else ""
+        return f"\x1cimage:{_digest(url)}:{detail}\x1c"
+    if kind == "input_audio":
+        audio = part.get("input_audio")
+        data = audio.get("data", "") if isinstance(audio, Mapping) else audio
+        fmt = audio.get("format", "") if isinstance(audio, Mapping) else ""
+        return f"\x1caudio:{_digest(data)}:{fmt}\x1c"
+    if kind in ("file", "video_url", "audio_url"):
+        return f"\x1c{kind}:{_digest(part.get(kind))}\x1c"
+    return "\x1c" + _json({k: v for k, v in part.items() if k != "cache_control"}) + "\x1c"
+
+
+def _digest(value: Any) -> str:
+    """xxh3-128 of a URL, a base64 payload or any JSON value: fixed size whatever the media size."""
+    data = value.encode("utf-8", "surrogatepass") if isinstance(value, str) else _json(value).encode()
+    return xxhash.xxh3_128_hexdigest(data)
+
+
+def _json(value: Any) -> str:
+    try:
+        return orjson.dumps(value, option=_SORTED).decode()
+    except TypeError:
+        return repr(value)

@@ -1,0 +1,86 @@
+"""Tokenizers for routing: turn a rendered prompt into a byte string cut at fixed token strides.
+
+Blocks are byte slices, whatever the tokenizer: ``approx`` keeps the UTF-8 bytes and calls every
+``bytes_per_token`` bytes a token (no Python token list at all), ``hf`` packs token ids as 4-byte
+unsigned integers. ``router.blocks`` then cuts ``block_size * stride`` bytes per block.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from config.routing import TokenizerConfig
+
+_ID_STRIDE = 4  # bytes of one packed token id (array 'I')
+assert array("I").itemsize == _ID_STRIDE
+
+
+@dataclass(frozen=True, slots=True)
+class Tokens:
+    """A prompt as bytes, ``stride`` bytes per token; ``count`` tokens in the whole prompt."""
+
+    data: bytes
+    stride: int
+    count: int
+
+
+class Tokenizer(Protocol):
+    name: str
+
+    def encode(self, text: str) -> Tokens: ...
+
+
+def from_ids(ids: Sequence[int]) -> Tokens:
+    """Pre-tokenized prompts (completions with token ids) whatever the configured tokenizer."""
+    return Tokens(array("I", ids).tobytes(), _ID_STRIDE, len(ids))
+
+
+class ApproxTokenizer:
+    """No vocabulary: ``bytes_per_token`` UTF-8 bytes make a token (the default, 4)."""
+
+    name = "approx"
+
+    def __init__(self, bytes_per_token: int = 4) -> None:
+        if bytes_per_token < 1:
+            raise ValueError("bytes_per_token must be at least 1")
+        self.bytes_per_token = bytes_per_token
+
+    def encode(self, text: str) -> Tokens:
+        data = text.encode("utf-8", "surrogatepass")
+        return Tokens(data, self.bytes_per_token, -(-len(data) // self.bytes_per_token))
+
+
+class HFTokenizer:
+    """The ``tokenizers`` library with a local ``tokenizer.json``, loaded at first use."""
+
+    name = "hf"
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._tok: Any = None
+
+    def _load(self) -> Any:
+        if self._tok is None:
+            try:
+                from tokenizers import Tokenizer as _HF
+            except ImportError as exc:  # pragma: no cover - the dependency is installed in dev
+                raise RuntimeError("tokenizer kind 'hf' needs the 'tokenizers' package (extra 'hf')") from exc
+            if not self.path.is_file():
+                raise FileNotFoundError(f"tokenizer file not found: {self.path}")
+            self._tok = _HF.from_file(str(self.path))
+        return self._tok
+
+    def encode(self, text: str) -> Tokens:
+        ids = self._load().encode(text, add_special_tokens=False).ids
+        return from_ids(ids)
+
+
+def make_tokenizer(cfg: TokenizerConfig) -> Tokenizer:
+    if cfg.kind == "hf":
+        assert cfg.path is not None  # checked by TokenizerConfig
+        return HFTokenizer(cfg.path)
+    return ApproxTokenizer(cfg.bytes_per_token)

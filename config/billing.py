@@ -101,6 +101,9 @@ class LedgerConfig(_Strict):
     )
     stream_maxlen: int = Field(1_000_000, ge=1000, description="Redis: line items kept (approximate trim)")
     counters_ttl_days: int = Field(400, ge=1, description="Redis: per-day counters expire after this")
+    idempotency_ttl_s: int = Field(
+        7 * 86_400, ge=60, description="Redis: how long a request id is remembered against double counting"
+    )
 
 
 class ResponseExtensionConfig(_Strict):

@@ -1,0 +1,88 @@
+"""The policy the chart writes into its ConfigMap passes `prefix-gateway check-config`."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.helm.chart import FULLNAME, ROOT, VALUE_SETS, env_of, gateway_container, policy_text, render
+
+# What the pod's environment supplies to ${...} references of the example policies.
+POD_ENV = {
+    "PREFIX_GATEWAY_SECRET": "x" * 32,
+    "PREFIX_GATEWAY_ADMIN_TOKEN": "y" * 32,
+    "TEAM_SEARCH_KEY_SHA256": "a" * 64,
+    "TEAM_ADS_KEY_SHA256": "b" * 64,
+}
+
+
+def check_config(path: Path, extra_env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """Run the gateway's own validator, as an operator would (`prefix-gateway check-config FILE`)."""
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"} | POD_ENV | extra_env
+    return subprocess.run(
+        [sys.executable, "-m", "gateway", "check-config", str(path)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def redis_env(label: str) -> dict[str, str]:
+    """REDIS_URL as the rendered Deployment would set it (a plain value, or a URL from a Secret)."""
+    env = env_of(gateway_container(render(VALUE_SETS[label])))
+    if "REDIS_URL" not in env:
+        return {}
+    return {"REDIS_URL": env["REDIS_URL"].get("value", "redis://redis.example.internal:6379/0")}
+
+
+@pytest.mark.parametrize("label", sorted(VALUE_SETS))
+def test_rendered_policy_passes_check_config(label: str, tmp_path: Path) -> None:
+    path = tmp_path / "policy.yaml"
+    path.write_text(policy_text(render(VALUE_SETS[label])))
+    result = check_config(path, redis_env(label))
+    assert result.returncode == 0, result.stderr
+    assert "OK" in result.stdout
+
+
+def test_check_config_rejects_a_broken_rendered_policy(tmp_path: Path) -> None:
+    """The check has teeth: a policy typo that the chart's schema lets through is caught here."""
+    values = {"policy": {"models": [{"name": "m", "replicas": [{"url": "http://vllm:8000"}], "routin": {}}]}}
+    path = tmp_path / "policy.yaml"
+    path.write_text(policy_text(render(values)))
+    result = check_config(path, {})
+    assert result.returncode != 0
+    assert "routin" in result.stderr
+
+
+def test_policy_is_served_on_all_interfaces_on_the_container_port() -> None:
+    manifests = render({"policy": {"server": {"host": None, "port": 9000}}})
+    policy = yaml.safe_load(policy_text(manifests))
+    assert policy["server"]["host"] == "0.0.0.0"
+    assert policy["server"]["port"] == 9000
+    container = gateway_container(manifests)
+    assert container["ports"] == [{"name": "http", "containerPort": 9000, "protocol": "TCP"}]
+
+
+def test_redis_url_is_wired_only_when_a_redis_is_configured() -> None:
+    plain = yaml.safe_load(policy_text(render()))
+    assert "redis" not in plain
+    assert "REDIS_URL" not in env_of(gateway_container(render()))
+
+    manifests = render({"redis": {"enabled": True}})
+    assert yaml.safe_load(policy_text(manifests))["redis"]["url"] == "${REDIS_URL}"
+    assert env_of(gateway_container(manifests))["REDIS_URL"]["value"] == f"redis://{FULLNAME}-redis:6379/0"
+
+    manifests = render({"redis": {"external": {"existingSecret": "r", "existingSecretKey": "url"}}})
+    ref = env_of(gateway_container(manifests))["REDIS_URL"]["valueFrom"]["secretKeyRef"]
+    assert ref == {"name": "r", "key": "url"}
+
+    # an explicit policy redis.url is left alone
+    manifests = render({"redis": {"enabled": True}, "policy": {"redis": {"url": "redis://other:6379/1"}}})
+    assert yaml.safe_load(policy_text(manifests))["redis"]["url"] == "redis://other:6379/1"

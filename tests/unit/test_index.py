@@ -1,0 +1,161 @@
+"""Per-replica prefix index: matching, LRU bound and eviction order, TTL with an injected clock."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from router.index import PrefixIndex
+
+
+def chain(tag: int, n: int) -> list[int]:
+    return [tag * 1_000_000 + i for i in range(n)]
+
+
+def consistent(idx: PrefixIndex) -> None:
+    """The global owner map and the per-replica LRUs describe the same pairs."""
+    pairs = {(r, h) for r, lru in idx._lru.items() for h in lru}
+    owned = {(r, h) for h, rs in idx._owners.items() for r in rs}
+    assert pairs == owned
+    assert all(rs for rs in idx._owners.values())
+
+
+def test_match_walks_leading_blocks_for_every_replica():
+    idx = PrefixIndex()
+    for r in ("a", "b", "c"):
+        idx.add_replica(r, 100)
+    c = chain(1, 10)
+    idx.insert("a", c[:10])
+    idx.insert("b", c[:4])
+    idx.insert("c", [99, *c[1:]])  # holds later blocks but not h1: unreachable
+    assert idx.match(c) == {"a": 10, "b": 4}
+    assert idx.match([c[0], 12345, *c[2:]]) == {"a": 1, "b": 1}
+    assert idx.match([777]) == {}
+    assert idx.match([]) == {}
+    consistent(idx)
+
+
+def test_lru_bound_evicts_least_recent_and_chain_tails_first():
+    idx = PrefixIndex()
+    idx.add_replica("a", 10)
+    old, new = chain(1, 6), chain(2, 6)
+    idx.insert("a", old)
+    idx.insert("a", new)
+    assert idx.size("a") == 10
+    # The old chain lost its tail (2 blocks), not its head: it still matches its first 4 blocks.
+    assert idx.match(old) == {"a": 4}
+    assert idx.match(new) == {"a": 6}
+    idx.insert("a", old[:4])  # refresh: now the new chain's tail is the oldest
+    idx.insert("a", chain(3, 2))
+    assert idx.match(new) == {"a": 4}
+    assert idx.match(old) == {"a": 4}
+    assert idx.stats().evictions == 4
+    consistent(idx)
+
+
+def test_insert_longer_than_capacity_keeps_the_head():
+    idx = PrefixIndex()
+    idx.add_replica("a", 5)
+    c = chain(1, 20)
+    idx.insert("a", c)
+    assert idx.size("a") == 5 and idx.match(c) == {"a": 5}
+
+
+def test_known_prefix_refresh_matches_the_plain_loop():
+    a, b = PrefixIndex(), PrefixIndex()
+    for idx in (a, b):
+        idx.add_replica("r", 12)
+        idx.insert("r", chain(1, 8))
+        idx.insert("r", chain(2, 4))
+    a.insert("r", chain(1, 10), known=8)
+    b.insert("r", chain(1, 10))
+    assert list(a._lru["r"]) == list(b._lru["r"])
+    consistent(a)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from("abc"), st.integers(0, 5), st.integers(1, 30)), max_size=40))
+def test_memory_stays_bounded_and_consistent(ops):
+    idx = PrefixIndex()
+    caps = {"a": 7, "b": 20, "c": 50}
+    for r, cap in caps.items():
+        idx.add_replica(r, cap)
+    for r, tag, n in ops:
+        idx.insert(r, chain(tag, n))
+    for r, cap in caps.items():
+        assert idx.size(r) <= cap
+    assert idx.stats().entries <= sum(caps.values())
+    consistent(idx)
+
+
+def test_ttl_expiry_with_an_injected_clock():
+    idx = PrefixIndex(ttl_s=10.0)
+    idx.add_replica("a", 100)
+    idx.add_replica("b", 100)
+    c = chain(1, 5)
+    idx.insert("a", c, now=0.0)
+    idx.insert("b", c, now=5.0)
+    assert idx.match(c, now=9.0) == {"a": 5, "b": 5}
+    assert idx.match(c, now=12.0) == {"b": 5}  # a's entries are 12 s old
+    idx.insert("b", c[:2], now=14.0)  # refresh only the head
+    assert idx.match(c, now=16.0) == {"b": 2}
+    assert idx.match(c, now=30.0) == {}
+    assert idx.stats().entries == 0 and idx.stats().expirations == 10
+    consistent(idx)
+
+
+def test_drop_replica_and_shrink_capacity():
+    idx = PrefixIndex()
+    idx.add_replica("a", 50)
+    idx.add_replica("b", 50)
+    c = chain(1, 30)
+    idx.insert("a", c)
+    idx.insert("b", c)
+    idx.drop_replica("a")
+    assert idx.match(c) == {"b": 30}
+    idx.add_replica("b", 10)  # capacity learnt smaller: evict at once
+    assert idx.size("b") == 10 and idx.match(c) == {"b": 10}
+    stats = idx.stats()
+    assert stats.replicas == 1 and stats.per_replica == {"b": 10} and stats.unique_hashes == 10
+    consistent(idx)
+    with pytest.raises(KeyError):
+        idx.insert("a", c)
+
+
+def test_remove_forgets_hashes_of_one_replica():
+    idx = PrefixIndex()
+    idx.add_replica("a", 50)
+    idx.add_replica("b", 50)
+    c = chain(1, 6)
+    idx.insert("a", c)
+    idx.insert("b", c)
+    idx.remove("a", c[3:])
+    assert idx.match(c) == {"a": 3, "b": 6}
+    consistent(idx)
+
+
+def test_match_agrees_with_a_naive_model():
+    rng = random.Random(3)
+    idx = PrefixIndex()
+    held: dict[str, set[int]] = {}
+    for r in "abcdef":
+        idx.add_replica(r, 10_000)
+        held[r] = set()
+    chains = [chain(t, 40) for t in range(5)]
+    for _ in range(60):
+        r, c = rng.choice("abcdef"), rng.choice(chains)
+        part = c[: rng.randint(1, 40)]
+        idx.insert(r, part)
+        held[r].update(part)
+    for c in chains:
+        want = {}
+        for r, hs in held.items():
+            n = 0
+            while n < len(c) and c[n] in hs:
+                n += 1
+            if n:
+                want[r] = n
+        assert idx.match(c) == want

@@ -133,9 +133,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
     configure_logging("warning" if not args.verbose else "info")
 
     async def main() -> int:
-        fleet = await start_replicas(
-            [SimConfig() for _ in policy.models[0].replicas], base_port=args.base_port
-        )
+        pool = policy.models[0]
+        fleet = await start_replicas([SimConfig() for _ in pool.replicas], base_port=args.base_port)
+        replicas = [
+            r.model_copy(update={"url": url}) for r, url in zip(pool.replicas, fleet.urls, strict=True)
+        ]
+        demo_policy = policy.model_copy(update={"models": [pool.model_copy(update={"replicas": replicas})]})
         try:
 
             def started(url: str) -> None:
@@ -150,7 +153,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 )
                 print(f"metrics: {url}/metrics   stop: Ctrl-C", flush=True)
 
-            return await serve_until_signal(policy, started)
+            return await serve_until_signal(demo_policy, started)
         finally:
             with contextlib.suppress(Exception):
                 await fleet.stop()

@@ -1,0 +1,254 @@
+"""Every bad input answers an OpenAI-format error with the right status; the gateway keeps serving."""
+
+from __future__ import annotations
+
+import aiohttp
+import pytest
+
+from tests.support.stack import gateway, policy_for, sim_fleet
+
+GOOD = b'{"model": "sim-llama", "messages": [{"role": "user", "content": "hi"}]}'
+
+
+def assert_openai_error(body: dict, code: str | None = None, param: str | None = None) -> None:
+    assert set(body) == {"error"}
+    err = body["error"]
+    assert set(err) == {"message", "type", "param", "code"}
+    assert isinstance(err["message"], str) and err["message"]
+    if code is not None:
+        assert err["code"] == code, err
+    if param is not None:
+        assert err["param"] == param, err
+
+
+CASES = [
+    # (name, path, raw body, content type, status, code, param)
+    ("invalid json", "/v1/chat/completions", b'{"model": ', "application/json", 400, "invalid_json", None),
+    ("empty body", "/v1/chat/completions", b"", "application/json", 400, "invalid_json", None),
+    ("not an object", "/v1/chat/completions", b"[1, 2]", "application/json", 400, "invalid_json", None),
+    (
+        "non utf-8",
+        "/v1/chat/completions",
+        b'{"model": "\xff\xfe"}',
+        "application/json",
+        400,
+        "invalid_encoding",
+        None,
+    ),
+    (
+        "missing model",
+        "/v1/chat/completions",
+        b'{"messages": [{"role": "user", "content": "x"}]}',
+        "application/json",
+        400,
+        "missing_required_parameter",
+        "model",
+    ),
+    (
+        "model wrong type",
+        "/v1/chat/completions",
+        b'{"model": 5, "messages": []}',
+        "application/json",
+        400,
+        "invalid_request",
+        "model",
+    ),
+    (
+        "missing messages",
+        "/v1/chat/completions",
+        b'{"model": "sim-llama"}',
+        "application/json",
+        400,
+        "missing_required_parameter",
+        "messages",
+    ),
+    (
+        "messages not a list",
+        "/v1/chat/completions",
+        b'{"model": "sim-llama", "messages": "hi"}',
+        "application/json",
+        400,
+        "invalid_request",
+        "messages",
+    ),
+    (
+        "message without role",
+        "/v1/chat/completions",
+        b'{"model": "sim-llama", "messages": [{"content": "x"}]}',
+        "application/json",
+        400,
+        "invalid_request",
+        "messages[0].role",
+    ),
+    (
+        "content wrong type",
+        "/v1/chat/completions",
+        b'{"model": "sim-llama", "messages": [{"role": "user", "content": 7}]}',
+        "application/json",
+        400,
+        "invalid_request",
+        "messages[0].content",
+    ),
+    (
+        "stream not bool",
+        "/v1/chat/completions",
+        b'{"model": "sim-llama", "stream": "yes", "messages": [{"role": "user", "content": "x"}]}',
+        "application/json",
+        400,
+        "invalid_request",
+        "stream",
+    ),
+    (
+        "max_tokens zero",
+        "/v1/chat/completions",
+        b'{"model": "sim-llama", "max_tokens": 0, "messages": [{"role": "user", "content": "x"}]}',
+        "application/json",
+        400,
+        "invalid_request",
+        "max_tokens",
+    ),
+    (
+        "temperature string",
+        "/v1/chat/completions",
+        b'{"model": "sim-llama", "temperature": "hot", "messages": [{"role": "user", "content": "x"}]}',
+        "application/json",
+        400,
+        "invalid_request",
+        "temperature",
+    ),
+    (
+        "missing prompt",
+        "/v1/completions",
+        b'{"model": "sim-llama"}',
+        "application/json",
+        400,
+        "missing_required_parameter",
+        "prompt",
+    ),
+    (
+        "prompt wrong type",
+        "/v1/completions",
+        b'{"model": "sim-llama", "prompt": {"a": 1}}',
+        "application/json",
+        400,
+        "invalid_request",
+        "prompt",
+    ),
+    (
+        "missing input",
+        "/v1/embeddings",
+        b'{"model": "sim-llama"}',
+        "application/json",
+        400,
+        "missing_required_parameter",
+        "input",
+    ),
+    (
+        "unknown model",
+        "/v1/chat/completions",
+        b'{"model": "gpt-17", "messages": [{"role": "user", "content": "x"}]}',
+        "application/json",
+        404,
+        "model_not_found",
+        "model",
+    ),
+    ("wrong content type", "/v1/chat/completions", GOOD, "text/plain", 415, "unsupported_media_type", None),
+    (
+        "form content type",
+        "/v1/chat/completions",
+        GOOD,
+        "application/x-www-form-urlencoded",
+        415,
+        "unsupported_media_type",
+        None,
+    ),
+]
+
+
+@pytest.fixture
+async def stack():
+    async with sim_fleet(1) as fleet:
+        policy = policy_for(
+            fleet.urls, limits={"max_body_bytes": 4096, "max_prompt_chars": 1000, "max_header_bytes": 2048}
+        )
+        async with gateway(policy) as gw, aiohttp.ClientSession() as session:
+            yield gw, session
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+async def test_bad_input(stack, case) -> None:
+    gw, session = stack
+    _, path, raw, ctype, status, code, param = case
+    async with session.post(gw.url + path, data=raw, headers={"Content-Type": ctype}) as r:
+        assert r.status == status, await r.text()
+        assert r.headers["Content-Type"].startswith("application/json")
+        assert_openai_error(await r.json(), code, param)
+    # The gateway still serves after every bad input.
+    async with session.post(
+        gw.url + "/v1/chat/completions", data=GOOD, headers={"Content-Type": "application/json"}
+    ) as r:
+        assert r.status == 200
+
+
+async def test_body_over_limit_is_413(stack) -> None:
+    gw, session = stack
+    big = b'{"model": "sim-llama", "messages": [{"role": "user", "content": "' + b"x" * 5000 + b'"}]}'
+    async with session.post(
+        gw.url + "/v1/chat/completions", data=big, headers={"Content-Type": "application/json"}
+    ) as r:
+        assert r.status == 413
+        assert_openai_error(await r.json(), "body_too_large")
+
+
+async def test_chunked_body_over_limit_is_413(stack) -> None:
+    """No Content-Length: the limit still holds while reading."""
+    gw, session = stack
+
+    async def gen():
+        yield b'{"model": "sim-llama", "messages": [{"role": "user", "content": "'
+        for _ in range(10):
+            yield b"y" * 1000
+        yield b'"}]}'
+
+    async with session.post(
+        gw.url + "/v1/chat/completions", data=gen(), headers={"Content-Type": "application/json"}
+    ) as r:
+        assert r.status == 413
+        assert_openai_error(await r.json(), "body_too_large")
+
+
+async def test_prompt_over_limit_is_400(stack) -> None:
+    gw, session = stack
+    body = {"model": "sim-llama", "messages": [{"role": "user", "content": "z" * 1500}]}
+    async with session.post(gw.url + "/v1/chat/completions", json=body) as r:
+        assert r.status == 400
+        assert_openai_error(await r.json(), "prompt_too_long")
+
+
+async def test_header_over_limit_is_rejected(stack) -> None:
+    gw, session = stack
+    async with session.post(
+        gw.url + "/v1/chat/completions",
+        data=GOOD,
+        headers={"Content-Type": "application/json", "x-big": "h" * 4000},
+    ) as r:
+        assert r.status in (400, 431)
+    async with session.post(
+        gw.url + "/v1/chat/completions", data=GOOD, headers={"Content-Type": "application/json"}
+    ) as r:
+        assert r.status == 200
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status", "code"),
+    [
+        ("GET", "/v1/chat/completions", 405, "method_not_allowed"),
+        ("PUT", "/v1/completions", 405, "method_not_allowed"),
+        ("POST", "/v1/nope", 404, "not_found"),
+    ],
+)
+async def test_wrong_method_or_path(stack, method: str, path: str, status: int, code: str) -> None:
+    gw, session = stack
+    async with session.request(method, gw.url + path) as r:
+        assert r.status == status
+        assert_openai_error(await r.json(), code)

@@ -1,0 +1,96 @@
+"""Simulated replicas and a gateway, both on real loopback sockets, inside the test's event loop."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from bench.sim.config import SimConfig
+from bench.sim.fleet import Fleet, start_replicas
+from config.policy import Policy
+from gateway.app import create_app, runner_for
+from gateway.state import STATE, GatewayState
+
+TEST_SECRET = b"test-secret"
+
+
+@asynccontextmanager
+async def sim_fleet(n: int = 2, **cfg: Any) -> AsyncIterator[Fleet]:
+    cfg.setdefault("speed", 0.0)
+    fleet = await start_replicas([SimConfig(**cfg) for _ in range(n)], base_port=0)
+    try:
+        yield fleet
+    finally:
+        await fleet.stop()
+
+
+def policy_for(
+    urls: list[str],
+    *,
+    model: str = "sim-llama",
+    routing: dict[str, Any] | None = None,
+    backend: str = "vllm",
+    **sections: Any,
+) -> Policy:
+    """A policy in front of ``urls``; ``sections`` override top-level sections (dicts)."""
+    raw: dict[str, Any] = {
+        "server": {"host": "127.0.0.1", "port": 0, "access_log": False},
+        "health": {"interval_s": 0.2, "timeout_s": 0.5, "fails_to_eject": 2},
+        "retries": {"backoff_base_s": 0.0},
+        "models": [
+            {
+                "name": model,
+                "backend": backend,
+                "replicas": [{"url": u, "id": f"r{i}"} for i, u in enumerate(urls)],
+                "routing": routing or {"policy": "round_robin"},
+            }
+        ],
+    }
+    raw.update(sections)
+    return Policy.model_validate(raw)
+
+
+@dataclass
+class Gateway:
+    url: str
+    app: web.Application
+    runner: web.AppRunner
+
+    @property
+    def state(self) -> GatewayState:
+        return self.app[STATE]
+
+
+@asynccontextmanager
+async def gateway(policy: Policy, secret: bytes = TEST_SECRET) -> AsyncIterator[Gateway]:
+    app = create_app(policy, secret=secret)
+    runner = runner_for(app, policy)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        yield Gateway(f"http://127.0.0.1:{port}", app, runner)
+    finally:
+        await runner.cleanup()
+
+
+async def sim_requests(url: str) -> list[dict[str, Any]]:
+    """Bodies the simulator at ``url`` received."""
+    async with aiohttp.ClientSession() as s, s.get(url + "/sim/requests") as r:
+        return await r.json()
+
+
+async def sim_stats(url: str) -> dict[str, Any]:
+    async with aiohttp.ClientSession() as s, s.get(url + "/sim/stats") as r:
+        return await r.json()
+
+
+async def sim_faults(url: str, faults: dict[str, Any]) -> None:
+    async with aiohttp.ClientSession() as s, s.post(url + "/sim/faults", json=faults) as r:
+        assert r.status == 200, await r.text()

@@ -1,0 +1,133 @@
+"""The policy loader: examples validate, errors name the file, the path and what was expected."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from config import PolicyError, load_policy, parse_policy
+from config.loader import EXAMPLES_DIR
+
+EXAMPLES = sorted(EXAMPLES_DIR.glob("*.yaml"))
+
+MINIMAL = """
+models:
+  - name: m
+    replicas:
+      - url: http://127.0.0.1:9100
+"""
+
+
+def test_there_are_examples_for_local_vllm_and_sglang() -> None:
+    names = {p.stem for p in EXAMPLES}
+    assert {"local", "vllm-fleet", "sglang-fleet"} <= names
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_every_example_validates(path: Path) -> None:
+    policy = load_policy(path, env={})
+    assert policy.models, path
+    for pool in policy.models:
+        assert pool.replicas
+
+
+def test_minimal_policy_gets_defaults() -> None:
+    policy = parse_policy(MINIMAL)
+    assert policy.server.port == 8080
+    assert policy.limits.max_body_bytes == 16 * 1024 * 1024
+    assert policy.models[0].routing.policy == "prefix_affinity"
+    assert policy.models[0].replicas[0].replica_id == "127.0.0.1:9100"
+
+
+def test_error_names_the_path_inside_the_file() -> None:
+    text = """
+models:
+  - name: m
+    replicas:
+      - url: http://127.0.0.1:9100
+      - url: http://127.0.0.1:9101
+      - url: not-a-url
+"""
+    with pytest.raises(PolicyError) as info:
+        parse_policy(text, "fleet.yaml")
+    message = str(info.value)
+    assert "fleet.yaml" in message
+    assert "models[0].replicas[2].url" in message
+    assert "URL" in message or "url" in message.lower()
+
+
+def test_unknown_field_is_rejected_with_its_path() -> None:
+    with pytest.raises(PolicyError) as info:
+        parse_policy(MINIMAL + "serverr: {}\n")
+    assert ("serverr", "unknown field (check the spelling; see docs/configuration.md)") in info.value.problems
+
+
+def test_wrong_type_says_what_was_expected() -> None:
+    with pytest.raises(PolicyError) as info:
+        parse_policy(MINIMAL + "server: {port: high}\n")
+    path, message = info.value.problems[0]
+    assert path == "server.port"
+    assert "integer" in message and "'high'" in message
+
+
+def test_env_references_are_expanded_with_defaults() -> None:
+    text = (
+        MINIMAL.replace("http://127.0.0.1:9100", "${REPLICA_URL}")
+        + "redis: {url: '${REDIS_URL:-redis://x:1/0}'}\n"
+    )
+    policy = parse_policy(text, env={"REPLICA_URL": "http://10.0.0.1:8000"})
+    assert str(policy.models[0].replicas[0].url) == "http://10.0.0.1:8000/"
+    assert policy.redis.url == "redis://x:1/0"
+
+
+def test_missing_env_reference_is_an_error_at_its_path() -> None:
+    text = MINIMAL.replace("http://127.0.0.1:9100", "${NOT_SET_ANYWHERE}")
+    with pytest.raises(PolicyError) as info:
+        parse_policy(text, env={})
+    assert info.value.problems[0][0] == "models[0].replicas[0].url"
+    assert "NOT_SET_ANYWHERE" in info.value.problems[0][1]
+
+
+def test_invalid_yaml_names_line() -> None:
+    with pytest.raises(PolicyError) as info:
+        parse_policy("models: [\n  - a: b\n", "bad.yaml")
+    assert "line" in info.value.problems[0][0]
+
+
+def test_duplicates_are_rejected() -> None:
+    text = MINIMAL + "  - name: m\n    replicas: [{url: 'http://127.0.0.1:1'}]\n"
+    with pytest.raises(PolicyError, match="repeated"):
+        parse_policy(text)
+
+
+def test_tenant_key_digest_must_be_hex_sha256() -> None:
+    text = MINIMAL + "tenancy: {tenants: [{id: t1, api_key_sha256: ['sk-plaintext-key']}]}\n"
+    with pytest.raises(PolicyError) as info:
+        parse_policy(text)
+    assert info.value.problems[0][0] == "tenancy.tenants[0].api_key_sha256"
+
+
+def test_check_config_cli(tmp_path: Path) -> None:
+    good = tmp_path / "good.yaml"
+    good.write_text(MINIMAL)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(MINIMAL.replace("http://127.0.0.1:9100", "nope"))
+    ok = subprocess.run(
+        [sys.executable, "-m", "gateway", "check-config", str(good)], capture_output=True, text=True
+    )
+    assert ok.returncode == 0, ok.stderr
+    assert "OK" in ok.stdout
+    ko = subprocess.run(
+        [sys.executable, "-m", "gateway", "check-config", str(bad)], capture_output=True, text=True
+    )
+    assert ko.returncode == 1
+    assert "bad.yaml" in ko.stderr and "models[0].replicas[0].url" in ko.stderr
+    missing = subprocess.run(
+        [sys.executable, "-m", "gateway", "check-config", str(tmp_path / "absent.yaml")],
+        capture_output=True,
+        text=True,
+    )
+    assert missing.returncode == 1 and "cannot read file" in missing.stderr

@@ -1,0 +1,98 @@
+"""Tenant resolution and salts."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+
+import pytest
+from multidict import CIMultiDict
+
+from config.policy import TenancyConfig
+from gateway.errors import GatewayError
+from gateway.tenancy import TenantResolver, derive_salt
+
+SECRET = b"s3cret"
+KEY_A = "sk-tenant-a"
+KEY_B = "sk-tenant-b"
+
+
+def digest(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def resolver(**overrides: object) -> TenantResolver:
+    cfg = TenancyConfig.model_validate(
+        {
+            "allow_anonymous": False,
+            "tenants": [
+                {"id": "a", "api_key_sha256": [digest(KEY_A)]},
+                {"id": "b", "api_key_sha256": [digest(KEY_B)], "group": "shared"},
+                {"id": "c", "group": "shared"},
+            ],
+            **overrides,
+        }
+    )
+    return TenantResolver(cfg, SECRET)
+
+
+def headers(**kv: str) -> CIMultiDict[str]:
+    return CIMultiDict({k.replace("_", "-"): v for k, v in kv.items()})
+
+
+def test_salt_is_hmac_of_length_prefixed_id() -> None:
+    assert derive_salt(SECRET, "a") != derive_salt(SECRET, "b")
+    assert derive_salt(SECRET, "a") != derive_salt(b"other", "a")
+    # The exact construction: HMAC-SHA256(secret, 4-byte big-endian length || id), base64url unpadded.
+    mac = hmac.new(SECRET, (1).to_bytes(4, "big") + b"a", hashlib.sha256).digest()
+    assert derive_salt(SECRET, "a") == base64.urlsafe_b64encode(mac).rstrip(b"=").decode()
+    assert len(derive_salt(SECRET, "a")) == 43  # base64url of 32 bytes, no padding
+    assert "=" not in derive_salt(SECRET, "a")
+
+
+def test_valid_key_resolves_its_tenant() -> None:
+    t = resolver().resolve(headers(Authorization=f"Bearer {KEY_A}"), "127.0.0.1")
+    assert t.id == "a" and t.listed
+    assert t.salt == derive_salt(SECRET, "a")
+
+
+def test_group_members_share_a_salt() -> None:
+    r = resolver()
+    b = r.resolve(headers(Authorization=f"Bearer {KEY_B}"), None)
+    assert b.salt == derive_salt(SECRET, "shared")
+    a = r.resolve(headers(Authorization=f"Bearer {KEY_A}"), None)
+    assert a.salt != b.salt
+
+
+@pytest.mark.parametrize(
+    ("hdrs", "code"),
+    [
+        ({}, "missing_api_key"),
+        ({"Authorization": "Bearer wrong"}, "invalid_api_key"),
+        ({"Authorization": "Basic abc"}, "invalid_api_key"),
+    ],
+)
+def test_unknown_or_missing_key_is_401(hdrs: dict[str, str], code: str) -> None:
+    with pytest.raises(GatewayError) as info:
+        resolver().resolve(CIMultiDict(hdrs), None)
+    assert info.value.status == 401 and info.value.code == code
+    assert info.value.type == "authentication_error"
+
+
+def test_anonymous_policy_gives_default_tenant() -> None:
+    r = resolver(allow_anonymous=True)
+    t = r.resolve(headers(), None)
+    assert t.id == "anonymous"
+    assert r.resolve(headers(Authorization="Bearer EMPTY"), None).id == "anonymous"
+    assert r.resolve(headers(Authorization=f"Bearer {KEY_A}"), None).id == "a"
+
+
+def test_trusted_header_only_from_trusted_proxies() -> None:
+    r = resolver(trusted_header="x-tenant-id", trusted_proxies=["10.0.0.0/8"])
+    t = r.resolve(headers(x_tenant_id="a"), "10.1.2.3")
+    assert t.id == "a"
+    dynamic = r.resolve(headers(x_tenant_id="newcomer"), "10.1.2.3")
+    assert dynamic.id == "newcomer" and not dynamic.listed and dynamic.metric_label == "other"
+    with pytest.raises(GatewayError):
+        r.resolve(headers(x_tenant_id="a"), "192.168.1.1")  # untrusted peer: header ignored, no key → 401

@@ -1,0 +1,111 @@
+"""The Grafana dashboard ConfigMap: discoverable by the Grafana sidecar, and wired to real metric names."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from tests.helm.chart import CHART_DIR, FULLNAME, kinds, only, render
+
+# The gateway's metrics (prefix prefix_gateway_), with their labels.
+METRICS: dict[str, set[str]] = {
+    "requests_total": {"model", "replica", "status"},
+    "request_duration_seconds": {"model"},
+    "time_to_first_byte_seconds": {"model"},
+    "in_flight": {"replica"},
+    "routing_decisions_total": {"model", "policy", "reason"},
+    "prefix_match_fraction": {"model"},
+    "prefix_predicted_tokens_total": {"replica"},
+    "prefix_reported_cached_tokens_total": {"replica"},
+    "cache_requests_total": {"result"},
+    "cache_bypass_total": {"reason"},
+    "ratelimited_total": {"tenant", "kind"},
+    "billed_tokens_total": {"tenant", "kind"},
+    "billed_cost_micros_total": {"tenant"},
+    "replica_healthy": {"replica"},
+    "upstream_errors_total": {"replica", "kind"},
+}
+HISTOGRAMS = {"request_duration_seconds", "time_to_first_byte_seconds", "prefix_match_fraction"}
+METRIC_RE = re.compile(r"prefix_gateway_([a-z_]+)")
+
+
+def dashboard() -> dict:
+    cm = only(render({"dashboard": {"enabled": True}}), "ConfigMap", f"{FULLNAME}-dashboard")
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    return json.loads(cm["data"]["prefix-gateway.json"])
+
+
+def exprs(dash: dict) -> list[tuple[str, str]]:
+    return [(p["title"], t["expr"]) for p in dash["panels"] for t in p.get("targets", [])]
+
+
+def test_dashboard_is_optional() -> None:
+    assert f"{FULLNAME}-dashboard" not in {m.name for m in render() if m.kind == "ConfigMap"}
+    assert "ConfigMap" in kinds(render())
+
+
+def test_dashboard_json_is_shipped_verbatim() -> None:
+    assert dashboard() == json.loads((CHART_DIR / "files" / "dashboard.json").read_text())
+
+
+def test_every_query_uses_known_metrics_and_labels() -> None:
+    for title, expr in exprs(dashboard()):
+        names = METRIC_RE.findall(expr)
+        assert names, f"{title}: no prefix_gateway_ metric in {expr}"
+        for name in names:
+            base = name.removesuffix("_bucket")
+            assert base in METRICS, f"{title}: unknown metric {name}"
+            if name.endswith("_bucket"):
+                assert base in HISTOGRAMS, f"{title}: {base} is not a histogram"
+            for by in re.findall(r"by \(([^)]*)\)", expr):
+                labels = {label.strip() for label in by.split(",")} - {"le"}
+                assert labels <= METRICS[base], f"{title}: {base} has no label {labels - METRICS[base]}"
+
+
+def test_dashboard_covers_the_operating_questions() -> None:
+    used = {n.removesuffix("_bucket") for _, e in exprs(dashboard()) for n in METRIC_RE.findall(e)}
+    assert set(METRICS) - used == set()
+    text = " ".join(e for _, e in exprs(dashboard()))
+    assert 'result="hit"' in text  # cache hit ratio
+    assert 'result="coalesced"' in text
+    assert 'status=~"5.."' in text  # errors
+    assert "histogram_quantile(0.95" in text
+
+
+def test_panels_are_laid_out_without_overlap() -> None:
+    cells: set[tuple[int, int]] = set()
+    ids = set()
+    for p in dashboard()["panels"]:
+        g = p["gridPos"]
+        assert g["x"] >= 0 and g["x"] + g["w"] <= 24, p["title"]
+        ids.add(p["id"])
+        for x in range(g["x"], g["x"] + g["w"]):
+            for y in range(g["y"], g["y"] + g["h"]):
+                assert (x, y) not in cells, f"{p['title']} overlaps at {(x, y)}"
+                cells.add((x, y))
+    assert len(ids) == len(dashboard()["panels"])
+
+
+def test_metric_labels_match_what_the_gateway_exports() -> None:
+    """Metrics the gateway already defines carry the labels the dashboard groups by (no drift)."""
+    from prometheus_client import Counter, Histogram
+    from prometheus_client.metrics import MetricWrapperBase
+
+    from gateway.metrics import GatewayMetrics
+
+    checked = 0
+    for metric in vars(GatewayMetrics()).values():
+        if not isinstance(metric, MetricWrapperBase):
+            continue
+        # prometheus_client keeps a metric's name and label names on the wrapper (no public getter)
+        name = metric._name.removeprefix("prefix_gateway_") + (
+            "_total" if isinstance(metric, Counter) else ""
+        )
+        if name not in METRICS:
+            continue
+        assert set(metric._labelnames) == METRICS[name], name
+        assert (name in HISTOGRAMS) == isinstance(metric, Histogram), name
+        checked += 1
+    assert checked >= 5, (
+        "the gateway exports fewer of the dashboard's metrics than it did when this was written"
+    )

@@ -1,0 +1,169 @@
+"""PoolRouter: the gateway's contract (route / release_prefill / release), load reports, discovery."""
+
+from __future__ import annotations
+
+import pytest
+from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+from config.routing import RoutingConfig, TokenizerConfig
+from router.pool import PoolRouter
+from router.prompt import render_prompt
+from router.replica import ReplicaState
+from router.types import NoReplicaAvailable, RouteRequest
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def fleet(n: int, capacity: int | None = None) -> list[ReplicaState]:
+    return [
+        ReplicaState(id=f"r{i}", url=f"http://127.0.0.1:{9000 + i}", kv_capacity_blocks=capacity)
+        for i in range(n)
+    ]
+
+
+def chat(text: str, salt: str = "t") -> RouteRequest:
+    return RouteRequest(
+        "chat", "m", {"model": "m", "messages": [{"role": "user", "content": text}]}, tenant_salt=salt
+    )
+
+
+DOC = "the same long document " * 100  # 2300 bytes: 575 approx tokens, 35 full blocks
+
+
+def test_decision_fields_and_release_paths():
+    router = PoolRouter(fleet(3), RoutingConfig(seed=1))
+    first = router.route(chat(DOC))
+    assert first.policy == "prefix_affinity"
+    assert first.prompt_tokens > 575 and first.matched_tokens == 0
+    assert first.uncached_tokens == first.prompt_tokens
+    assert len(first.block_hashes) == first.prompt_tokens // 16
+    r = first.replica
+    assert (r.in_flight, r.queued_prefill_tokens) == (1, first.uncached_tokens)
+    router.release_prefill(first)
+    router.release_prefill(first)
+    assert (r.in_flight, r.queued_prefill_tokens) == (1, 0)
+    router.release(first)
+    router.release(first)
+    assert (r.in_flight, r.queued_prefill_tokens) == (0, 0)
+
+    second = router.route(chat(DOC + " question two"))
+    assert second.replica is r and second.reason == "affinity"
+    assert second.matched_tokens == len(first.block_hashes) * 16
+    assert second.uncached_tokens == second.prompt_tokens - second.matched_tokens
+    assert r.queued_prefill_tokens == second.uncached_tokens
+    router.release(second)  # release without release_prefill still releases both
+    assert (r.in_flight, r.queued_prefill_tokens) == (0, 0)
+
+
+def test_tenants_never_match_each_others_prefixes():
+    router = PoolRouter(fleet(3), RoutingConfig(seed=1))
+    router.release(router.route(chat(DOC, salt="tenant-a")))
+    other = router.route(chat(DOC, salt="tenant-b"))
+    assert other.matched_tokens == 0 and other.reason == "cold_chwbl"
+
+
+def test_exclude_and_health():
+    router = PoolRouter(fleet(3), RoutingConfig(seed=1))
+    home = router.route(chat(DOC))
+    router.release(home)
+    retry = router.route(chat(DOC), exclude={home.replica.id})
+    assert retry.replica is not home.replica
+    router.replicas[0].healthy = False
+    assert all(router.route(chat(f"p{i}")).replica.id != "r0" for i in range(20))
+    with pytest.raises(NoReplicaAvailable):
+        router.route(chat(DOC), exclude={"r1", "r2"})
+
+
+def test_two_routers_without_shared_state_place_cold_prompts_alike():
+    cfg = RoutingConfig(policy="prefix_affinity")  # no seed: only the tie break is random
+    a, b = PoolRouter(fleet(5), cfg), PoolRouter(list(reversed(fleet(5))), cfg)
+    placed = set()
+    for i in range(60):
+        req = chat(f"cold conversation {i} " * 30)
+        da, db = a.route(req), b.route(req)
+        assert da.reason == db.reason == "cold_chwbl"
+        assert da.replica.id == db.replica.id
+        placed.add(da.replica.id)
+        a.release(da)
+        b.release(db)
+    assert len(placed) >= 4
+
+
+def test_reported_load_counts_until_stale():
+    clock = Clock()
+    router = PoolRouter(fleet(2), RoutingConfig(policy="least_load", report_stale_s=5.0), clock=clock)
+    assert router.update_reported("r0", running=8, waiting=4, kv_usage=0.9)
+    assert not router.update_reported("nope", 1, 1)
+    assert router.replica("r0").load() == 12
+    assert router.route(chat("x")).replica.id == "r1"
+    clock.t += 6  # the report is now stale: ignored, r0 counts only our own in-flight (0)
+    router.replica("r1").in_flight = 3
+    assert router.route(chat("x")).replica.id == "r0"
+    assert router.replica("r0").reported_running is None
+
+
+def test_set_replicas_keeps_staying_replicas_and_their_index():
+    router = PoolRouter(fleet(3, capacity=1000), RoutingConfig(seed=1))
+    d = router.route(chat(DOC))
+    home = d.replica
+    kept = next(r for r in router.replicas if r is not home)
+    new = [ReplicaState(id=home.id, url="http://127.0.0.1:9999", kv_capacity_blocks=10)]
+    new.append(ReplicaState(id="r9", url="http://127.0.0.1:9009"))
+    router.set_replicas(new)
+    assert [r.id for r in router.replicas] == [home.id, "r9"]
+    assert router.replicas[0] is home  # same object: the in-flight decision still releases it
+    assert home.url == "http://127.0.0.1:9999" and home.in_flight == 1
+    stats = router.stats().index
+    assert set(stats.per_replica) == {home.id, "r9"} and kept.id not in stats.per_replica
+    assert stats.per_replica[home.id] == 10  # shrunk to the new capacity
+    router.release(d)
+    again = router.route(chat(DOC))
+    assert again.replica is home and again.matched_tokens == 160
+    with pytest.raises(ValueError, match="unique"):
+        router.set_replicas([ReplicaState(id="x", url=""), ReplicaState(id="x", url="")])
+
+
+def test_index_ttl_through_the_router():
+    clock = Clock()
+    router = PoolRouter(fleet(3), RoutingConfig(seed=1, index_ttl_s=30), clock=clock)
+    router.release(router.route(chat(DOC)))
+    clock.t += 10
+    assert router.route(chat(DOC)).matched_tokens > 0
+    clock.t += 31
+    assert router.route(chat(DOC + "!")).matched_tokens == 0
+
+
+def test_token_id_completions_and_observed_usage():
+    router = PoolRouter(fleet(2), RoutingConfig(seed=1))
+    req = RouteRequest("completions", "m", {"model": "m", "prompt": list(range(100))})
+    first = router.route(req)
+    assert first.prompt_tokens == 100 and len(first.block_hashes) == 6
+    router.release(first)
+    second = router.route(req)
+    assert second.matched_tokens == 96
+    router.observe_usage(second, 80)
+    stats = router.stats()
+    assert (stats.decisions, stats.predicted_cached_tokens, stats.observed_cached_tokens) == (2, 96, 80)
+
+
+def test_hf_tokenizer_through_the_router(tmp_path):
+    tok = Tokenizer(models.WordLevel(unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.train_from_iterator(
+        ["the same long document question"], trainers.WordLevelTrainer(special_tokens=["[UNK]"])
+    )
+    tok.save(str(tmp_path / "tokenizer.json"))
+    cfg = RoutingConfig(seed=1, tokenizer=TokenizerConfig(kind="hf", path=str(tmp_path / "tokenizer.json")))
+    router = PoolRouter(fleet(3), cfg)
+    first = router.route(chat(DOC))
+    rendered = render_prompt("chat", chat(DOC).body)
+    assert first.prompt_tokens == len(tok.encode(rendered, add_special_tokens=False).ids) > 400
+    router.release(first)
+    second = router.route(chat(DOC + " question"))
+    assert second.replica is first.replica and second.matched_tokens == first.prompt_tokens // 16 * 16

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import time
 
@@ -16,6 +17,8 @@ from gateway.request import parse_request
 from gateway.state import STATE, GatewayState
 
 _MAX_REQUEST_ID = 128
+_ID_PREFIX = os.urandom(6).hex()
+_id_counter = itertools.count(1)
 
 
 def request_id_of(request: web.Request) -> str:
@@ -23,7 +26,7 @@ def request_id_of(request: web.Request) -> str:
     given = request.headers.get("x-request-id")
     if given and len(given) <= _MAX_REQUEST_ID and given.isascii() and given.isprintable():
         return given
-    return os.urandom(12).hex()
+    return f"{_ID_PREFIX}{next(_id_counter):012x}"
 
 
 async def _inference(request: web.Request, endpoint: str) -> web.StreamResponse:

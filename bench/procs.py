@@ -1,0 +1,114 @@
+"""Start the simulator and the gateway as separate processes on loopback, for benchmarks and tests
+that need real process boundaries (CPU accounting, two gateway processes, kill -9)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import httpx
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` consecutive free ports (best effort: checked one by one)."""
+    for _ in range(50):
+        base = free_port()
+        if base + n >= 65535:
+            continue
+        ok = True
+        for p in range(base, base + n):
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", p))
+                except OSError:
+                    ok = False
+                    break
+        if ok:
+            return list(range(base, base + n))
+    raise RuntimeError("no run of free ports found")
+
+
+@dataclass
+class Proc:
+    popen: subprocess.Popen[bytes]
+    url: str
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> int:
+        if self.popen.poll() is None:
+            self.popen.send_signal(sig)
+            try:
+                self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait(5)
+        return self.popen.returncode
+
+
+def wait_http(url: str, timeout: float = 20.0, proc: subprocess.Popen[bytes] | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"process exited with {proc.returncode} before {url} answered")
+        try:
+            if httpx.get(url, timeout=1.0).status_code < 500:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.05)
+    raise RuntimeError(f"{url} did not answer within {timeout}s")
+
+
+def _spawn(args: list[str], env: dict[str, str] | None, log_path: str | None) -> subprocess.Popen[bytes]:
+    out = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115 - owned by the child
+    return subprocess.Popen(
+        [sys.executable, "-m", "gateway", *args],
+        stdout=out,
+        stderr=subprocess.STDOUT if log_path else subprocess.DEVNULL,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def start_sim(replicas: int, *, extra: list[str] | None = None, log_path: str | None = None) -> tuple[Proc, list[str]]:
+    ports = free_ports(replicas)
+    popen = _spawn(
+        ["sim", "--replicas", str(replicas), "--base-port", str(ports[0]), *(extra or [])], None, log_path
+    )
+    urls = [f"http://127.0.0.1:{p}" for p in ports]
+    for u in urls:
+        wait_http(u + "/health", proc=popen)
+    return Proc(popen, urls[0]), urls
+
+
+def start_gateway(args: list[str], *, env: dict[str, str] | None = None, log_path: str | None = None,
+                  port: int | None = None) -> Proc:
+    port = port or free_port()
+    popen = _spawn(["serve", "--host", "127.0.0.1", "--port", str(port), *args], env, log_path)
+    url = f"http://127.0.0.1:{port}"
+    wait_http(url + "/health", proc=popen)
+    return Proc(popen, url)
+
+
+@contextmanager
+def running(*procs: Proc) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        for p in procs:
+            p.stop()

@@ -269,6 +269,7 @@ async def _send_stream(
     if drop_after is None and per_token_s == 0.0:
         rep.ttft.observe(time.perf_counter() - t0)
         await resp.write(b"".join(events))
+        rep.counters.generation_tokens += len(toks)
     else:
         for i, event in enumerate(events):
             if drop_after is not None and i >= drop_after:
@@ -279,6 +280,8 @@ async def _send_stream(
             await resp.write(event)
             if i == 0:
                 rep.ttft.observe(time.perf_counter() - t0)
+            if 0 <= i - job.lead < len(toks):
+                rep.counters.generation_tokens += 1  # counted as sent, so a cut stream counts less
     await resp.write_eof()
     return resp
 
@@ -342,13 +345,13 @@ async def _run(
             await asyncio.sleep(d.prefill_s)
         rep.kv.insert(job.hashes)
         toks = job.answer_tokens(rep)
-        counters.generation_tokens += len(toks)
         if job.stream:
             resp = await _send_stream(request, rep, job, toks, cached, d.per_token_s, t0)
         else:
             rep.ttft.observe(time.perf_counter() - t0)
             if d.per_token_s and len(toks) > 1:
                 await asyncio.sleep(d.per_token_s * (len(toks) - 1))
+            counters.generation_tokens += len(toks)
             payload = orjson.dumps(job.full_response(int(time.time()), toks, cached))
             if faults.drop_mid_stream_after is not None:
                 return await _send_dropped_json(request, payload)

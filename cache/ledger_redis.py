@@ -9,7 +9,11 @@ trimmed with ``MAXLEN ~``. A duplicate (retry, or two pods racing) finds the mar
 independent of traffic. A ``since``/``until`` that falls inside a day is answered for that edge day
 from the stream, filtering line items by their own timestamp; if the stream has been trimmed past the
 period, ``LedgerRangeUnavailable`` is raised rather than a silently short answer. The stream keeps
-the last ``stream_maxlen`` items, so finer-than-a-day reports are for recent periods.
+the last ``stream_maxlen`` items, so finer-than-a-day reports are for recent periods. Stream ids follow
+the items' timestamps (kept increasing), so a partial-day scan reads only the asked period plus one
+hour for late items; an item recorded more than an hour after a newer one is still in the counters
+(whole-day queries) but missed by a partial-day query. The gateway records as requests finish, so
+this only concerns bulk back-filling, which should go to whole days.
 
 Idempotency markers live ``idempotency_ttl_s`` (default 7 days): a retry later than that would count
 again (the SQLite ledger remembers forever). Counters expire ``counters_ttl_days`` after their last
@@ -47,20 +51,35 @@ from cache.ledger import (
 
 # KEYS: 1 marker, 2 counters hash, 3 index zset, 4 stream
 # ARGV: 1 marker ttl ms, 2 counters ttl s, 3 index member, 4 day number, 5 oldest day kept,
-#       6 stream maxlen, 7 item json, 8.. field/increment pairs
+#       6 stream maxlen, 7 item json, 8 item ts ms (decimal string), 9.. field/increment pairs
+# Redis does not roll a script back on error, so the only command that could fail (XADD with an explicit
+# id) gets an id computed beforehand to be valid, and the marker is set before any counter moves.
+# Stream ids follow the items' own timestamps (ts-0), kept increasing: an item older than the stream's
+# last id gets that id's millisecond with the next sequence number.
 _RECORD = """
-if not redis.call('SET', KEYS[1], '1', 'NX', 'PX', ARGV[1]) then return 0 end
-for i = 8, #ARGV, 2 do redis.call('HINCRBY', KEYS[2], ARGV[i], ARGV[i + 1]) end
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+local id = ARGV[8] .. '-0'
+if redis.call('EXISTS', KEYS[4]) == 1 then
+  local info = redis.call('XINFO', 'STREAM', KEYS[4])
+  local last
+  for i = 1, #info, 2 do if info[i] == 'last-generated-id' then last = info[i + 1] end end
+  local dash = string.find(last, '-', 1, true)
+  local lms = string.sub(last, 1, dash - 1)
+  if tonumber(ARGV[8]) <= tonumber(lms) then
+    id = lms .. '-' .. tostring(tonumber(string.sub(last, dash + 1)) + 1)
+  end
+end
+redis.call('SET', KEYS[1], '1', 'PX', ARGV[1])
+for i = 9, #ARGV, 2 do redis.call('HINCRBY', KEYS[2], ARGV[i], ARGV[i + 1]) end
 redis.call('EXPIRE', KEYS[2], ARGV[2])
 redis.call('ZADD', KEYS[3], ARGV[4], ARGV[3])
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. ARGV[5])
-redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[6], '*', 'item', ARGV[7])
+redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[6], id, 'item', ARGV[7])
 return 1
 """
 
-# Stream entries are written after the request ends, by the Redis clock: look this far around the
-# asked period for items whose own timestamp falls inside it.
-_STREAM_SLACK_BEFORE_MS = 5 * 60 * 1000
+# A stream id is never earlier than its item's timestamp, and later only when the item was recorded
+# after a newer one: scan this far past the asked period for such late items.
 _STREAM_SLACK_AFTER_MS = 60 * 60 * 1000
 _STREAM_PAGE = 1000
 
@@ -152,6 +171,7 @@ class RedisLedger:
                 dnum - self.counters_ttl_days,
                 self.stream_maxlen,
                 orjson.dumps(item.to_dict()),
+                str(max(0, int(item.ts_ms))),
                 *_counter_fields(item),
             ],
         )
@@ -228,7 +248,7 @@ class RedisLedger:
         lo_ms: int,
         hi_ms: int,
     ) -> None:
-        start_ms = max(0, lo_ms - _STREAM_SLACK_BEFORE_MS)
+        start_ms = max(0, lo_ms)
         await self._check_retained(start_ms)
         start = f"{start_ms}-0"
         end = f"{hi_ms + _STREAM_SLACK_AFTER_MS}-18446744073709551615"

@@ -18,10 +18,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from config.routing import RoutingConfig  # noqa: E402
-from router.pool import PoolRouter  # noqa: E402
-from router.replica import ReplicaState  # noqa: E402
-from router.types import RouteRequest  # noqa: E402
+from config.routing import RoutingConfig
+from router.pool import PoolRouter
+from router.replica import ReplicaState
+from router.types import RouteRequest
 
 
 def _text(rng: random.Random, chars: int) -> str:
@@ -81,7 +81,11 @@ def main() -> None:
     # The measured requests: follow-up turns of warm conversations (a long shared prefix).
     follow = []
     for req in warm:
-        msgs = [*req.body["messages"], {"role": "assistant", "content": "sure"}, {"role": "user", "content": "more"}]
+        msgs = [
+            *req.body["messages"],
+            {"role": "assistant", "content": "sure"},
+            {"role": "user", "content": "more"},
+        ]
         follow.append(RouteRequest("chat", "m", {**req.body, "messages": msgs}, tenant_salt="tenant-a"))
 
     samples: list[float] = []

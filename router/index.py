@@ -57,40 +57,35 @@ class PrefixIndex:
 
     # -- the two operations of a routing decision -----------------------------------------------------
     def match(self, hashes: Sequence[int], now: float = 0.0) -> dict[str, int]:
-        """Leading blocks of ``hashes`` held by each replica (replicas holding none are absent)."""
+        """Leading blocks of ``hashes`` held by each replica (replicas holding none are absent).
+
+        Every replica's entries are prefix-closed: a chain is always inserted whole from h1 and last
+        block first, so ``h_{k-1}`` is never older than ``h_k`` and LRU eviction and TTL expiry take a
+        chain's tail before its head. A replica holding ``h_k`` thus holds ``h_1..h_k``, and a binary
+        search per replica (about 8 lookups for 256 blocks) finds the same answer as a walk.
+        """
         if self.ttl_s is not None:
             self.expire(now)
-        owners = self._owners
         if not hashes:
             return {}
-        first = owners.get(hashes[0])
+        first = self._owners.get(hashes[0])
         if not first:
             return {}
-        alive = set(first)
-        out: dict[str, int] = {}
-        i = 1
         n = len(hashes)
-        while i < n and alive:
-            got = owners.get(hashes[i])
-            if got is None:
-                break
-            if len(alive) == 1:
-                # The common warm case: one replica holds the prefix; walk it without set operations.
-                (only,) = alive
-                while i < n:
-                    got = owners.get(hashes[i])
-                    if got is None or only not in got:
-                        break
-                    i += 1
-                break
-            if not alive <= got:  # cheaper than building a new set when every replica still matches
-                still = alive & got
-                for r in alive - still:
-                    out[r] = i
-                alive = still
-            i += 1
-        for r in alive:
-            out[r] = i
+        out: dict[str, int] = {}
+        for rid in first:
+            lru = self._lru[rid]
+            lo, hi = 1, n  # lru holds hashes[lo - 1]; find the largest such lo
+            if hashes[-1] in lru:
+                out[rid] = n
+                continue
+            while hi - lo > 1:  # invariant: hashes[lo - 1] held, hashes[hi - 1] not held
+                mid = (lo + hi) // 2
+                if hashes[mid - 1] in lru:
+                    lo = mid
+                else:
+                    hi = mid
+            out[rid] = lo
         return out
 
     def insert(self, replica_id: str, hashes: Sequence[int], now: float = 0.0, known: int = 0) -> None:
@@ -129,12 +124,12 @@ class PrefixIndex:
         if len(lru) > cap:
             self._evict(replica_id, lru, len(lru) - cap)
 
-    def remove(self, replica_id: str, hashes: Iterable[int]) -> None:
-        """Forget some hashes of one replica (e.g. it reported a cache reset)."""
+    def forget_from(self, replica_id: str, hashes: Sequence[int], start: int) -> None:
+        """Forget ``hashes[start:]`` for one replica: the tail of a chain, so entries stay prefix-closed."""
         lru = self._lru.get(replica_id)
         if lru is None:
             return
-        gone = [h for h in hashes if lru.pop(h, None) is not None]
+        gone = [h for h in hashes[start:] if lru.pop(h, None) is not None]
         self._forget(replica_id, gone)
 
     def expire(self, now: float) -> None:

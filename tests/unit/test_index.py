@@ -30,9 +30,11 @@ def test_match_walks_leading_blocks_for_every_replica():
     c = chain(1, 10)
     idx.insert("a", c[:10])
     idx.insert("b", c[:4])
-    idx.insert("c", [99, *c[1:]])  # holds later blocks but not h1: unreachable
+    idx.insert("c", [99, *c[1:]])  # another chain (never a prefix of c): it does not match c
     assert idx.match(c) == {"a": 10, "b": 4}
-    assert idx.match([c[0], 12345, *c[2:]]) == {"a": 1, "b": 1}
+    # A prompt that diverges after its first block: every later hash differs (chained hashing).
+    assert idx.match([c[0], *chain(5, 9)]) == {"a": 1, "b": 1}
+    assert idx.match(c[:3]) == {"a": 3, "b": 3}
     assert idx.match([777]) == {}
     assert idx.match([]) == {}
     consistent(idx)
@@ -125,14 +127,14 @@ def test_drop_replica_and_shrink_capacity():
         idx.insert("a", c)
 
 
-def test_remove_forgets_hashes_of_one_replica():
+def test_forget_from_drops_a_chain_tail_of_one_replica():
     idx = PrefixIndex()
     idx.add_replica("a", 50)
     idx.add_replica("b", 50)
     c = chain(1, 6)
     idx.insert("a", c)
     idx.insert("b", c)
-    idx.remove("a", c[3:])
+    idx.forget_from("a", c, 3)
     assert idx.match(c) == {"a": 3, "b": 6}
     consistent(idx)
 

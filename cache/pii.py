@@ -31,7 +31,7 @@ SSN = "SSN"
 IP = "IP"
 SECRET = "SECRET"
 
-KINDS: tuple[str, ...] = (SECRET, EMAIL, IBAN, CARD, CN_ID, SSN, IP, PHONE)
+KINDS: tuple[str, ...] = (SECRET, EMAIL, IBAN, CN_ID, CARD, SSN, IP, PHONE)
 _PRIORITY = {k: i for i, k in enumerate(KINDS)}
 
 
@@ -112,7 +112,7 @@ def _find_iban(text: str) -> Iterator[Finding]:
 
 
 # --- payment cards ------------------------------------------------------------------------------------
-_CARD = re.compile(r"(?<![\d.-])\d{2,19}(?:[ -]\d{1,19})*(?![\d])")
+_CARD = re.compile(r"(?<![\w.-])\d{2,19}(?:[ -]\d{1,19})*(?![\d])")
 
 
 def luhn_ok(digits: str) -> bool:
@@ -131,11 +131,14 @@ def _card_number_ok(digits: str) -> bool:
     return 13 <= len(digits) <= 19 and digits[0] in "23456" and len(set(digits)) > 1 and luhn_ok(digits)
 
 
+_IBAN_HEAD = re.compile(r"[A-Za-z]{2}\d{2} ?$")
+
+
 def _find_card(text: str) -> Iterator[Finding]:
     for m in _CARD.finditer(text):
         s = m.group(0)
-        if len(s) < 13:
-            continue
+        if len(s) < 13 or _IBAN_HEAD.search(text, max(0, m.start() - 5), m.start()):
+            continue  # too short, or the body of an IBAN whose checksum failed
         # groups and their offsets; a window of consecutive groups with one separator kind may be a card
         groups = [(g.start(), g.end()) for g in re.finditer(r"\d+", s)]
         if len(groups) == 1:
@@ -207,7 +210,7 @@ def _find_ssn(text: str) -> Iterator[Finding]:
 # --- IP addresses -------------------------------------------------------------------------------------
 _IPV4 = re.compile(r"(?<![\w.])(?:\d{1,3}\.){3}\d{1,3}(?!\w|\.\d)")
 _IPV6 = re.compile(
-    r"(?<![\w:.])(?:[0-9A-Fa-f]{0,4}:){2,7}(?:[0-9A-Fa-f]{1,4}|(?:\d{1,3}\.){3}\d{1,3})?(?:%[\w.]+)?(?![\w:])"
+    r"(?<![\w:.])(?:[0-9A-Fa-f]{0,4}:){2,7}(?:(?:\d{1,3}\.){3}\d{1,3}|[0-9A-Fa-f]{1,4})?(?:%[\w.]+)?(?![\w:]|\.\w)"
 )
 
 
@@ -236,14 +239,17 @@ _PHONE_PATTERNS = (
     # international: +CC then groups (E.164: at most 15 digits)
     re.compile(r"(?<![\w+])\+\d{1,3}(?:[ .-]?\(?\d{1,4}\)?){2,6}(?![\w])"),
     # North American: (415) 555-2671, 415-555-2671, 415.555.2671, optionally 1- in front
-    re.compile(r"(?<![\w(+-])(?:1[ .-])?(?:\(\d{3}\) ?|\d{3}[ .-])\d{3}[ .-]\d{4}(?![\w-])"),
+    re.compile(r"(?<![\w(+-])(?<!\d[ .])(?:1[ .-])?(?:\(\d{3}\) ?|\d{3}[ .-])\d{3}[ .-]\d{4}(?![\w-])"),
     # trunk prefix 0 with separators (UK, FR, DE, IT, ...): 020 7946 0958, 06 12 34 56 78, (030) 1234567
     re.compile(
-        r"(?<![\w(+.-])(?:\(0[1-9]\d{0,3}\) ?|0[1-9]\d{0,3}[ /-])\d{2,8}(?:[ -]\d{2,4}){0,3}(?![\w-])"
+        r"(?<![\w(+.-])(?<!\d )(?:\(0[1-9]\d{0,3}\) ?|0[1-9]\d{0,3}[ /-])\d{2,8}(?:[ -]\d{2,4}){0,3}(?![\w-])"
     ),
     # Chinese mobile numbers: 138 1234 5678 or 13812345678
-    re.compile(r"(?<![\d+-])1[3-9]\d(?:[ -]?\d{4}){2}(?![\d-])"),
+    re.compile(r"(?<![\d+-])(?<!\d )1[3-9]\d(?:[ -]?\d{4}){2}(?![\d-])"),
 )
+
+
+_DATE_START = re.compile(r"\d{1,2}[-/.]\d{1,2}[-/.]\d{2,4}")
 
 
 def _phone_ok(s: str, pattern_index: int) -> bool:
@@ -254,7 +260,8 @@ def _phone_ok(s: str, pattern_index: int) -> bool:
         core = digits[-10:]
         return core[0] in "23456789" and core[3] in "23456789"
     if pattern_index == 2:
-        return 9 <= len(digits) <= 12
+        seps = {c for c in s.replace(") ", ")") if c in " /-"}
+        return 9 <= len(digits) <= 12 and len(seps) <= 1 and _DATE_START.match(s) is None
     return len(digits) == 11
 
 

@@ -152,6 +152,13 @@ class PoolRouter:
             decision._released = True
             decision.replica.in_flight -= 1
 
+    def forget_failed(self, decision: Decision) -> None:
+        """The request never reached the replica (connect error, 5xx before prefill): unlearn what this
+        decision added to the index speculatively, i.e. the blocks past the match it found."""
+        if decision.block_hashes and decision.replica.id in self._by_id:
+            start = decision.matched_tokens // decision.block_size
+            self.index.forget_from(decision.replica.id, decision.block_hashes, start)
+
     def observe_usage(self, decision: Decision, cached_tokens: int | None) -> None:
         """The replica's own ``cached_tokens`` for a decision: accounted against the index's prediction."""
         if cached_tokens is None or not decision.block_hashes:
@@ -177,6 +184,6 @@ class PoolRouter:
     def _drop_stale_reports(self, candidates: Sequence[ReplicaState], now: float) -> None:
         stale = self.cfg.report_stale_s
         for r in candidates:
-            if r.reported_at and now - r.reported_at > stale:
+            if r.reported_at is not None and now - r.reported_at > stale:
                 r.reported_running = r.reported_waiting = r.reported_kv_usage = None
-                r.reported_at = 0.0
+                r.reported_at = None

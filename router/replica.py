@@ -25,7 +25,7 @@ class ReplicaState:
     reported_running: float | None = None
     reported_waiting: float | None = None
     reported_kv_usage: float | None = None
-    reported_at: float = 0.0
+    reported_at: float | None = None  # router clock time of the last report
 
     def load(self) -> float:
         """Load used for balancing: our own in-flight count, or the replica's report when it is larger.

@@ -167,3 +167,15 @@ def test_hf_tokenizer_through_the_router(tmp_path):
     router.release(first)
     second = router.route(chat(DOC + " question"))
     assert second.replica is first.replica and second.matched_tokens == first.prompt_tokens // 16 * 16
+
+
+def test_forget_failed_unlearns_only_what_the_decision_added():
+    router = PoolRouter(fleet(2), RoutingConfig(seed=1))
+    first = router.route(chat(DOC))
+    router.release(first)
+    longer = router.route(chat(DOC + " and a much longer follow-up question " * 10))
+    assert longer.replica is first.replica and longer.matched_tokens > 0
+    router.forget_failed(longer)  # say the upstream refused the connection
+    router.release(longer)
+    again = router.route(chat(DOC + " and a much longer follow-up question " * 10))
+    assert again.matched_tokens == longer.matched_tokens  # the shared part is still known, the rest is not

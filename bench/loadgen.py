@@ -47,7 +47,8 @@ async def run_load(
     own = session is None
     if own:
         session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, force_close=False), json_serialize=lambda o: orjson.dumps(o).decode()
+            connector=aiohttp.TCPConnector(limit=0, force_close=False),
+            json_serialize=lambda o: orjson.dumps(o).decode(),
         )
     deadline = time.perf_counter() + max_seconds
 
@@ -60,8 +61,11 @@ async def run_load(
                 body["stream"] = True
             start = time.perf_counter()
             try:
-                async with session.post(url, data=orjson.dumps(body), headers={
-                    "Content-Type": "application/json", **(headers or {})}) as r:
+                async with session.post(
+                    url,
+                    data=orjson.dumps(body),
+                    headers={"Content-Type": "application/json", **(headers or {})},
+                ) as r:
                     first = None
                     async for _ in r.content.iter_any():
                         if first is None:
@@ -73,7 +77,7 @@ async def run_load(
                     rep = r.headers.get("x-gateway-replica")
                     if rep:
                         result.replicas[rep] = result.replicas.get(rep, 0) + 1
-            except (aiohttp.ClientError, asyncio.TimeoutError):
+            except (TimeoutError, aiohttp.ClientError):
                 result.errors += 1
                 continue
             end = time.perf_counter()

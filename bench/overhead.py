@@ -26,8 +26,11 @@ MODEL = "sim-llama"
 
 
 def body(i: int) -> dict:
-    return {"model": MODEL, "max_tokens": 16,
-            "messages": [{"role": "user", "content": f"request {i}: summarise the plot of a short story."}]}
+    return {
+        "model": MODEL,
+        "max_tokens": 16,
+        "messages": [{"role": "user", "content": f"request {i}: summarise the plot of a short story."}],
+    }
 
 
 async def measure(url: str, requests: int, concurrency: int, stream: bool) -> LoadResult:
@@ -66,15 +69,33 @@ async def main_async(args: argparse.Namespace) -> str:
                 assert best_direct is not None and best_gw is not None
                 dp50, dp99 = percentile(best_direct.latencies, 50), percentile(best_direct.latencies, 99)
                 gp50, gp99 = percentile(best_gw.latencies, 50), percentile(best_gw.latencies, 99)
-                rows.append([
-                    "stream" if stream else "non-stream", conc, n,
-                    f"{best_direct.rps:,.0f}", f"{best_gw.rps:,.0f}", f"{best_gw.rps / best_direct.rps:.2f}",
-                    f"{dp50 * 1000:.2f} / {dp99 * 1000:.2f}", f"{gp50 * 1000:.2f} / {gp99 * 1000:.2f}",
-                    f"{(gp50 - dp50) * 1000:+.2f}", f"{best_cpu:.2f}",
-                ])
+                rows.append(
+                    [
+                        "stream" if stream else "non-stream",
+                        conc,
+                        n,
+                        f"{best_direct.rps:,.0f}",
+                        f"{best_gw.rps:,.0f}",
+                        f"{best_gw.rps / best_direct.rps:.2f}",
+                        f"{dp50 * 1000:.2f} / {dp99 * 1000:.2f}",
+                        f"{gp50 * 1000:.2f} / {gp99 * 1000:.2f}",
+                        f"{(gp50 - dp50) * 1000:+.2f}",
+                        f"{best_cpu:.2f}",
+                    ]
+                )
                 print(rows[-1], flush=True)
-    headers = ["mode", "concurrency", "requests", "direct req/s", "gateway req/s", "ratio",
-               "direct p50 / p99 ms", "gateway p50 / p99 ms", "added p50 ms", "gateway CPU s / 1k req"]
+    headers = [
+        "mode",
+        "concurrency",
+        "requests",
+        "direct req/s",
+        "gateway req/s",
+        "ratio",
+        "direct p50 / p99 ms",
+        "gateway p50 / p99 ms",
+        "added p50 ms",
+        "gateway CPU s / 1k req",
+    ]
     cmd = "python -m bench.overhead " + " ".join(sys.argv[1:])
     return (
         "## Gateway overhead\n\n"
@@ -86,8 +107,12 @@ async def main_async(args: argparse.Namespace) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--requests", type=int, default=3000, help="requests per measurement at concurrency 64")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--requests", type=int, default=3000, help="requests per measurement at concurrency 64"
+    )
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--write", action="store_true", help="write the table into docs/benchmarks.md")
     args = parser.parse_args()

@@ -9,8 +9,8 @@ import socket
 import subprocess
 import sys
 import time
-from contextlib import contextmanager
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import httpx
@@ -85,7 +85,9 @@ def _spawn(args: list[str], env: dict[str, str] | None, log_path: str | None) ->
     )
 
 
-def start_sim(replicas: int, *, extra: list[str] | None = None, log_path: str | None = None) -> tuple[Proc, list[str]]:
+def start_sim(
+    replicas: int, *, extra: list[str] | None = None, log_path: str | None = None
+) -> tuple[Proc, list[str]]:
     ports = free_ports(replicas)
     popen = _spawn(
         ["sim", "--replicas", str(replicas), "--base-port", str(ports[0]), *(extra or [])], None, log_path
@@ -96,8 +98,13 @@ def start_sim(replicas: int, *, extra: list[str] | None = None, log_path: str | 
     return Proc(popen, urls[0]), urls
 
 
-def start_gateway(args: list[str], *, env: dict[str, str] | None = None, log_path: str | None = None,
-                  port: int | None = None) -> Proc:
+def start_gateway(
+    args: list[str],
+    *,
+    env: dict[str, str] | None = None,
+    log_path: str | None = None,
+    port: int | None = None,
+) -> Proc:
     port = port or free_port()
     popen = _spawn(["serve", "--host", "127.0.0.1", "--port", str(port), *args], env, log_path)
     url = f"http://127.0.0.1:{port}"

@@ -72,6 +72,14 @@ class HealthConfig(_Strict):
     fails_to_eject: int = Field(2, ge=1, description="failed checks in a row before a replica leaves routing")
 
 
+class ScrapeConfig(_Strict):
+    """Reading each replica's own load from its Prometheus /metrics (vLLM and SGLang names)."""
+
+    enabled: bool = True
+    interval_s: float = Field(1.0, gt=0)
+    timeout_s: float = Field(0.5, gt=0)
+
+
 class ReplicaConfig(_Strict):
     url: AnyHttpUrl
     id: str | None = Field(None, description="stable name; defaults to host:port of the url")
@@ -162,6 +170,7 @@ class Policy(_Strict):
     timeouts: TimeoutsConfig = Field(default_factory=TimeoutsConfig)
     retries: RetriesConfig = Field(default_factory=RetriesConfig)
     health: HealthConfig = Field(default_factory=HealthConfig)
+    scrape: ScrapeConfig = Field(default_factory=ScrapeConfig)
     models: list[ModelPoolConfig] = Field(min_length=1)
     tenancy: TenancyConfig = Field(default_factory=TenancyConfig)
     admin: AdminConfig = Field(default_factory=AdminConfig)

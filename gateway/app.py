@@ -8,13 +8,14 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from config.policy import Policy
-from gateway import handlers, health
+from gateway import handlers, health, scrape
 from gateway.errors import GatewayError, error_response
 from gateway.metrics import GatewayMetrics
 from gateway.state import STATE, build_state
 from gateway.upstream import Upstream, make_session
 
 HEALTH_TASK = web.AppKey("health_task", asyncio.Task)
+SCRAPE_TASK = web.AppKey("scrape_task", asyncio.Task)
 
 
 @web.middleware
@@ -40,7 +41,11 @@ async def openai_errors(request: web.Request, handler):  # type: ignore[no-untyp
 
 
 async def metrics_endpoint(request: web.Request) -> web.Response:
-    registry = request.app[STATE].metrics.registry
+    state = request.app[STATE]
+    for pool in state.pools.values():
+        for replica_id, blocks in pool.router.index.stats().per_replica.items():
+            state.metrics.index_blocks.labels(replica_id).set(blocks)
+    registry = state.metrics.registry
     return web.Response(body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
@@ -65,8 +70,14 @@ def create_app(
                 health.health_loop(app, h.interval_s, h.timeout_s, h.fails_to_eject)
             )
 
+        if policy.scrape.enabled:
+            app[SCRAPE_TASK] = asyncio.create_task(
+                scrape.scrape_loop(app, policy.scrape.interval_s, policy.scrape.timeout_s)
+            )
+
     async def cleanup(app: web.Application) -> None:
         await health.stop_task(app.get(HEALTH_TASK))
+        await health.stop_task(app.get(SCRAPE_TASK))
         await app[STATE].upstream.session.close()
 
     app.on_startup.append(startup)

@@ -68,7 +68,26 @@ class GatewayMetrics:
             buckets=FRACTION_BUCKETS,
             registry=r,
         )
+        self.predicted_tokens = Counter(
+            f"{NS}_prefix_predicted_tokens_total",
+            "Prompt tokens the gateway's index predicted cached, for requests whose replica reported usage.",
+            ["replica"],
+            registry=r,
+        )
+        self.reported_cached_tokens = Counter(
+            f"{NS}_prefix_reported_cached_tokens_total",
+            "Prompt tokens the replica reported cached (usage.prompt_tokens_details.cached_tokens).",
+            ["replica"],
+            registry=r,
+        )
+        self.index_blocks = Gauge(
+            f"{NS}_prefix_index_blocks",
+            "Block hashes held in the gateway's index per replica.",
+            ["replica"],
+            registry=r,
+        )
         self._request_children: dict[tuple[str, str, int], object] = {}
+        self._decision_children: dict[tuple[str, str, str], object] = {}
 
     def count_request(self, model: str, replica: str, status: int) -> None:
         key = (model, replica, status)
@@ -76,3 +95,12 @@ class GatewayMetrics:
         if child is None:
             child = self._request_children[key] = self.requests.labels(model, replica, str(status))
         child.inc()  # type: ignore[attr-defined]
+
+    def count_decision(self, model: str, policy: str, reason: str, matched: int, prompt: int) -> None:
+        key = (model, policy, reason)
+        child = self._decision_children.get(key)
+        if child is None:
+            child = self._decision_children[key] = self.decisions.labels(model, policy, reason)
+        child.inc()  # type: ignore[attr-defined]
+        if prompt:
+            self.match_fraction.labels(model).observe(matched / prompt)

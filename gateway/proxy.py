@@ -115,6 +115,9 @@ async def proxy(
         outcome.route_reason = decision.reason
         outcome.prompt_tokens = decision.prompt_tokens
         outcome.matched_tokens = decision.matched_tokens
+        state.metrics.count_decision(
+            pool.name, decision.policy, decision.reason, decision.matched_tokens, decision.prompt_tokens
+        )
         state.metrics.in_flight.labels(decision.replica.id).inc()
         try:
             try:
@@ -132,10 +135,12 @@ async def proxy(
                     outcome.upstream_error = f"status_{resp.status}"
                     await asyncio.sleep(_backoff(attempt, retries.backoff_base_s, retries.backoff_max_s))
                     continue
-                stream = parsed.stream and resp.status == 200
-                if stream:
-                    return await _relay_stream(request, state, router, resp, decision, outcome)
-                return await _relay_whole(state, router, resp, decision, outcome)
+                if parsed.stream and resp.status == 200:
+                    answer = await _relay_stream(request, state, router, resp, decision, outcome)
+                else:
+                    answer = await _relay_whole(state, router, resp, decision, outcome)
+                _observe_usage(state, router, decision, outcome.usage)
+                return answer
             except UpstreamFailure as failure:
                 # Nothing was sent to the client yet: count it and try another replica.
                 state.metrics.upstream_errors.labels(decision.replica.id, failure.kind).inc()
@@ -151,6 +156,19 @@ async def proxy(
 
     assert last_failure is not None
     raise last_failure
+
+
+def _observe_usage(state: GatewayState, router: PoolRouter, decision: Decision, usage: Any) -> None:
+    """Compare what the index predicted with what the replica says it had cached."""
+    if not isinstance(usage, dict) or not decision.block_hashes:
+        return
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    if not isinstance(cached, int):
+        return
+    router.observe_usage(decision, cached)
+    state.metrics.predicted_tokens.labels(decision.replica.id).inc(decision.matched_tokens)
+    state.metrics.reported_cached_tokens.labels(decision.replica.id).inc(max(0, cached))
 
 
 async def _error_from_status(resp: aiohttp.ClientResponse, state: GatewayState) -> GatewayError:

@@ -8,8 +8,8 @@ in a :class:`~bench.sim.state.Replica`, and answer in vLLM's/OpenAI's wire forma
 from __future__ import annotations
 
 import asyncio
+import os
 import time
-import uuid
 from typing import Any
 
 import orjson
@@ -149,7 +149,7 @@ class _Job:
         self.stream = bool(body.get("stream"))
         opts = body.get("stream_options")
         self.include_usage = self.stream and isinstance(opts, dict) and bool(opts.get("include_usage"))
-        self.rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
+        self.rid = ("chatcmpl-" if chat else "cmpl-") + os.urandom(16).hex()
 
     def answer_tokens(self, rep: Replica) -> list[str]:
         nonce = 0
@@ -227,6 +227,10 @@ class _Job:
         )
 
     @property
+    def chunk_object(self) -> str:
+        return "chat.completion.chunk" if self.chat else "text_completion"
+
+    @property
     def lead(self) -> int:
         """Events sent before the first token: chat opens with a role-only chunk, like vLLM."""
         return 1 if self.chat else 0
@@ -234,7 +238,15 @@ class _Job:
     def events(self, created: int, toks: list[str], cached: int) -> list[bytes]:
         """Every SSE event of the stream in order, ``[DONE]`` included."""
         out = [self.chunk(created, "", None, first=True)] if self.chat else []
-        out.extend(self.chunk(created, tok, None) for tok in toks)
+        # Token chunks differ only in their text: splice it between a fixed head and tail (cheap).
+        head = orjson.dumps(
+            {"id": self.rid, "object": self.chunk_object, "created": created, "model": self.model}
+        )[:-1]
+        field = b'"delta":{"content":' if self.chat else b'"text":'
+        pre = b"data: " + head + b',"choices":[{"index":0,' + field
+        post = (b"}" if self.chat else b"") + b',"logprobs":null,"finish_reason":null}]}\n\n'
+        dumps = orjson.dumps
+        out.extend(pre + dumps(tok) + post for tok in toks)
         out.append(self.chunk(created, None if self.chat else "", "length"))
         if self.include_usage:
             out.append(self.usage_chunk(created, cached, len(toks)))
@@ -400,7 +412,7 @@ async def embeddings(request: web.Request) -> web.StreamResponse:
     rep.counters.completed += 1
     return _json(
         {
-            "id": "embd-" + uuid.uuid4().hex,
+            "id": "embd-" + os.urandom(16).hex(),
             "object": "list",
             "created": int(time.time()),
             "model": model,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import itertools
 from collections import deque
 from dataclasses import dataclass, fields
@@ -62,7 +63,8 @@ class Replica:
     """All state of one replica; the aiohttp handlers only read and update it."""
 
     def __init__(self, cfg: SimConfig, index: int = 0) -> None:
-        self.cfg = cfg
+        # A private copy: replicas built from one shared SimConfig must not share runtime faults.
+        self.cfg = dataclasses.replace(cfg, faults=dataclasses.replace(cfg.faults))
         self.index = index
         self.kv = KVCache(cfg.kv_capacity_blocks)
         self.limiter = FifoLimiter(cfg.max_num_seqs)

@@ -229,3 +229,17 @@ async def test_stop_ends_hung_requests(session: aiohttp.ClientSession) -> None:
     assert time.perf_counter() - t0 < 5  # bounded by the runner's shutdown timeout, not the hang limit
     with pytest.raises(aiohttp.ClientError):
         await task
+
+
+async def test_faults_are_per_replica_even_with_a_shared_config(session: aiohttp.ClientSession) -> None:
+    shared = SimConfig(speed=0)
+    fleet = await start_replicas([shared, shared], base_port=0)
+    try:
+        await set_faults(session, fleet.urls[0], {"fail_status": 500})
+        async with session.post(fleet.urls[0] + "/v1/chat/completions", json=chat()) as r:
+            assert r.status == 500
+        async with session.post(fleet.urls[1] + "/v1/chat/completions", json=chat()) as r:
+            assert r.status == 200
+        assert shared.faults.fail_status is None
+    finally:
+        await fleet.stop()

@@ -11,7 +11,7 @@ from config.policy import Policy
 from gateway import handlers, health, scrape
 from gateway.errors import GatewayError, error_response
 from gateway.metrics import GatewayMetrics
-from gateway.state import STATE, build_state
+from gateway.state import STATE, StateHolder, build_state, current_state
 from gateway.upstream import Upstream, make_session
 
 HEALTH_TASK = web.AppKey("health_task", asyncio.Task)
@@ -41,7 +41,7 @@ async def openai_errors(request: web.Request, handler):  # type: ignore[no-untyp
 
 
 async def metrics_endpoint(request: web.Request) -> web.Response:
-    state = request.app[STATE]
+    state = current_state(request.app)
     for pool in state.pools.values():
         for replica_id, blocks in pool.router.index.stats().per_replica.items():
             state.metrics.index_blocks.labels(replica_id).set(blocks)
@@ -63,7 +63,7 @@ def create_app(
 
     async def startup(app: web.Application) -> None:
         upstream = Upstream(make_session(policy.timeouts), policy.timeouts)
-        app[STATE] = build_state(policy, metrics or GatewayMetrics(), upstream, secret)
+        app[STATE] = StateHolder(build_state(policy, metrics or GatewayMetrics(), upstream, secret))
         if policy.health.enabled:
             h = policy.health
             app[HEALTH_TASK] = asyncio.create_task(
@@ -78,7 +78,7 @@ def create_app(
     async def cleanup(app: web.Application) -> None:
         await health.stop_task(app.get(HEALTH_TASK))
         await health.stop_task(app.get(SCRAPE_TASK))
-        await app[STATE].upstream.session.close()
+        await current_state(app).upstream.session.close()
 
     app.on_startup.append(startup)
     app.on_cleanup.append(cleanup)

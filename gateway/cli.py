@@ -43,14 +43,14 @@ async def wait_for_signal() -> None:
 
 async def serve_until_signal(policy: Policy, on_started: Callable[[str], None] | None = None) -> int:
     from gateway.app import serve
-    from gateway.state import STATE
+    from gateway.state import current_state
 
     runner, url = await serve(policy)
     log.info("gateway listening", extra={"event": "listening", "url": url})
     if on_started:
         on_started(url)
     await wait_for_signal()
-    state = runner.app[STATE]
+    state = current_state(runner.app)
     state.draining = True
     log.info("draining", extra={"event": "draining", "timeout_s": policy.server.drain_timeout_s})
     await runner.cleanup()

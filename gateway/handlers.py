@@ -14,7 +14,7 @@ from gateway.errors import GatewayError, error_response
 from gateway.logs import log_access
 from gateway.proxy import Outcome, proxy
 from gateway.request import parse_request
-from gateway.state import STATE, GatewayState
+from gateway.state import GatewayState, current_state
 
 _MAX_REQUEST_ID = 128
 _ID_PREFIX = os.urandom(6).hex()
@@ -30,7 +30,7 @@ def request_id_of(request: web.Request) -> str:
 
 
 async def _inference(request: web.Request, endpoint: str) -> web.StreamResponse:
-    state: GatewayState = request.app[STATE]
+    state: GatewayState = current_state(request.app)
     outcome = Outcome(request_id=request_id_of(request))
     model = "-"
     tenant_label = "-"
@@ -106,7 +106,7 @@ async def embeddings(request: web.Request) -> web.StreamResponse:
 
 
 async def list_models(request: web.Request) -> web.Response:
-    state: GatewayState = request.app[STATE]
+    state: GatewayState = current_state(request.app)
     try:
         state.tenants.resolve(request.headers, request.remote)
     except GatewayError as err:

@@ -10,7 +10,7 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from gateway.state import STATE, GatewayState
+from gateway.state import GatewayState, current_state
 
 log = logging.getLogger("prefix_gateway")
 
@@ -32,7 +32,7 @@ def readiness(state: GatewayState) -> tuple[bool, dict[str, object]]:
 
 async def ready(request: web.Request) -> web.Response:
     """Ready: not draining, and a healthy replica exists for every model."""
-    ok, detail = readiness(request.app[STATE])
+    ok, detail = readiness(current_state(request.app))
     return web.Response(status=200 if ok else 503, body=orjson.dumps(detail), content_type="application/json")
 
 
@@ -51,7 +51,7 @@ async def health_loop(
     """Probe every replica's /health; eject after ``fails_to_eject`` failures in a row, readmit on success."""
     failures: dict[str, int] = {}
     while True:
-        state: GatewayState = app[STATE]
+        state: GatewayState = current_state(app)
         replicas = [r for pool in state.pools.values() for r in pool.router.replicas]
         results = await asyncio.gather(
             *(probe(state.upstream.session, r.url, timeout_s) for r in replicas), return_exceptions=True

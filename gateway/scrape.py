@@ -15,7 +15,7 @@ import aiohttp
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.state import STATE, GatewayState
+from gateway.state import GatewayState, current_state
 
 log = logging.getLogger("prefix_gateway")
 
@@ -65,7 +65,7 @@ async def scrape_one(session: aiohttp.ClientSession, url: str, timeout_s: float)
 
 async def scrape_loop(app: web.Application, interval_s: float, timeout_s: float) -> None:
     while True:
-        state: GatewayState = app[STATE]
+        state: GatewayState = current_state(app)
         targets = [
             (pool.router, r) for pool in state.pools.values() for r in pool.router.replicas if r.healthy
         ]

@@ -1,7 +1,7 @@
 """Everything one gateway process serves with, built from a policy.
 
-Handlers read ``request.app[STATE]`` once per request; a reload builds a new ``GatewayState`` and swaps
-the reference, so a request in flight finishes on the state it started with.
+Handlers read ``current_state(request.app)`` once per request; a reload builds a new ``GatewayState``
+and swaps the holder's reference, so a request in flight finishes on the state it started with.
 """
 
 from __future__ import annotations
@@ -41,4 +41,15 @@ def build_state(
     )
 
 
-STATE = web.AppKey("state", GatewayState)
+@dataclass(slots=True)
+class StateHolder:
+    """Set once at startup (the app is frozen afterwards); ``current`` is swapped by a reload."""
+
+    current: GatewayState
+
+
+STATE = web.AppKey("state", StateHolder)
+
+
+def current_state(app: web.Application) -> GatewayState:
+    return app[STATE].current

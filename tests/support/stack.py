@@ -14,7 +14,7 @@ from bench.sim.config import SimConfig
 from bench.sim.fleet import Fleet, start_replicas
 from config.policy import Policy
 from gateway.app import create_app, runner_for
-from gateway.state import STATE, GatewayState
+from gateway.state import GatewayState, current_state
 
 TEST_SECRET = b"test-secret"
 
@@ -63,7 +63,7 @@ class Gateway:
 
     @property
     def state(self) -> GatewayState:
-        return self.app[STATE]
+        return current_state(self.app)
 
 
 @asynccontextmanager

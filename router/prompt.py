@@ -43,6 +43,11 @@ def render_chat(messages: Sequence[Any], tools: Any = None) -> str:
     pieces: list[str] = []
     if tools:
         pieces.append("\x02tools\x1f")
+        if isinstance(tools, list):  # a cache_control marker on a tool does not change what the model reads
+            tools = [
+                {k: v for k, v in t.items() if k != "cache_control"} if isinstance(t, Mapping) else t
+                for t in tools
+            ]
         pieces.append(_json(tools))
     for message in messages:
         _render_message(message, pieces)

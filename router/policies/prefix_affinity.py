@@ -5,8 +5,9 @@
 2. Within it, the lowest load that is not saturated (ties at random, seeded). Saturated means: taking
    this request would put its load above ``ceil(load_factor * (total + 1) / n)`` (the CHWBL bound), or
    its queued uncached prefill tokens already exceed ``max_queued_prefill_tokens``.
-3. Every member saturated: spill by CHWBL on the route key among the unsaturated candidates, so a hot
-   prefix grows onto the same second replica from every gateway process.
+3. Every member saturated: spill to the unsaturated candidates holding the longest useful part of the
+   prefix (else to all unsaturated ones), the first of them along the ring from the route key, so a
+   hot prefix grows onto the same second replica from every gateway process.
 4. No useful match anywhere: CHWBL placement of the route key (deterministic for equal loads).
 """
 
@@ -62,6 +63,15 @@ class PrefixAffinity:
             tied = [r for r in members if r.load() == low]
             return (tied[0] if len(tied) == 1 else self._rng.choice(tied)), "affinity"
         allowed = [r for r in cands if fits(r)]
+        # Spill where the most of the prefix survives: the unsaturated replicas with the longest useful
+        # match (e.g. a shared system prompt), else all of them; the ring order picks among those.
+        best_left = max((matched.get(r.id, 0) for r in allowed), default=0)
+        if (
+            best_left
+            and min(best_left * ctx.block_size, ctx.hashed_tokens)
+            >= self.min_match_fraction * ctx.hashed_tokens
+        ):
+            allowed = [r for r in allowed if matched.get(r.id, 0) >= self.affinity_ratio * best_left]
         return self._place(ctx, allowed, "saturated_spill")
 
     def _place(self, ctx: PickContext, allowed: list[ReplicaState] | tuple, reason: str):

@@ -114,6 +114,28 @@ def test_a_saturated_home_spills_to_another_replica_then_both_share():
     assert again.reason == "affinity" and again.replica is home
 
 
+def test_a_spill_prefers_a_replica_holding_part_of_the_prefix():
+    router = affinity_router(n=4)
+    shared = long_text("system", 300)
+    full = chat(shared + long_text("conversation", 300))
+    first = router.route(full)
+    router.release(first)
+    home = first.replica
+    # The replica a plain CHWBL spill would take last learns the shared half (the others are excluded).
+    order = list(router.policy.ring.walk(first.route_key, router.replicas))
+    partial = router.replica(order[-1])
+    assert partial is not home
+    d = router.route(chat(shared + long_text("other", 300)), exclude=set(order[:-1]))
+    assert d.replica is partial
+    router.release(d)
+    for r in router.replicas:
+        r.in_flight = 0
+    home.in_flight = 5  # saturated
+    d = router.route(full)
+    assert d.reason == "saturated_spill" and d.replica is partial
+    assert d.matched_tokens >= 300 // 16 * 16
+
+
 def test_queued_prefill_saturation_spills():
     router = affinity_router(max_queued_prefill_tokens=1000)
     req = chat(long_text("q"))

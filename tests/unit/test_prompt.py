@@ -86,6 +86,10 @@ def test_tool_calls_and_cache_control_markers():
     ]
     plain = [{"role": "user", "content": [{"type": "text", "text": "x"}]}]
     assert render_chat(marked) == render_chat(plain)  # the marker does not change what the model reads
+    tool = {"type": "function", "function": {"name": "f"}}
+    assert render_chat(plain, [{**tool, "cache_control": {"type": "ephemeral"}}]) == render_chat(
+        plain, [tool]
+    )
 
 
 def test_completion_prompts():

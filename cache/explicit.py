@@ -4,6 +4,7 @@ An entry is keyed by (tenant, model, prefix hash) and holds the replica that com
 token count and when it was created. ``lookup_or_create`` is atomic: the first request creates the entry
 (billed as a creation), later ones hit it (billed as a read) and push its expiry ``ttl_s`` further.
 ``get`` reads without renewing, for the router to pin a request to the replica holding the prefix.
+``ttl_s`` on a call overrides the registry's default (per-model ``explicit_ttl_s`` in the policy).
 
 Two implementations with the same async API:
 - ``MemoryExplicitRegistry``: one gateway process, injectable clock, bounded size;
@@ -55,6 +56,7 @@ class ExplicitRegistry(Protocol):
         prefix_tokens: int,
         replica_id: str,
         now: float | None = None,
+        ttl_s: float | None = None,
     ) -> tuple[LookupKind, ExplicitEntry]: ...
 
     async def get(
@@ -119,8 +121,9 @@ class MemoryExplicitRegistry:
         prefix_tokens: int,
         replica_id: str,
         now: float | None = None,
+        ttl_s: float | None = None,
     ) -> tuple[LookupKind, ExplicitEntry]:
-        return self.lookup_or_create_sync(tenant, model, prefix_hash, prefix_tokens, replica_id, now)
+        return self.lookup_or_create_sync(tenant, model, prefix_hash, prefix_tokens, replica_id, now, ttl_s)
 
     def lookup_or_create_sync(
         self,
@@ -130,11 +133,12 @@ class MemoryExplicitRegistry:
         prefix_tokens: int,
         replica_id: str,
         now: float | None = None,
+        ttl_s: float | None = None,
     ) -> tuple[LookupKind, ExplicitEntry]:
         now = self.clock() if now is None else now
         self._expire(now)
         key = (tenant, model, str(prefix_hash))
-        expires = now + self.ttl_s
+        expires = now + (self.ttl_s if ttl_s is None else ttl_s)
         found = self._entries.get(key)
         if found is not None:
             entry = found[0]
@@ -242,6 +246,7 @@ class RedisExplicitRegistry:
         prefix_tokens: int,
         replica_id: str,
         now: float | None = None,
+        ttl_s: float | None = None,
     ) -> tuple[LookupKind, ExplicitEntry]:
         created_at = time.time() if now is None else now
         value = orjson.dumps(
@@ -249,7 +254,7 @@ class RedisExplicitRegistry:
         )
         kind, raw = await self._lookup(
             keys=[self._key(tenant, model, prefix_hash), self._stats_key, self._live_key],
-            args=[value, self.ttl_ms],
+            args=[value, self.ttl_ms if ttl_s is None else max(1, round(ttl_s * 1000))],
         )
         kind = kind.decode() if isinstance(kind, bytes) else kind
         return kind, _decode_entry(raw)

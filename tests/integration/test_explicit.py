@@ -95,3 +95,9 @@ async def test_redis_keys_hold_no_prompt_text(clients):
     await reg.lookup_or_create("ten:ant", "m", 0xDEADBEEF, 1024, "r")
     keys = sorted(k.decode() for k in await clients[0].keys("*"))
     assert keys == ["{t5:xc}:e:7.ten:ant:1.m:3735928559", "{t5:xc}:live", "{t5:xc}:stats"]
+
+
+async def test_redis_per_call_ttl(clients):
+    reg = RedisExplicitRegistry(clients[0], ttl_s=300, key_prefix="t6")
+    await reg.lookup_or_create("ten", "m", 1, 1024, "r", ttl_s=20)
+    assert 10_000 < await clients[0].pttl(reg._key("ten", "m", 1)) <= 20_000

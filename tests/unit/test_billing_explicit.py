@@ -82,3 +82,13 @@ async def test_heap_stays_bounded_under_renewals():
 def test_rejects_bad_settings():
     with pytest.raises(ValueError):
         MemoryExplicitRegistry(ttl_s=0)
+
+
+async def test_per_call_ttl_overrides_default():
+    clock = Clock()
+    reg = MemoryExplicitRegistry(ttl_s=300, clock=clock)
+    await reg.lookup_or_create("t", "m", 1, 1024, "r", ttl_s=60)
+    clock.t += 59
+    assert await reg.get("t", "m", 1) is not None
+    clock.t += 1
+    assert await reg.get("t", "m", 1) is None

@@ -184,3 +184,17 @@ def test_strip_equals_recursive_removal(messages):
     assert len(pm) == mp.last.message + 1
     assert pm[:-1] == out["messages"][: len(pm) - 1]
     assert not _has_marker(mp.body)
+
+
+def test_marked_prefix_renders_as_a_prefix_of_the_forwarded_prompt():
+    """Contract with router.prompt: the prefix we tokenize is the start of what the replica reads."""
+    from router.prompt import render_prompt
+
+    body = _body()
+    mp = find_markers(body)
+    assert mp is not None
+    full = render_prompt("chat", strip_markers(body))
+    prefix = render_prompt("chat", mp.body)
+    assert isinstance(full, str) and isinstance(prefix, str)
+    assert full.startswith(prefix) and "doc" in prefix and "question" not in prefix
+    assert render_prompt("chat", body) == full  # the renderer ignores markers itself

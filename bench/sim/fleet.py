@@ -24,6 +24,12 @@ class Fleet:
     def urls(self) -> list[str]:
         return [f"http://{self.host}:{port}" for port in self.ports]
 
+    async def __aenter__(self) -> Fleet:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
     async def stop(self) -> None:
         """Close the listeners and cancel handlers still running (hung or streaming requests)."""
         runners, self._runners = self._runners, []
@@ -31,7 +37,9 @@ class Fleet:
             await runner.cleanup()
 
 
-async def start_replica(cfg: SimConfig, host: str = "127.0.0.1", port: int = 0, index: int = 0):
+async def start_replica(
+    cfg: SimConfig, host: str = "127.0.0.1", port: int = 0, index: int = 0
+) -> tuple[web.AppRunner, int, Replica]:
     """Start one replica; returns ``(runner, port, replica)``. Port 0 picks a free port."""
     app = create_app(cfg, index)
     # handler_cancellation: a client that goes away cancels its handler, as it does in vLLM.

@@ -419,15 +419,14 @@ async def test_requests_are_recorded_and_reset_clears(sim: Fleet, session: aioht
 
 
 async def test_request_log_is_bounded(session: aiohttp.ClientSession) -> None:
-    fleet = await start(max_recorded_requests=3)
-    try:
+    async with await start(max_recorded_requests=3) as fleet:
         for i in range(5):
             await post(session, fleet.urls[0], chat(f"n{i}", max_tokens=1))
         async with session.get(fleet.urls[0] + "/sim/requests") as r:
             log = await r.json()
         assert [b["messages"][0]["content"] for b in log] == ["n2", "n3", "n4"]
-    finally:
-        await fleet.stop()
+    with pytest.raises(aiohttp.ClientConnectionError):  # the context manager stopped it
+        await session.get(fleet.urls[0] + "/health")
 
 
 async def test_replicas_are_independent(session: aiohttp.ClientSession) -> None:

@@ -63,7 +63,7 @@ class FlightFailed(Exception):
 
     def __init__(self, reason: str):
         super().__init__(reason)
-        self.reason = reason  # leader_failed | abandoned | timeout | no_entry | redis_error
+        self.reason = reason  # leader_failed | leader_error | abandoned | timeout | no_entry | redis_error
 
 
 @dataclass
@@ -226,12 +226,16 @@ class Coalescer:
     async def acquire(self, key: str) -> AsyncIterator[Flight]:
         flight = await self._enter(key)
         shared = flight._shared
+        reason = "abandoned"
         try:
             yield flight
+        except BaseException:
+            reason = "leader_error"
+            raise
         finally:
             shared.participants -= 1
             if flight.role == "leader" and not shared.closed:
-                await self._end_leader(flight, None, FlightFailed("abandoned"))
+                await self._end_leader(flight, None, FlightFailed(reason))
             elif shared.participants <= 0 and shared.task is not None and not shared.task.done():
                 shared.task.cancel()  # nobody waits for this pod's remote wait any more
                 shared.close(None, FlightFailed("abandoned"))

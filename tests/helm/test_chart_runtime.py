@@ -17,6 +17,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 
 from tests.helm.chart import ROOT, gateway_container, only, policy_text, render
 from tests.support.ports import free_port
@@ -73,8 +74,7 @@ def test_rendered_policy_runs_a_gateway_that_honours_the_pod_contract(replica: s
     port = free_port()
     values = {
         "policy": {
-            # 127.0.0.1 instead of the chart's 0.0.0.0: tests only use loopback
-            "server": {"host": "127.0.0.1", "port": port, "drain_timeout_s": 5},
+            "server": {"port": port, "drain_timeout_s": 5},
             "models": [{"name": MODEL, "backend": "vllm", "replicas": [{"url": replica}]}],
         },
         "secret": {"serverSecret": "x" * 32, "adminToken": "y" * 32},
@@ -82,7 +82,10 @@ def test_rendered_policy_runs_a_gateway_that_honours_the_pod_contract(replica: s
     manifests = render(values)
     container = gateway_container(manifests)
     policy = tmp_path / "policy.yaml"
-    policy.write_text(policy_text(manifests))
+    rendered = yaml.safe_load(policy_text(manifests))
+    assert rendered["server"]["host"] == "0.0.0.0"
+    rendered["server"]["host"] = "127.0.0.1"  # the one change: tests listen on loopback only
+    policy.write_text(yaml.safe_dump(rendered))
     env = {"PREFIX_GATEWAY_SECRET": "x" * 32, "PREFIX_GATEWAY_ADMIN_TOKEN": "y" * 32}
     assert {e["name"] for e in container["env"]} >= set(env)
 

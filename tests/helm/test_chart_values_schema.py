@@ -21,6 +21,7 @@ BAD_VALUES: dict[str, tuple[dict[str, Any], str]] = {
     "policy-without-models": ({"policy": {"models": None}}, "models"),
     "policy-empty-models": ({"policy": {"models": []}}, "models"),
     "model-without-name": ({"policy": {"models": [{"replicas": []}]}}, "name"),
+    "policy-loopback-host": ({"policy": {"server": {"host": "127.0.0.1"}}}, "host"),
     "policy-port-string": ({"policy": {"server": {"port": "http"}}}, "port"),
     "redis-url-scheme": ({"redis": {"external": {"url": "http://redis:6379"}}}, "url"),
     "anti-affinity-enum": ({"antiAffinity": "always"}, "antiAffinity"),

@@ -83,6 +83,15 @@ class PoolRouter:
         self.replicas = new
         self._by_id = {r.id: r for r in new}
 
+    def set_capacity(self, replica_id: str, kv_capacity_blocks: int) -> bool:
+        """The replica's KV capacity in blocks, once learnt (e.g. from its metrics): re-bounds its index."""
+        r = self._by_id.get(replica_id)
+        if r is None or kv_capacity_blocks < 1:
+            return False
+        r.kv_capacity_blocks = kv_capacity_blocks
+        self.index.add_replica(replica_id, kv_capacity_blocks)
+        return True
+
     def replica(self, replica_id: str) -> ReplicaState | None:
         return self._by_id.get(replica_id)
 

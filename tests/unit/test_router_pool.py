@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
 from config.routing import RoutingConfig, TokenizerConfig
@@ -179,3 +181,38 @@ def test_forget_failed_unlearns_only_what_the_decision_added():
     router.release(longer)
     again = router.route(chat(DOC + " and a much longer follow-up question " * 10))
     assert again.matched_tokens == longer.matched_tokens  # the shared part is still known, the rest is not
+
+
+def test_set_capacity_rebounds_the_index():
+    router = PoolRouter(fleet(2), RoutingConfig(seed=1))
+    d = router.route(chat(DOC))
+    assert router.stats().index.per_replica[d.replica.id] == len(d.block_hashes)
+    assert router.set_capacity(d.replica.id, 4)
+    assert not router.set_capacity("nope", 4) and not router.set_capacity(d.replica.id, 0)
+    assert router.stats().index.per_replica[d.replica.id] == 4
+    assert d.replica.kv_capacity_blocks == 4
+
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**40), 2**40)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.sampled_from(["chat", "completions", "embeddings"]),
+    st.dictionaries(
+        st.sampled_from(["messages", "tools", "prompt", "input", "model"]), json_values, max_size=4
+    ),
+)
+def test_any_json_body_routes_without_raising(endpoint, body):
+    router = PoolRouter(fleet(3), RoutingConfig(seed=1))
+    d = router.route(RouteRequest(endpoint, "m", body))
+    assert d.prompt_tokens >= d.matched_tokens >= 0
+    router.release(d)

@@ -109,3 +109,22 @@ def test_metric_labels_match_what_the_gateway_exports() -> None:
     assert checked >= 5, (
         "the gateway exports fewer of the dashboard's metrics than it did when this was written"
     )
+
+
+def test_dashboard_json_is_what_the_generator_makes() -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gen_dashboard", CHART_DIR / "files" / "gen_dashboard.py")
+    assert spec and spec.loader
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    assert (CHART_DIR / "files" / "dashboard.json").read_text() == gen.render(), "run files/gen_dashboard.py"
+
+
+def test_generator_is_not_packaged() -> None:
+    import helm_python as helm
+
+    with helm.Chart.load(CHART_DIR) as chart:
+        names = {f["name"] for f in chart.files}
+    assert "files/dashboard.json" in names
+    assert "files/gen_dashboard.py" not in names

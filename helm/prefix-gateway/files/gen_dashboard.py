@@ -1,0 +1,291 @@
+"""Generate files/dashboard.json, the Grafana dashboard the chart ships (not packaged: see .helmignore).
+
+    python helm/prefix-gateway/files/gen_dashboard.py
+
+Edit the panels here and regenerate; tests/helm/test_dashboard.py fails when the JSON and this file
+disagree, and checks every query against the gateway's metric names and labels.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+OUT = Path(__file__).with_name("dashboard.json")
+P = "prefix_gateway_"
+DS = {"type": "prometheus", "uid": "${datasource}"}
+MODEL = '{model=~"$model"}'
+RATE = "[$__rate_interval]"
+
+Panel = dict[str, Any]
+
+
+def timeseries(
+    title: str,
+    targets: list[tuple[str, str]],
+    unit: str = "short",
+    *,
+    width: int = 12,
+    desc: str = "",
+    stack: bool = False,
+) -> Panel:
+    return {
+        "type": "timeseries",
+        "title": title,
+        "description": desc,
+        "datasource": DS,
+        "fieldConfig": {
+            "defaults": {"unit": unit, "custom": {"stacking": {"mode": "normal" if stack else "none"}}},
+            "overrides": [],
+        },
+        "options": {
+            "legend": {"displayMode": "table", "placement": "bottom", "calcs": ["mean", "max"]},
+            "tooltip": {"mode": "multi"},
+        },
+        "targets": [
+            {"refId": chr(65 + i), "expr": expr, "legendFormat": legend, "datasource": DS}
+            for i, (expr, legend) in enumerate(targets)
+        ],
+        "_width": width,
+    }
+
+
+def stat(
+    title: str,
+    expr: str,
+    unit: str = "percentunit",
+    *,
+    desc: str = "",
+    steps: list[tuple[str, float | None]] | None = None,
+) -> Panel:
+    steps = steps or [("green", None)]
+    return {
+        "type": "stat",
+        "title": title,
+        "description": desc,
+        "datasource": DS,
+        "fieldConfig": {
+            "defaults": {
+                "unit": unit,
+                "thresholds": {"mode": "absolute", "steps": [{"color": c, "value": v} for c, v in steps]},
+            },
+            "overrides": [],
+        },
+        "options": {"reduceOptions": {"calcs": ["lastNotNull"]}, "colorMode": "value"},
+        "targets": [{"refId": "A", "expr": expr, "datasource": DS}],
+        "_width": 6,
+    }
+
+
+def row(title: str) -> Panel:
+    return {"type": "row", "title": title, "collapsed": False, "panels": [], "_width": 24}
+
+
+def quantiles(metric: str, qs: tuple[float, ...]) -> list[tuple[str, str]]:
+    return [
+        (
+            f"histogram_quantile({q}, sum by (le) (rate({P}{metric}_bucket{MODEL}{RATE})))",
+            f"p{round(q * 100)}",
+        )
+        for q in qs
+    ]
+
+
+def ratio(numerator: str, denominator: str) -> str:
+    return f"sum(rate({numerator}{RATE})) / clamp_min(sum(rate({denominator}{RATE})), 1e-9)"
+
+
+def panels() -> list[Panel]:
+    replica_health = timeseries(
+        "Replica health",
+        [(f"min by (replica) ({P}replica_healthy)", "{{replica}}")],
+        width=24,
+        desc="Down when any gateway pod has ejected the replica.",
+    )
+    replica_health |= {
+        "type": "state-timeline",
+        "fieldConfig": {
+            "defaults": {
+                "mappings": [
+                    {
+                        "type": "value",
+                        "options": {
+                            "0": {"text": "down", "color": "red"},
+                            "1": {"text": "up", "color": "green"},
+                        },
+                    }
+                ],
+                "thresholds": {
+                    "mode": "absolute",
+                    "steps": [{"color": "red", "value": None}, {"color": "green", "value": 1}],
+                },
+            },
+            "overrides": [],
+        },
+        "options": {"showValue": "never", "mergeValues": True},
+    }
+    return [
+        row("Traffic"),
+        stat("Request rate", f"sum(rate({P}requests_total{MODEL}{RATE}))", unit="reqps"),
+        stat(
+            "Error ratio (5xx)",
+            ratio(f'{P}requests_total{{model=~"$model",status=~"5.."}}', f"{P}requests_total{MODEL}"),
+            steps=[("green", None), ("orange", 0.01), ("red", 0.05)],
+        ),
+        stat(
+            "Response cache hit ratio",
+            ratio(f'{P}cache_requests_total{{result="hit"}}', f"{P}cache_requests_total"),
+        ),
+        stat(
+            "Healthy replicas",
+            f"count(max by (replica) ({P}replica_healthy) == 1) or vector(0)",
+            unit="short",
+            desc="Replicas that at least one gateway pod routes to.",
+        ),
+        timeseries(
+            "Requests by model and status",
+            [(f"sum by (model, status) (rate({P}requests_total{MODEL}{RATE}))", "{{model}} {{status}}")],
+            unit="reqps",
+        ),
+        timeseries(
+            "Upstream errors by replica and kind",
+            [(f"sum by (replica, kind) (rate({P}upstream_errors_total{RATE}))", "{{replica}} {{kind}}")],
+            unit="reqps",
+        ),
+        row("Latency"),
+        timeseries("Request duration", quantiles("request_duration_seconds", (0.5, 0.95, 0.99)), unit="s"),
+        timeseries(
+            "Time to first byte", quantiles("time_to_first_byte_seconds", (0.5, 0.95, 0.99)), unit="s"
+        ),
+        row("Routing"),
+        timeseries(
+            "Routing decisions by reason",
+            [(f"sum by (reason) (rate({P}routing_decisions_total{MODEL}{RATE}))", "{{reason}}")],
+            unit="reqps",
+            stack=True,
+        ),
+        timeseries(
+            "Prefix match fraction", quantiles("prefix_match_fraction", (0.5, 0.9)), unit="percentunit"
+        ),
+        timeseries(
+            "Prefix tokens: predicted vs reported cached",
+            [
+                (f"sum by (replica) (rate({P}prefix_predicted_tokens_total{RATE}))", "predicted {{replica}}"),
+                (
+                    f"sum by (replica) (rate({P}prefix_reported_cached_tokens_total{RATE}))",
+                    "reported {{replica}}",
+                ),
+            ],
+            desc="Tokens the gateway's index expected the replica to have cached vs what the replica "
+            "reported (usage.prompt_tokens_details.cached_tokens).",
+        ),
+        timeseries("In-flight requests by replica", [(f"sum by (replica) ({P}in_flight)", "{{replica}}")]),
+        row("Response cache and anti-stampede"),
+        timeseries(
+            "Cache results",
+            [(f"sum by (result) (rate({P}cache_requests_total{RATE}))", "{{result}}")],
+            unit="reqps",
+            stack=True,
+        ),
+        timeseries(
+            "Coalesced requests",
+            [(f'sum(rate({P}cache_requests_total{{result="coalesced"}}{RATE}))', "coalesced")],
+            unit="reqps",
+            desc="Requests answered by following an identical in-flight request instead of going to the fleet.",
+        ),
+        timeseries(
+            "Cache bypass by reason",
+            [(f"sum by (reason) (rate({P}cache_bypass_total{RATE}))", "{{reason}}")],
+            unit="reqps",
+        ),
+        timeseries(
+            "Rate-limited requests",
+            [(f"sum by (tenant, kind) (rate({P}ratelimited_total{RATE}))", "{{tenant}} {{kind}}")],
+            unit="reqps",
+        ),
+        row("Billing"),
+        timeseries(
+            "Billed tokens by kind",
+            [(f"sum by (kind) (rate({P}billed_tokens_total{RATE}))", "{{kind}}")],
+            stack=True,
+        ),
+        timeseries(
+            "Billed cost by tenant (per hour)",
+            [(f"sum by (tenant) (rate({P}billed_cost_micros_total{RATE})) * 3600 / 1e6", "{{tenant}}")],
+            unit="currencyUSD",
+        ),
+        row("Replicas"),
+        replica_health,
+    ]
+
+
+def layout(items: list[Panel]) -> list[Panel]:
+    """Place panels left to right on Grafana's 24-column grid; a row header starts a new line."""
+    x = y = line_height = 0
+    out = []
+    for pid, panel in enumerate(items, start=1):
+        width = panel.pop("_width")
+        height = {"row": 1, "stat": 4}.get(panel["type"], 8)
+        if panel["type"] == "row" or x + width > 24:
+            y += line_height
+            x = line_height = 0
+        panel["id"] = pid
+        panel["gridPos"] = {"h": height, "w": width, "x": x, "y": y}
+        x += width
+        line_height = max(line_height, height)
+        out.append(panel)
+    return out
+
+
+def dashboard() -> dict[str, Any]:
+    label_query = f"label_values({P}requests_total, model)"
+    return {
+        "uid": "prefix-gateway",
+        "title": "prefix-gateway",
+        "description": "Traffic, latency, routing, response cache, rate limits, billing and replica health.",
+        "tags": ["prefix-gateway", "llm"],
+        "timezone": "browser",
+        "editable": True,
+        "graphTooltip": 1,
+        "schemaVersion": 39,
+        "version": 1,
+        "refresh": "30s",
+        "time": {"from": "now-3h", "to": "now"},
+        "templating": {
+            "list": [
+                {
+                    "name": "datasource",
+                    "type": "datasource",
+                    "query": "prometheus",
+                    "label": "Data source",
+                    "current": {},
+                    "hide": 0,
+                },
+                {
+                    "name": "model",
+                    "type": "query",
+                    "label": "Model",
+                    "datasource": DS,
+                    "query": {"query": label_query, "refId": "model"},
+                    "definition": label_query,
+                    "includeAll": True,
+                    "multi": True,
+                    "allValue": ".*",
+                    "current": {"text": "All", "value": "$__all"},
+                    "refresh": 2,
+                },
+            ]
+        },
+        "annotations": {"list": []},
+        "panels": layout(panels()),
+    }
+
+
+def render() -> str:
+    return json.dumps(dashboard(), indent=2) + "\n"
+
+
+if __name__ == "__main__":
+    OUT.write_text(render())
+    print(f"wrote {OUT}")

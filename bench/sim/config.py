@@ -12,7 +12,7 @@ class Faults:
 
     - ``fail_status``: answer every generation request with this HTTP status and an OpenAI error body.
     - ``hang``: never answer (until the client goes away, or ``SimConfig.hang_limit_s`` passes).
-    - ``drop_mid_stream_after``: abort the TCP connection after N SSE events of a stream (for a
+    - ``drop_mid_stream_after``: close the TCP connection after N SSE events of a stream (for a
       non-stream request: after the headers and half of the body).
     - ``slow_factor``: multiplies every modelled delay.
     - ``malformed``: answer 200 with invalid JSON, or an SSE stream carrying a broken event.

@@ -39,6 +39,10 @@ _ERROR_TYPES = {
 }
 
 
+class _SimulatedDrop(Exception):
+    """The ``drop_mid_stream_after`` fault closed the connection (not counted as a cancellation)."""
+
+
 class _BadRequest(Exception):
     def __init__(self, status: int, message: str, param: str | None = None) -> None:
         super().__init__(message)
@@ -286,7 +290,7 @@ async def _send_stream(
         for i, event in enumerate(events):
             if drop_after is not None and i >= drop_after:
                 _abort(request)
-                raise ConnectionResetError("simulated drop mid-stream")
+                raise _SimulatedDrop
             if per_token_s and 1 <= i - job.lead < len(toks):
                 await asyncio.sleep(per_token_s)
             await resp.write(event)
@@ -305,7 +309,7 @@ async def _send_dropped_json(request: web.Request, payload: bytes) -> web.Stream
     await resp.prepare(request)
     await resp.write(payload[: len(payload) // 2])
     _abort(request)
-    raise ConnectionResetError("simulated drop mid-body")
+    raise _SimulatedDrop
 
 
 async def _generate(request: web.Request, chat: bool) -> web.StreamResponse:
@@ -336,6 +340,9 @@ async def _generate(request: web.Request, chat: bool) -> web.StreamResponse:
     except ConnectionResetError:
         counters.cancelled += 1
         return web.Response(status=499)  # never reaches the client: its connection is gone
+    except _SimulatedDrop:
+        counters.dropped += 1
+        return web.Response(status=499)  # idem: the fault closed the connection
 
 
 async def _run(

@@ -27,6 +27,7 @@ class Counters:
     requests: int = 0  # generation/embedding requests received (including faulted and invalid ones)
     cancelled: int = 0  # the client went away before the answer ended
     completed: int = 0  # answers delivered in full
+    dropped: int = 0  # connections closed by the drop_mid_stream_after fault
     errors: int = 0  # answered with an error status (validation or fault)
     prompt_tokens: int = 0  # prompt tokens admitted to the engine (= prefix-cache tokens queried)
     cached_tokens: int = 0  # of which found in the prefix cache

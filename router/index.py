@@ -77,11 +77,14 @@ class PrefixIndex:
             out[rid] = lo
         return out
 
-    def insert(self, replica_id: str, hashes: Sequence[int], now: float = 0.0, known: int = 0) -> None:
+    def insert(
+        self, replica_id: str, hashes: Sequence[int], now: float = 0.0, known: int | None = None
+    ) -> None:
         """Record that ``hashes`` were just sent to ``replica_id`` (refreshing those already held).
 
-        ``known``: how many leading hashes the replica is known to hold (its ``match`` result, with no
-        change in between); they are refreshed in place, the rest is (re)inserted. All C-level loops.
+        ``known``: how many leading hashes the replica holds, from ``match`` with no change in between;
+        those are refreshed in place and (entries being prefix-closed) the rest are known to be absent.
+        Without it every hash is removed first and re-added. All loops are C-level.
         """
         lru = self._lru.get(replica_id)
         if lru is None:
@@ -89,10 +92,12 @@ class PrefixIndex:
         cap = self._cap[replica_id]
         if len(hashes) > cap:
             hashes = hashes[:cap]  # the head of a chain is what a match can reach
+        if known is None:
+            deque(map(lru.pop, hashes, repeat(None)), maxlen=0)  # so that re-adding moves them to the end
+            known = 0
         known = min(known, len(hashes))
         tail = hashes[known:]
         if tail:
-            deque(map(lru.pop, tail, repeat(None)), maxlen=0)  # so that re-adding moves them to the end
             lru.update(zip(reversed(tail), repeat(now)))
         if known:
             head = hashes[:known]

@@ -33,7 +33,10 @@ BATCH_SEPARATOR_ID = 0xFFFFFFFF
 def render_prompt(endpoint: str, body: Mapping[str, Any]) -> str | list[int]:
     """Render a request's prompt; token-id completions prompts come back as a list of ids."""
     if endpoint == "chat":
-        return render_chat(body.get("messages") or (), body.get("tools"))
+        messages = body.get("messages")
+        if not isinstance(messages, list):  # malformed: still rendered, the gateway rejects it anyway
+            messages = [messages] if messages is not None else []
+        return render_chat(messages, body.get("tools"))
     prompt = body.get("prompt") if endpoint == "completions" else body.get("input")
     return render_completion_prompt(prompt)
 
@@ -61,19 +64,22 @@ def render_completion_prompt(prompt: Any) -> str | list[int]:
     if isinstance(prompt, str):
         return prompt
     if isinstance(prompt, list) and prompt:
-        first = prompt[0]
-        if isinstance(first, int) and not isinstance(first, bool):
-            return [int(t) & 0xFFFFFFFF for t in prompt]
+        if all(_is_id(t) for t in prompt):
+            return [t & 0xFFFFFFFF for t in prompt]
         if all(isinstance(p, str) for p in prompt):
             return "\x1e".join(prompt)
-        if all(isinstance(p, list) for p in prompt):
+        if all(isinstance(p, list) and all(_is_id(t) for t in p) for p in prompt):
             ids: list[int] = []
             for i, part in enumerate(prompt):
                 if i:
                     ids.append(BATCH_SEPARATOR_ID)
-                ids.extend(int(t) & 0xFFFFFFFF for t in part if isinstance(t, int))
+                ids.extend(t & 0xFFFFFFFF for t in part)
             return ids
     return _json(prompt)
+
+
+def _is_id(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _render_message(message: Any, pieces: list[str]) -> None:

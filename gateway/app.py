@@ -78,7 +78,10 @@ def create_app(
     async def cleanup(app: web.Application) -> None:
         await health.stop_task(app.get(HEALTH_TASK))
         await health.stop_task(app.get(SCRAPE_TASK))
-        await current_state(app).upstream.session.close()
+        state = current_state(app)
+        if state.cache is not None:
+            await state.cache.close()
+        await state.upstream.session.close()
 
     app.on_startup.append(startup)
     app.on_cleanup.append(cleanup)

@@ -10,11 +10,14 @@ import time
 import orjson
 from aiohttp import web
 
+from cache.buckets import Reservation, TakeResult
+from gateway import response_cache
 from gateway.errors import GatewayError, error_response
 from gateway.logs import log_access
-from gateway.proxy import Outcome, proxy
-from gateway.request import parse_request
+from gateway.proxy import Outcome
+from gateway.request import ParsedRequest, parse_request
 from gateway.state import GatewayState, current_state
+from gateway.tenancy import Tenant
 
 _MAX_REQUEST_ID = 128
 _ID_PREFIX = os.urandom(6).hex()
@@ -45,7 +48,12 @@ async def _inference(request: web.Request, endpoint: str) -> web.StreamResponse:
                 404, f"The model '{parsed.model}' does not exist", param="model", code="model_not_found"
             )
         model = pool.name
-        resp = await proxy(request, state, pool, parsed, tenant, outcome)
+        reservation = await admit_tenant(state, tenant, parsed, outcome)
+        try:
+            resp = await response_cache.serve(request, state, pool, parsed, tenant, outcome)
+        finally:
+            if reservation is not None:
+                await settle_tenant(state, reservation, outcome)
         return resp
     except GatewayError as err:
         err.headers.setdefault("x-request-id", outcome.request_id)
@@ -62,11 +70,58 @@ async def _inference(request: web.Request, endpoint: str) -> web.StreamResponse:
         _observe(state, model, tenant_label, endpoint, outcome, elapsed)
 
 
+async def admit_tenant(
+    state: GatewayState, tenant: Tenant, parsed: ParsedRequest, outcome: Outcome
+) -> Reservation | None:
+    """Per-tenant token buckets: requests/s, then prompt + max_tokens reserved from tokens/min."""
+    if state.cache is None:
+        return None
+    limiter = state.cache.limiter
+    took = await limiter.check_request(tenant.id)
+    if not took.allowed:
+        state.metrics.ratelimited.labels(tenant.metric_label, "requests").inc()
+        raise _rate_limited(took, "requests per second", limiter.request_burst or 0, outcome)
+    estimate = parsed.prompt_chars // 4 + int(
+        parsed.body.get("max_tokens") or parsed.body.get("max_completion_tokens") or 16
+    )
+    took, reservation = await limiter.reserve_tokens(tenant.id, estimate)
+    if not took.allowed:
+        state.metrics.ratelimited.labels(tenant.metric_label, "tokens").inc()
+        raise _rate_limited(took, "tokens per minute", limiter.tokens_per_min or 0, outcome)
+    return reservation
+
+
+def _rate_limited(took: TakeResult, what: str, limit: float, outcome: Outcome) -> GatewayError:
+    retry = 60 if took.retry_after_s == float("inf") else max(1, int(took.retry_after_s + 0.999))
+    return GatewayError(
+        429,
+        f"Rate limit reached for {what} (limit {limit:g}); retry after {retry}s",
+        code="rate_limit_exceeded",
+        headers={
+            "Retry-After": str(retry),
+            "x-ratelimit-limit": f"{limit:g}",
+            "x-ratelimit-remaining": f"{max(0.0, took.remaining):.0f}",
+            "x-ratelimit-reset": f"{retry}s",
+        },
+    )
+
+
+async def settle_tenant(state: GatewayState, reservation: Reservation, outcome: Outcome) -> None:
+    """Refund what the reservation did not use (all of it when nothing was generated)."""
+    assert state.cache is not None
+    used = 0
+    if outcome.usage and outcome.source == "upstream":
+        used = int(outcome.usage.get("total_tokens") or 0)
+    await state.cache.limiter.settle(reservation, used)
+
+
 def _observe(
     state: GatewayState, model: str, tenant: str, endpoint: str, outcome: Outcome, elapsed: float
 ) -> None:
     metrics = state.metrics
     metrics.count_request(model, outcome.replica, outcome.status)
+    if outcome.cache:
+        metrics.cache_requests.labels(outcome.cache).inc()
     if model != "-":
         metrics.duration.labels(model).observe(elapsed)
         ttfb = outcome.first_byte_s if outcome.first_byte_s is not None else elapsed
@@ -85,6 +140,8 @@ def _observe(
                 "prompt_tokens_est": outcome.prompt_tokens,
                 "matched_tokens_est": outcome.matched_tokens,
                 "upstream_error": outcome.upstream_error,
+                "cache": outcome.cache,
+                "source": outcome.source,
                 "ttfb_ms": round(outcome.first_byte_s * 1000, 2)
                 if outcome.first_byte_s is not None
                 else None,

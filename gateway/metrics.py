@@ -86,6 +86,43 @@ class GatewayMetrics:
             ["replica"],
             registry=r,
         )
+        self.cache_requests = Counter(
+            f"{NS}_cache_requests_total",
+            "Response-cache outcomes (the x-cache header).",
+            ["result"],
+            registry=r,
+        )
+        self.cache_bypass = Counter(
+            f"{NS}_cache_bypass_total",
+            "Requests the response cache did not serve or store, by reason.",
+            ["reason"],
+            registry=r,
+        )
+        self.cache_not_stored = Counter(
+            f"{NS}_cache_not_stored_total",
+            "Answers not stored, by reason.",
+            ["reason"],
+            registry=r,
+        )
+        self.cache_store_seconds = Histogram(
+            f"{NS}_cache_store_seconds",
+            "Latency of response-store calls.",
+            ["op"],
+            buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5),
+            registry=r,
+        )
+        self.ratelimited = Counter(
+            f"{NS}_ratelimited_total",
+            "Requests refused by a token bucket.",
+            ["tenant", "kind"],
+            registry=r,
+        )
+        self.redis_errors = Counter(
+            f"{NS}_redis_errors_total",
+            "Failed Redis calls (the caller failed open or closed).",
+            ["component", "op"],
+            registry=r,
+        )
         self._request_children: dict[tuple[str, str, int], object] = {}
         self._decision_children: dict[tuple[str, str, str], object] = {}
 

@@ -11,6 +11,7 @@ import asyncio
 import logging
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +23,7 @@ from gateway.errors import GatewayError, error_body
 from gateway.pools import Pool
 from gateway.request import ENDPOINT_PATHS, ParsedRequest
 from gateway.state import GatewayState
+from gateway.stream_tap import StreamTap
 from gateway.tenancy import Tenant
 from gateway.upstream import HOP_BY_HOP, UpstreamFailure
 from router.pool import PoolRouter
@@ -47,12 +49,25 @@ class Outcome:
     prompt_tokens: int = 0
     upstream_error: str | None = None
     usage: dict[str, Any] | None = None
+    response: dict[str, Any] | None = None  # the complete answer (parsed or assembled), when known
+    cache: str | None = None  # x-cache value
+    source: str = "upstream"  # upstream | response_cache | coalesced | fallback (billing, logs)
+    extra_headers: dict[str, str] = field(default_factory=dict)
 
 
-def upstream_body(parsed: ParsedRequest, pool: Pool, tenant: Tenant) -> bytes:
+@dataclass(slots=True)
+class Relay:
+    """How to treat the answer on its way back: what to watch in a stream, how to rewrite a whole body."""
+
+    tap: StreamTap | None = None
+    rewrite_whole: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    parse_whole: bool = True
+
+
+def upstream_body(payload: dict[str, Any], pool: Pool, tenant: Tenant) -> bytes:
     """The body sent to the replica: the client's fields in the client's order (so the replica's own
     prefix cache sees the same prompt), the served model name, and the tenant's ``cache_salt``."""
-    body = dict(parsed.body)
+    body = dict(payload)
     if pool.cfg.served_model_name:
         body["model"] = pool.cfg.served_model_name
     if pool.sends_cache_salt:
@@ -66,6 +81,7 @@ def _relay_headers(resp: aiohttp.ClientResponse, outcome: Outcome, decision: Dec
     headers = {k: v for k, v in resp.headers.items() if k.lower() not in HOP_BY_HOP}
     headers["x-gateway-replica"] = decision.replica.id
     headers["x-request-id"] = outcome.request_id
+    headers.update(outcome.extra_headers)
     if decision.prompt_tokens:
         headers["x-gateway-prefix-match"] = f"{decision.matched_tokens}/{decision.prompt_tokens}"
     return headers
@@ -82,9 +98,13 @@ async def proxy(
     parsed: ParsedRequest,
     tenant: Tenant,
     outcome: Outcome,
+    payload: dict[str, Any] | None = None,
+    relay: Relay | None = None,
 ) -> web.StreamResponse:
+    """Send ``payload`` (default: the client's body) to a replica of ``pool`` and relay the answer."""
     retries = state.policy.retries
-    body = upstream_body(parsed, pool, tenant)
+    relay = relay or Relay()
+    body = upstream_body(parsed.body if payload is None else payload, pool, tenant)
     headers = {"Content-Type": "application/json", "X-Request-Id": outcome.request_id}
     if parsed.stream:
         headers["Accept"] = "text/event-stream"
@@ -136,9 +156,9 @@ async def proxy(
                     await asyncio.sleep(_backoff(attempt, retries.backoff_base_s, retries.backoff_max_s))
                     continue
                 if parsed.stream and resp.status == 200:
-                    answer = await _relay_stream(request, state, router, resp, decision, outcome)
+                    answer = await _relay_stream(request, state, router, resp, decision, outcome, relay)
                 else:
-                    answer = await _relay_whole(state, router, resp, decision, outcome)
+                    answer = await _relay_whole(state, router, resp, decision, outcome, relay)
                 _observe_usage(state, router, decision, outcome.usage)
                 return answer
             except UpstreamFailure as failure:
@@ -187,16 +207,23 @@ async def _relay_whole(
     resp: aiohttp.ClientResponse,
     decision: Decision,
     outcome: Outcome,
+    relay: Relay,
 ) -> web.Response:
     data = await state.upstream.read_all(resp)
     router.release_prefill(decision)
     outcome.status = resp.status
     headers = _relay_headers(resp, outcome, decision)
-    if resp.status == 200 and data[:1] == b"{":
+    if resp.status == 200 and relay.parse_whole and data[:1] == b"{":
         try:
-            outcome.usage = orjson.loads(data).get("usage")
-        except (orjson.JSONDecodeError, AttributeError):
-            outcome.usage = None
+            parsed = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            parsed = None
+        if isinstance(parsed, dict):
+            outcome.response = parsed
+            usage = parsed.get("usage")
+            outcome.usage = usage if isinstance(usage, dict) else None
+            if relay.rewrite_whole is not None:
+                data = orjson.dumps(relay.rewrite_whole(parsed))
     return web.Response(status=resp.status, body=data, headers=headers)
 
 
@@ -207,7 +234,9 @@ async def _relay_stream(
     resp: aiohttp.ClientResponse,
     decision: Decision,
     outcome: Outcome,
+    relay: Relay,
 ) -> web.StreamResponse:
+    tap = relay.tap
     chunks = state.upstream.iter_chunks(resp)
     # Read the first chunk before answering: until then a failure can still be retried elsewhere.
     first = await anext(chunks, b"")
@@ -218,10 +247,14 @@ async def _relay_stream(
     await out.prepare(request)
     outcome.status = 200
     outcome.first_byte_s = time.perf_counter() - outcome.started
-    if first:
-        await out.write(first)
     try:
+        if first:
+            await out.write(tap.feed(first) if tap is not None else first)
         async for chunk in chunks:
+            if tap is not None:
+                chunk = tap.feed(chunk)
+                if not chunk:
+                    continue
             await out.write(chunk)
     except UpstreamFailure as failure:
         # Too late to retry: tell the client in OpenAI's shape, then end the stream.
@@ -231,5 +264,8 @@ async def _relay_stream(
             f"upstream stream failed: {failure}", "upstream_error", None, "upstream_stream_error"
         )
         await out.write(b"data: " + orjson.dumps(event) + b"\n\n")
+    if tap is not None:
+        outcome.usage = tap.usage
+        outcome.response = tap.result()
     await out.write_eof()
     return out

@@ -11,8 +11,11 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from config.policy import Policy
+from gateway.cache_runtime import CacheRuntime, build_cache_runtime
 from gateway.metrics import GatewayMetrics
+from gateway.ops_metrics import ops_metrics
 from gateway.pools import Pool, build_pools
+from gateway.replica_health import FleetHealth
 from gateway.tenancy import TenantResolver, server_secret
 from gateway.upstream import Upstream
 
@@ -24,20 +27,42 @@ class GatewayState:
     tenants: TenantResolver
     metrics: GatewayMetrics
     upstream: Upstream
+    cache: CacheRuntime | None = None
     draining: bool = False
+    # Breakers, active verdicts and drains per replica: one object shared by every state a reload builds.
+    fleet: FleetHealth | None = None
+
+
+def new_fleet(policy: Policy, metrics: GatewayMetrics) -> FleetHealth:
+    return FleetHealth(policy.breaker, ops_metrics(metrics.registry), metrics.replica_healthy)
 
 
 def build_state(
-    policy: Policy, metrics: GatewayMetrics, upstream: Upstream, secret: bytes | None = None
+    policy: Policy,
+    metrics: GatewayMetrics,
+    upstream: Upstream,
+    secret: bytes | None = None,
+    fleet: FleetHealth | None = None,
+    pools: dict[str, Pool] | None = None,
 ) -> GatewayState:
+    """``fleet`` and ``pools`` are given by a reload, to keep breakers, drains and routers' indexes."""
     if secret is None:
         secret = server_secret(policy.tenancy, required=policy.redis.url is not None)
+    if pools is None:
+        pools = build_pools(policy)
+    if fleet is None:
+        fleet = new_fleet(policy, metrics)
+    else:
+        fleet.reconfigure(policy.breaker)
+    fleet.attach(p.router for p in pools.values())
     return GatewayState(
         policy=policy,
-        pools=build_pools(policy),
+        pools=pools,
         tenants=TenantResolver(policy.tenancy, secret),
         metrics=metrics,
         upstream=upstream,
+        cache=build_cache_runtime(policy, metrics) if policy.cache.enabled else None,
+        fleet=fleet,
     )
 
 

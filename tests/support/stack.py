@@ -37,7 +37,10 @@ def policy_for(
     backend: str = "vllm",
     **sections: Any,
 ) -> Policy:
-    """A policy in front of ``urls``; ``sections`` override top-level sections (dicts)."""
+    """A policy in front of ``urls``; ``sections`` override top-level sections (dicts).
+
+    The response cache is off unless a test passes ``cache=...``: proxy tests repeat identical
+    deterministic requests and mean every one of them to reach a replica."""
     raw: dict[str, Any] = {
         "server": {"host": "127.0.0.1", "port": 0, "access_log": False},
         "health": {"interval_s": 0.2, "timeout_s": 0.5, "fails_to_eject": 2},
@@ -51,6 +54,7 @@ def policy_for(
             }
         ],
     }
+    raw["cache"] = {"enabled": False}
     raw.update(sections)
     return Policy.model_validate(raw)
 

@@ -1,0 +1,86 @@
+"""Watch an upstream SSE stream on its way to the client.
+
+The tap re-frames the stream event by event (``data: ...\\n\\n``, as vLLM and SGLang write it), so it can:
+- assemble the complete answer when someone needs it (a cache fill, coalesced followers);
+- find the usage chunk (billing) and drop it when the gateway asked for it and the client did not;
+- unmask PII placeholders per request (mask mode), holding back a placeholder split across deltas;
+- hand each parsed chunk to coalesced followers as it arrives.
+Events are JSON-parsed only when one of these needs it; otherwise their bytes pass through as they came.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+from cache.pii import ChunkUnmasker
+from cache.sse import DONE, SSEParser, StreamAssembler
+
+
+def is_usage_only(chunk: Any) -> bool:
+    """The final usage chunk of a stream: ``choices`` empty and ``usage`` set."""
+    return isinstance(chunk, dict) and chunk.get("choices") == [] and chunk.get("usage") is not None
+
+
+class StreamTap:
+    def __init__(
+        self,
+        *,
+        assemble: bool = False,
+        strip_usage: bool = False,
+        unmasker: ChunkUnmasker | None = None,
+        publish: Callable[[Any], None] | None = None,
+    ):
+        self.parser = SSEParser()
+        self.assembler = StreamAssembler() if assemble or publish is not None else None
+        self.strip_usage = strip_usage
+        self.unmasker = unmasker if unmasker is not None and unmasker.mapping else None
+        self.publish = publish
+        self.usage: dict[str, Any] | None = None
+        self.done = False
+        self.events = 0
+
+    def feed(self, data: bytes) -> bytes:
+        """Bytes from upstream in, bytes for the client out (possibly fewer, possibly rewritten)."""
+        out: list[bytes] = []
+        for event in self.parser.feed(data):
+            self.events += 1
+            if event == DONE:
+                self.done = True
+                if self.assembler is not None:
+                    self.assembler.add(DONE)
+                if self.publish is not None:
+                    self.publish(DONE)
+                out.append(b"data: [DONE]\n\n")
+                continue
+            needs_json = self.assembler is not None or self.unmasker is not None or '"usage"' in event
+            chunk: Any = None
+            if needs_json:
+                try:
+                    chunk = orjson.loads(event)
+                except orjson.JSONDecodeError:
+                    chunk = None
+                if chunk is None:
+                    if self.assembler is not None:
+                        self.assembler.bad = True
+                    out.append(b"data: " + event.encode() + b"\n\n")
+                    continue
+                if self.assembler is not None:
+                    self.assembler.add(chunk)
+                if self.publish is not None:
+                    self.publish(chunk)
+                if isinstance(chunk, dict) and isinstance(chunk.get("usage"), dict):
+                    self.usage = chunk["usage"]
+                if self.strip_usage and is_usage_only(chunk):
+                    continue
+                if self.unmasker is not None:
+                    out.append(b"data: " + orjson.dumps(self.unmasker.process(chunk)) + b"\n\n")
+                    continue
+            out.append(b"data: " + event.encode() + b"\n\n")
+        return b"".join(out)
+
+    def result(self) -> dict[str, Any] | None:
+        """The assembled answer when the stream ended normally, else None (never cached)."""
+        return self.assembler.result() if self.assembler is not None else None

@@ -30,6 +30,9 @@ class ServerConfig(_Strict):
     drain_timeout_s: float = Field(
         30.0, ge=0, description="on SIGTERM, how long in-flight requests may finish"
     )
+    keepalive_timeout_s: float = Field(
+        75.0, gt=0, description="an idle keep-alive client connection is closed after this"
+    )
 
 
 class LimitsConfig(_Strict):
@@ -37,6 +40,20 @@ class LimitsConfig(_Strict):
     max_header_bytes: int = Field(16 * 1024, ge=1024, description="longest request line / header field")
     max_prompt_chars: int = Field(
         4 * 1024 * 1024, ge=1, description="longest rendered prompt (characters) accepted, else 400"
+    )
+    header_timeout_s: float = Field(
+        10.0, gt=0, description="from a request's first byte to the end of its headers, else cut off"
+    )
+    body_timeout_s: float = Field(30.0, gt=0, description="reading a whole request body, else 408")
+    max_concurrent_requests: int = Field(
+        1024, ge=0, description="inference requests served at once by one process (0: no limit)"
+    )
+    max_queued_requests: int = Field(
+        1024, ge=0, description="requests waiting for a slot (process or replica) before 503"
+    )
+    queue_timeout_s: float = Field(5.0, ge=0, description="longest wait for a slot before 503")
+    max_concurrent_per_replica: int = Field(
+        0, ge=0, description="requests one process sends at once to one replica (0: no limit)"
     )
 
 
@@ -80,6 +97,44 @@ class ScrapeConfig(_Strict):
     timeout_s: float = Field(0.5, gt=0)
 
 
+class BreakerConfig(_Strict):
+    """Passive outlier detection: a circuit breaker per replica, fed by real requests' outcomes.
+
+    Transport failures (connect refused, connect/first-byte/idle timeouts, dropped connections) and
+    5xx answers are counted separately, each against its own threshold; any success resets both.
+    """
+
+    enabled: bool = True
+    transport_failures: int = Field(3, ge=1, description="consecutive transport failures that open it")
+    status_failures: int = Field(5, ge=1, description="consecutive 5xx answers that open it")
+    open_s: float = Field(1.0, gt=0, description="first wait before a half-open probe")
+    max_open_s: float = Field(30.0, gt=0, description="cap of the doubling wait")
+    close_after: int = Field(2, ge=1, description="successful probes that close it again")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> BreakerConfig:
+        if self.open_s > self.max_open_s:
+            raise ValueError("open_s must not exceed max_open_s")
+        return self
+
+
+class DiscoveryConfig(_Strict):
+    """Replicas found by resolving a DNS name (e.g. a Kubernetes headless service), re-resolved
+    periodically; each address becomes a replica ``ip:port``."""
+
+    dns: str = Field(min_length=1, max_length=253, description="host name to resolve")
+    port: int = Field(8000, ge=1, le=65535)
+    scheme: Literal["http", "https"] = "http"
+    interval_s: float = Field(10.0, gt=0, description="how often the name is resolved again")
+    kv_capacity_blocks: int | None = Field(None, ge=1)
+
+
+class ReloadConfig(_Strict):
+    """Hot reload of the policy file (SIGHUP and ``POST /admin/reload`` work regardless)."""
+
+    watch_interval_s: float = Field(0.0, ge=0, description="poll the file's mtime this often (0: off)")
+
+
 class ReplicaConfig(_Strict):
     url: AnyHttpUrl
     id: str | None = Field(None, description="stable name; defaults to host:port of the url")
@@ -103,11 +158,14 @@ class ModelPoolConfig(_Strict):
     name: str = Field(min_length=1, description="model name clients send")
     served_model_name: str | None = Field(None, description="name the replicas know it by, if different")
     backend: BackendKind = "vllm"
-    replicas: list[ReplicaConfig] = Field(min_length=1)
+    replicas: list[ReplicaConfig] = Field(default_factory=list)
+    discovery: DiscoveryConfig | None = Field(None, description="replicas from DNS, besides `replicas`")
     routing: RoutingConfig = Field(default_factory=RoutingConfig)
 
     @model_validator(mode="after")
     def _unique_replicas(self) -> ModelPoolConfig:
+        if not self.replicas and self.discovery is None:
+            raise ValueError("a model pool needs `replicas` or `discovery` (or both)")
         ids = [r.replica_id for r in self.replicas]
         dup = {i for i in ids if ids.count(i) > 1}
         if dup:
@@ -154,6 +212,8 @@ class TenancyConfig(_Strict):
 
 
 class AdminConfig(_Strict):
+    """``/admin/*`` answers 404 unless the variable named here holds a token (sent as a bearer token)."""
+
     token_env: str = Field("PREFIX_GATEWAY_ADMIN_TOKEN", description="variable holding the admin token")
 
 
@@ -170,6 +230,8 @@ class Policy(_Strict):
     timeouts: TimeoutsConfig = Field(default_factory=TimeoutsConfig)
     retries: RetriesConfig = Field(default_factory=RetriesConfig)
     health: HealthConfig = Field(default_factory=HealthConfig)
+    breaker: BreakerConfig = Field(default_factory=BreakerConfig)
+    reload: ReloadConfig = Field(default_factory=ReloadConfig)
     scrape: ScrapeConfig = Field(default_factory=ScrapeConfig)
     models: list[ModelPoolConfig] = Field(min_length=1)
     tenancy: TenancyConfig = Field(default_factory=TenancyConfig)

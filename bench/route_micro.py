@@ -4,7 +4,7 @@ An 8k-token chat prompt (approx tokenizer: ~32 KB of text) over 16 replicas whos
 other conversations; each measured request shares its system prompt and history with an earlier one.
 Not a test: prints the median and p99 in microseconds.
 
-    python bench/route_micro.py [--replicas 16] [--tokens 8192] [--iters 2000]
+    python bench/route_micro.py [--replicas 16] [--tokens 8192] [--iters 2000] [--policy P] [--cold]
 """
 
 from __future__ import annotations
@@ -60,6 +60,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=8192)
     ap.add_argument("--iters", type=int, default=2000)
     ap.add_argument("--policy", default="prefix_affinity")
+    ap.add_argument("--cold", action="store_true", help="measure never-seen prompts (no match anywhere)")
     args = ap.parse_args()
 
     rng = random.Random(1)
@@ -88,6 +89,17 @@ def main() -> None:
         ]
         follow.append(RouteRequest("chat", "m", {**req.body, "messages": msgs}, tenant_salt="tenant-a"))
 
+    if args.cold:  # a unique first message: nothing matches, every decision is a CHWBL placement
+        follow = [
+            RouteRequest(
+                "chat",
+                "m",
+                {**req.body, "messages": [{"role": "user", "content": f"cold {i}"}, *req.body["messages"]]},
+                tenant_salt="tenant-a",
+            )
+            for i, req in enumerate(follow * (args.iters // len(follow) + 1))
+        ]
+
     samples: list[float] = []
     reasons: dict[str, int] = {}
     matched = 0
@@ -105,7 +117,7 @@ def main() -> None:
     p99 = samples[int(0.99 * (len(samples) - 1))]
     print(
         f"policy={args.policy} replicas={args.replicas} prompt_tokens={d.prompt_tokens} "
-        f"hashed_blocks={len(d.block_hashes)} iters={args.iters}"
+        f"hashed_blocks={len(d.block_hashes)} iters={args.iters} cold={args.cold}"
     )
     print(f"route() median {median:.1f} us  p99 {p99:.1f} us  (target median <= 100 us)")
     print(f"reasons {reasons}  mean matched tokens {matched / args.iters:.0f}")

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 
 from router.policies.base import PickContext
 from router.policies.least_load import least_loaded
@@ -74,12 +75,13 @@ class PrefixAffinity:
             allowed = [r for r in allowed if matched.get(r.id, 0) >= self.affinity_ratio * best_left]
         return self._place(ctx, allowed, "saturated_spill")
 
-    def _place(self, ctx: PickContext, allowed: list[ReplicaState] | tuple, reason: str):
-        replica = (
-            chwbl_pick(self.ring, ctx.route_key, ctx.candidates, self.load_factor, allowed)
-            if allowed
-            else None
-        )
-        if replica is None:
+    def _place(
+        self, ctx: PickContext, allowed: Sequence[ReplicaState], reason: str
+    ) -> tuple[ReplicaState, str]:
+        """CHWBL from the route key, bounded over all candidates, taking only ``allowed`` ones."""
+        replica = None
+        if allowed:
+            replica = chwbl_pick(self.ring, ctx.route_key, ctx.candidates, self.load_factor, allowed)
+        if replica is None:  # everyone saturated: the least loaded still keeps within c x mean
             return least_loaded(ctx.candidates, self._rng), "all_saturated"
         return replica, reason

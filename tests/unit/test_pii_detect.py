@@ -5,6 +5,8 @@ from __future__ import annotations
 import itertools
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cache.pii import (
     CARD,
@@ -153,3 +155,32 @@ def test_find_pii_in_request_covers_every_text_the_model_sees() -> None:
     assert find_pii_in_request({"prompt": "nothing to see", "messages": "junk"}) == set()
     resp = {"object": "chat.completion", "choices": [{"message": {"content": "reach +44 20 7946 0958"}}]}
     assert find_pii_in_response(resp) == {PHONE}
+
+
+_FRAGMENTS = [value for _, value, _ in POSITIVES] + [
+    " ",
+    "-",
+    ".",
+    ":",
+    "::",
+    "(",
+    ")",
+    "+",
+    "0",
+    "1",
+    "42",
+    "2024-01-15",
+    "12:30:45",
+    "abc",
+    "DE",
+    "\n",
+    "x" * 30,
+    "5" * 20,
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(_FRAGMENTS), max_size=25))
+def test_windowed_scan_finds_exactly_what_a_full_scan_finds(parts: list[str]) -> None:
+    text = "".join(parts)
+    assert detect(text) == detect(text, windowed=False)

@@ -294,3 +294,14 @@ def test_bad_config_values_are_rejected_with_a_clear_message(fields, message):
 
 def test_session_header_is_normalised_to_lower_case():
     assert RoutingConfig(session_header="X-Conversation").session_header == "x-conversation"
+
+
+def test_everyone_saturated_falls_back_to_least_load():
+    router = affinity_router(n=3, max_queued_prefill_tokens=100)
+    req = chat(long_text("busy"))
+    router.release(router.route(req))
+    for i, r in enumerate(router.replicas):
+        r.queued_prefill_tokens = 1000
+        r.in_flight = 3 - i  # r2 is the least loaded
+    d = router.route(req)
+    assert d.reason == "all_saturated" and d.replica.id == "r2"

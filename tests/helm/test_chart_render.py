@@ -88,3 +88,17 @@ def test_strict_validation_catches_a_broken_deployment(corrupt) -> None:
     corrupt(dep["spec"]["template"]["spec"]["containers"][0])
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(dep, KUBE_VERSIONS[-1], strict=True)
+
+
+def test_notes_tell_where_to_connect_and_warn_about_unshared_state() -> None:
+    from tests.helm.chart import render_raw
+
+    def notes(values: dict) -> str:
+        return next(t for s, t in render_raw(values).items() if s.endswith("NOTES.txt"))
+
+    text = notes({})
+    assert f"http://{FULLNAME}.llm.svc:80/v1" in text
+    assert "no Redis is configured" in text  # 2 pods by default, each with its own state
+    assert "no Redis is configured" not in notes({"replicaCount": 1})
+    assert "no Redis is configured" not in notes({"redis": {"enabled": True}})
+    assert "get secret" not in notes({"secret": {"existingSecret": "mine"}})

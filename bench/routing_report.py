@@ -1,0 +1,188 @@
+"""The routing benchmark's markdown (tables, targets) and PNG plots, from its results."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from bench.report import table
+
+IMG_DIR = Path(__file__).resolve().parent.parent / "docs" / "img"
+REPO_PREFIX = "img"  # image links relative to docs/benchmarks.md
+
+
+def _pct(x: float) -> str:
+    return "n/a" if math.isnan(x) else f"{100 * x:.1f} %"
+
+
+def _ms(x: float) -> str:
+    return "n/a" if math.isnan(x) else f"{1000 * x:.0f}"
+
+
+def _by(results: Sequence[Any], workload: str, policy: str) -> Any | None:
+    return next((r for r in results if r.workload == workload and r.policy == policy), None)
+
+
+def workload_table(results: Sequence[Any]) -> str:
+    headers = [
+        "policy", "ok / sent", "fleet hit", "oracle hit", "hit / oracle", "TTFT mean ms", "TTFT p99 ms",
+        "req/s", "imbalance req", "imbalance busy", "in-flight peak max/mean", "routing reasons",
+    ]  # fmt: skip
+    rows = []
+    for r in results:
+        reasons = ", ".join(f"{k} {v}" for k, v in sorted(r.reasons.items(), key=lambda kv: -kv[1]))
+        rows.append(
+            [
+                r.policy,
+                f"{r.ok} / {r.requests}",
+                _pct(r.fleet_hit),
+                _pct(r.oracle_hit),
+                _pct(r.hit_vs_oracle),
+                _ms(r.ttft_mean),
+                _ms(r.ttft_p99),
+                f"{r.rps:.1f}",
+                f"{r.req_imbalance:.2f}",
+                f"{r.busy_imbalance:.2f}",
+                f"{r.inflight_peak_ratio:.2f}",
+                reasons or "-",
+            ]
+        )
+    return table(headers, rows)
+
+
+def targets(results: Sequence[Any], load_factor: float) -> list[list[str]]:
+    """One row per target of the issue: what was asked, what this run measured, met or not."""
+    rows: list[list[str]] = []
+
+    def row(workload: str, target: str, measured: str, met: bool | None) -> None:
+        rows.append([workload, target, measured, "n/a" if met is None else ("met" if met else "**missed**")])
+
+    for wl in ("shared_system", "multi_turn", "agent_loop"):
+        pa, rr, ll = (_by(results, wl, p) for p in ("prefix_affinity", "round_robin", "least_load"))
+        if pa is None:
+            continue
+        row(wl, "prefix_affinity hit >= 90 % of oracle", _pct(pa.hit_vs_oracle), pa.hit_vs_oracle >= 0.9)
+        row(wl, "load imbalance (requests) <= 1.3", f"{pa.req_imbalance:.2f}", pa.req_imbalance <= 1.3)
+        for other in (rr, ll):
+            if other is not None:
+                row(
+                    wl,
+                    f"p99 TTFT below {other.policy}",
+                    f"{_ms(pa.ttft_p99)} vs {_ms(other.ttft_p99)} ms",
+                    pa.ttft_p99 < other.ttft_p99,
+                )
+    pa, ll = _by(results, "no_sharing", "prefix_affinity"), _by(results, "no_sharing", "least_load")
+    if pa is not None and ll is not None:
+        row(
+            "no_sharing",
+            "p99 TTFT within 5 % of least_load",
+            f"{_ms(pa.ttft_p99)} vs {_ms(ll.ttft_p99)} ms ({100 * (pa.ttft_p99 / ll.ttft_p99 - 1):+.1f} %)",
+            pa.ttft_p99 <= 1.05 * ll.ttft_p99,
+        )
+    pa, ll = _by(results, "hot_prefix", "prefix_affinity"), _by(results, "hot_prefix", "least_load")
+    if pa is not None:
+        row(
+            "hot_prefix",
+            f"no replica above ceil({load_factor} x in-flight / n) (sampled at the replicas)",
+            f"{_pct(pa.inflight_over_bound)} of {pa.inflight_samples} samples above; peak max/mean "
+            f"{pa.inflight_peak_ratio:.2f}",
+            pa.inflight_over_bound == 0.0,
+        )
+        if ll is not None:
+            row(
+                "hot_prefix",
+                "p99 TTFT no worse than least_load",
+                f"{_ms(pa.ttft_p99)} vs {_ms(ll.ttft_p99)} ms",
+                pa.ttft_p99 <= ll.ttft_p99,
+            )
+    return rows
+
+
+def plots(results: Sequence[Any], out_dir: Path = IMG_DIR) -> list[str]:
+    """Bar charts (hit rate vs oracle, p99 TTFT, imbalance) per workload; returns the file names."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    wls = list(dict.fromkeys(r.workload for r in results))
+    pols = list(dict.fromkeys(r.policy for r in results))
+    charts = [
+        ("routing-hit-rate.png", "fleet prefix-cache hit rate (%)", lambda r: 100 * r.fleet_hit, True),
+        ("routing-ttft-p99.png", "p99 time to first token (ms)", lambda r: 1000 * r.ttft_p99, False),
+        ("routing-imbalance.png", "load imbalance: max/mean requests per replica", lambda r: r.req_imbalance, False),
+    ]  # fmt: skip
+    names = []
+    for fname, ylabel, value, with_oracle in charts:
+        fig, axes = plt.subplots(1, len(wls), figsize=(3.2 * len(wls), 3.6), squeeze=False)
+        for ax, wl in zip(axes[0], wls, strict=True):
+            rs = [_by(results, wl, p) for p in pols]
+            vals = [value(r) if r is not None else 0.0 for r in rs]
+            ax.bar(
+                range(len(pols)),
+                vals,
+                color=["#4c72b0" if p != "prefix_affinity" else "#dd8452" for p in pols],
+            )
+            if with_oracle and rs and rs[0] is not None:
+                ax.axhline(100 * rs[0].oracle_hit, color="black", linestyle="--", linewidth=1, label="oracle")
+                ax.legend(loc="lower right", fontsize=7)
+            ax.set_xticks(range(len(pols)))
+            ax.set_xticklabels(pols, rotation=60, ha="right", fontsize=7)
+            ax.set_title(wl, fontsize=9)
+            ax.tick_params(axis="y", labelsize=7)
+        axes[0][0].set_ylabel(ylabel, fontsize=8)
+        fig.tight_layout()
+        fig.savefig(out_dir / fname, dpi=90)
+        plt.close(fig)
+        names.append(fname)
+    return names
+
+
+def markdown(results: Sequence[Any], meta: dict[str, Any], with_plots: bool = False) -> str:
+    sim = meta["sim"]
+    lines = [
+        "## Routing quality",
+        "",
+        f"Command: `{meta['command'].strip()}` on {meta['machine']}, {meta['date']}; the whole run took "
+        f"{meta['total_s']:.0f} s. One process simulates {sim['replicas']} vLLM-like replicas "
+        f"(KV cache {sim['kv_capacity_blocks']} blocks of 16 tokens each, {sim['max_num_seqs']} batch slots, "
+        f"prefill {sim['prefill_s_per_token'] * 1000:.2f} ms/token, decode {sim['decode_s_per_token'] * 1000:.0f} "
+        f"ms/token, overhead {sim['overhead_s'] * 1000:.0f} ms, all x speed {sim['speed']}); a fresh gateway "
+        "process per run with the policy named in the table; the load generator is a third process. "
+        "Open-loop Poisson arrivals at "
+        + ", ".join(f"{k} {v:.0f}/s ({meta['sizes'][k]} requests)" for k, v in meta["rates"].items())
+        + "; streamed requests with `temperature: 0.7` (never response-cached); the next turn of a "
+        "conversation is sent only after the previous one finished.",
+        "",
+        "Columns: *fleet hit* = prefix-cache hit tokens / prompt tokens summed over the replicas' own "
+        "`vllm:prefix_cache_hits_total` and `vllm:prefix_cache_queries_total`; *oracle hit* = one infinite "
+        "cache seeing the same stream in order, block-granular like the replicas (`bench/oracle.py`); "
+        "*TTFT* = first SSE byte at the client; *imbalance req* = max/mean of requests per replica; "
+        "*imbalance busy* = max/mean of request-seconds per replica (the simulator's "
+        "`vllm:e2e_request_latency_seconds_sum`: queue + prefill + decode; it reports no GPU busy time); "
+        "*in-flight peak* = the largest max/mean of running + waiting requests per replica over samples "
+        "taken every 0.2 s at the replicas (samples with at least one request per replica on average); "
+        "*routing reasons* = the gateway's `prefix_gateway_routing_decisions_total{reason}`.",
+        "",
+    ]
+    wls = list(dict.fromkeys(r.workload for r in results))
+    for wl in wls:
+        lines += [f"### {wl}", "", workload_table([r for r in results if r.workload == wl]), ""]
+    rows = targets(results, meta["load_factor"])
+    if rows:
+        lines += [
+            "### Targets",
+            "",
+            "Measured in this one run (the load bound is integral: with `c` = "
+            f"{meta['load_factor']} and `n` replicas a replica may hold `ceil(c x total / n)` requests).",
+            "",
+            table(["workload", "target", "measured", "result"], rows),
+            "",
+        ]
+    if with_plots:
+        for name in plots(results):
+            lines += [f"![{name[:-4]}]({REPO_PREFIX}/{name})", ""]
+    return "\n".join(lines)

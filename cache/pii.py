@@ -236,7 +236,7 @@ def _ipv6_windows(text: str) -> list[tuple[int, int]]:
     return [(a, min(b, len(text))) for a, b in spans]
 
 
-def _find_ip(text: str) -> Iterator[Finding]:
+def _find_ipv4(text: str) -> Iterator[Finding]:
     if "." in text:
         for m in _IPV4.finditer(text):
             try:
@@ -244,6 +244,10 @@ def _find_ip(text: str) -> Iterator[Finding]:
             except ValueError:
                 continue
             yield Finding(IP, m.start(), m.end())
+
+
+def _find_ipv6(text: str) -> Iterator[Finding]:
+    """Runs on the whole text (an address may have no decimal digit: ``fe80::abcd``), gated by hints."""
     for a, b in _ipv6_windows(text):
         for m in _IPV6.finditer(text, a, b):
             s = m.group(0)
@@ -316,7 +320,7 @@ def _find_secret(text: str) -> Iterator[Finding]:
         yield Finding(SECRET, m.start(), m.end())
 
 
-_NUMERIC_DETECTORS = (_find_iban, _find_card, _find_cn_id, _find_ssn, _find_ip, _find_phone)
+_NUMERIC_DETECTORS = (_find_iban, _find_card, _find_cn_id, _find_ssn, _find_ipv4, _find_phone)
 _SECRET_MARKERS = (
     "sk-",
     "sk_",
@@ -353,6 +357,8 @@ def _candidates(text: str, windowed: bool) -> list[Finding]:
     if any(marker in text for marker in _SECRET_MARKERS) or "-----BEGIN" in text:
         found.extend(_find_secret(text))
     found.extend(_find_email(text))
+    if ":" in text:
+        found.extend(_find_ipv6(text))
     if not windowed:
         for det in _NUMERIC_DETECTORS:
             found.extend(det(text))

@@ -7,7 +7,8 @@ it is refused with ``retry_after_s = inf`` (the caller answers 429/400 without a
 not honour). ``refund`` puts tokens back (capped at the capacity), e.g. reserved tokens not used.
 
 On top of them: the per-key fill bucket, the fill breaker and the per-tenant limits (``limits`` below).
-Redis failures never raise: the result says ``degraded=True`` and is allowed or refused per fail mode.
+Redis failures never raise: the result says ``degraded=True`` and is allowed or refused per fail mode
+(refused with ``retry_after_s = 1``).
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ def _step(
 class _State:
     tokens: float
     last: float
+    capacity: float
+    rate: float
 
 
 class MemoryBuckets:
@@ -67,8 +70,9 @@ class MemoryBuckets:
         st = self._state.get(key)
         if st is None:
             if len(self._state) >= self.max_keys:
-                self._forget_full(now, capacity, refill_per_s)
-            st = self._state[key] = _State(capacity, now)
+                self._forget_full(now)
+            st = self._state[key] = _State(capacity, now, capacity, refill_per_s)
+        st.capacity, st.rate = capacity, refill_per_s
         result, st.tokens = _step(st.tokens, st.last, now, cost, capacity, refill_per_s)
         st.last = now
         return result
@@ -78,9 +82,10 @@ class MemoryBuckets:
         if st is not None:
             st.tokens = min(capacity, st.tokens + amount)
 
-    def _forget_full(self, now: float, capacity: float, rate: float) -> None:
-        # A bucket refilled to capacity is the same as no bucket: drop those; if none, drop the oldest.
-        full = [k for k, s in self._state.items() if s.tokens + (now - s.last) * rate >= capacity]
+    def _forget_full(self, now: float) -> None:
+        # A bucket refilled to capacity is the same as no bucket: drop those; if none, drop the oldest
+        # tenth (which makes those keys more lenient, never stricter).
+        full = [k for k, s in self._state.items() if s.tokens + (now - s.last) * s.rate >= s.capacity]
         for k in full or sorted(self._state, key=lambda k: self._state[k].last)[: len(self._state) // 10 + 1]:
             del self._state[k]
 

@@ -125,8 +125,10 @@ async def test_redis_buckets_are_shared_between_clients(redis_url: str) -> None:
 async def test_memory_buckets_forget_idle_keys_when_full() -> None:
     clock = Clock()
     b = MemoryBuckets(clock=clock, max_keys=10)
-    for i in range(10):
+    for i in range(9):
         await b.take(f"k{i}", 1, 5, 1)
+    await b.take("busy", 5, 5, 0.001)  # drained, and refills slowly: must be kept
     clock.t += 100
     await b.take("new", 1, 5, 1)
-    assert len(b._state) <= 10
+    assert set(b._state) == {"busy", "new"}  # the refilled (= forgettable) buckets went
+    assert not (await b.take("busy", 1, 5, 0.001)).allowed

@@ -123,13 +123,13 @@ def canonical_request(endpoint: str, body: Mapping[str, Any]) -> dict[str, Any]:
         canon["stop"] = [canon["stop"]]
     if "messages" in canon:
         canon["messages"] = _norm_messages(canon["messages"])
-    canon["__endpoint__"] = endpoint.strip().rstrip("/")
     return canon
 
 
 def canonical_json(endpoint: str, body: Mapping[str, Any]) -> bytes:
     """orjson with sorted keys at every level and fixed separators (orjson's compact form)."""
-    return orjson.dumps(canonical_request(endpoint, body), option=orjson.OPT_SORT_KEYS)
+    envelope = {"endpoint": endpoint.strip().rstrip("/"), "request": canonical_request(endpoint, body)}
+    return orjson.dumps(envelope, option=orjson.OPT_SORT_KEYS)
 
 
 def cache_key(endpoint: str, body: Mapping[str, Any], salt: bytes | str) -> str:

@@ -158,6 +158,9 @@ class ModelPoolConfig(_Strict):
     name: str = Field(min_length=1, description="model name clients send")
     served_model_name: str | None = Field(None, description="name the replicas know it by, if different")
     backend: BackendKind = "vllm"
+    accepts_cache_control: bool = Field(
+        False, description="forward cache_control markers as they are (else stripped before the replica)"
+    )
     replicas: list[ReplicaConfig] = Field(default_factory=list)
     discovery: DiscoveryConfig | None = Field(None, description="replicas from DNS, besides `replicas`")
     routing: RoutingConfig = Field(default_factory=RoutingConfig)

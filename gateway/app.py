@@ -4,18 +4,22 @@ from __future__ import annotations
 
 import asyncio
 
+import redis.asyncio as aioredis
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from cache.store_redis import connect
 from config.policy import Policy
 from gateway import handlers, health, scrape
 from gateway.errors import GatewayError, error_response
+from gateway.metering import build_metering
 from gateway.metrics import GatewayMetrics
 from gateway.state import STATE, StateHolder, build_state, current_state
 from gateway.upstream import Upstream, make_session
 
 HEALTH_TASK = web.AppKey("health_task", asyncio.Task)
 SCRAPE_TASK = web.AppKey("scrape_task", asyncio.Task)
+OWN_REDIS = web.AppKey("own_redis", aioredis.Redis)
 
 
 @web.middleware
@@ -63,7 +67,13 @@ def create_app(
 
     async def startup(app: web.Application) -> None:
         upstream = Upstream(make_session(policy.timeouts), policy.timeouts)
-        app[STATE] = StateHolder(build_state(policy, metrics or GatewayMetrics(), upstream, secret))
+        state = build_state(policy, metrics or GatewayMetrics(), upstream, secret)
+        redis = state.cache.redis if state.cache is not None else None
+        if redis is None and policy.redis.url is not None and policy.billing.ledger.kind == "redis":
+            redis = connect(policy.redis.url, policy.redis.socket_timeout_s)
+            app[OWN_REDIS] = redis
+        state.metering = await build_metering(policy, state.metrics, redis)
+        app[STATE] = StateHolder(state)
         if policy.health.enabled:
             h = policy.health
             app[HEALTH_TASK] = asyncio.create_task(
@@ -79,9 +89,13 @@ def create_app(
         await health.stop_task(app.get(HEALTH_TASK))
         await health.stop_task(app.get(SCRAPE_TASK))
         state = current_state(app)
+        if state.metering is not None:
+            await state.metering.close()
         if state.cache is not None:
             await state.cache.close()
         await state.upstream.session.close()
+        if OWN_REDIS in app:
+            await app[OWN_REDIS].aclose()
 
     app.on_startup.append(startup)
     app.on_cleanup.append(cleanup)

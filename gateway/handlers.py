@@ -10,8 +10,9 @@ import time
 import orjson
 from aiohttp import web
 
+from cache.billing import LineItem, billing_headers, usage_extension
 from cache.buckets import Reservation, TakeResult
-from gateway import response_cache
+from gateway import metering, response_cache
 from gateway.errors import GatewayError, error_response
 from gateway.logs import log_access
 from gateway.proxy import Outcome
@@ -48,12 +49,22 @@ async def _inference(request: web.Request, endpoint: str) -> web.StreamResponse:
                 404, f"The model '{parsed.model}' does not exist", param="model", code="model_not_found"
             )
         model = pool.name
+        billing = metering.prepare(state.metering, pool, parsed, tenant)
+        if state.metering is not None:
+            m = state.metering
+            outcome.settle = lambda: metering.settle(m, billing, pool, tenant, outcome)
         reservation = await admit_tenant(state, tenant, parsed, outcome)
         try:
-            resp = await response_cache.serve(request, state, pool, parsed, tenant, outcome)
+            resp = await response_cache.serve(request, state, pool, parsed, tenant, outcome, billing.payload)
+            if outcome.settle is not None and not billing.settled:
+                await outcome.settle()  # a whole (non-stream) answer: its row is written before it is sent
+            if billing.item is not None and isinstance(resp, web.Response):
+                add_billing(resp, billing.item, state)
         finally:
             if reservation is not None:
                 await settle_tenant(state, reservation, outcome)
+            if outcome.settle is not None and not billing.settled and state.metering is not None:
+                metering.settle_in_background(state.metering, outcome.settle())
         return resp
     except GatewayError as err:
         err.headers.setdefault("x-request-id", outcome.request_id)
@@ -68,6 +79,21 @@ async def _inference(request: web.Request, endpoint: str) -> web.StreamResponse:
         if not outcome.status and resp is not None:
             outcome.status = resp.status
         _observe(state, model, tenant_label, endpoint, outcome, elapsed)
+
+
+def add_billing(resp: web.Response, item: LineItem, state: GatewayState) -> None:
+    """The line item as ``x-gateway-billing-*`` headers and/or a ``usage.billing`` body extension."""
+    cfg = state.policy.billing.response
+    if cfg.headers:
+        resp.headers.update(billing_headers(item, cfg.header_prefix))
+    if cfg.usage_extension and resp.status == 200 and resp.body:
+        try:
+            body = orjson.loads(resp.body)  # type: ignore[arg-type]
+        except orjson.JSONDecodeError:
+            return
+        if isinstance(body, dict) and isinstance(body.get("usage"), dict):
+            body["usage"]["billing"] = usage_extension(item)
+            resp.body = orjson.dumps(body)
 
 
 async def admit_tenant(

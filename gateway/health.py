@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 
 import aiohttp
 import orjson
 from aiohttp import web
 
 from gateway.state import GatewayState, current_state
-
-log = logging.getLogger("prefix_gateway")
 
 
 async def health(request: web.Request) -> web.Response:
@@ -48,26 +45,28 @@ async def probe(session: aiohttp.ClientSession, url: str, timeout_s: float) -> b
 async def health_loop(
     app: web.Application, interval_s: float, timeout_s: float, fails_to_eject: int = 2
 ) -> None:
-    """Probe every replica's /health; eject after ``fails_to_eject`` failures in a row, readmit on success."""
+    """Probe every replica's /health; its active verdict turns false after ``fails_to_eject`` failures
+    in a row and true again at the first success. The verdict goes to ``FleetHealth``, which combines
+    it with the breaker and drains into ``ReplicaState.healthy``: this loop never writes that flag."""
     failures: dict[str, int] = {}
     while True:
         state: GatewayState = current_state(app)
-        replicas = [r for pool in state.pools.values() for r in pool.router.replicas]
+        urls = sorted({r.url for pool in state.pools.values() for r in pool.router.replicas})
         results = await asyncio.gather(
-            *(probe(state.upstream.session, r.url, timeout_s) for r in replicas), return_exceptions=True
+            *(probe(state.upstream.session, url, timeout_s) for url in urls), return_exceptions=True
         )
-        for replica, ok in zip(replicas, results, strict=True):
+        fleet = state.fleet
+        for url, ok in zip(urls, results, strict=True):
             if ok is True:
-                failures[replica.id] = 0
-                if not replica.healthy:
-                    log.info("replica healthy again", extra={"event": "replica_up", "replica": replica.id})
-                replica.healthy = True
+                failures[url] = 0
+                if fleet is not None:
+                    fleet.set_active(url, True)
             else:
-                failures[replica.id] = failures.get(replica.id, 0) + 1
-                if replica.healthy and failures[replica.id] >= fails_to_eject:
-                    log.warning("replica ejected", extra={"event": "replica_down", "replica": replica.id})
-                    replica.healthy = False
-            state.metrics.replica_healthy.labels(replica.id).set(1 if replica.healthy else 0)
+                failures[url] = failures.get(url, 0) + 1
+                if fleet is not None and failures[url] >= fails_to_eject:
+                    fleet.set_active(url, False)
+        for gone in set(failures) - set(urls):
+            del failures[gone]
         await asyncio.sleep(interval_s)
 
 

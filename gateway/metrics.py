@@ -123,6 +123,25 @@ class GatewayMetrics:
             ["component", "op"],
             registry=r,
         )
+        self.billed_tokens = Counter(
+            f"{NS}_billed_tokens_total",
+            "Tokens in the billing ledger by tenant and kind.",
+            ["tenant", "kind"],
+            registry=r,
+        )
+        self.billed_cost = Counter(
+            f"{NS}_billed_cost_micros_total",
+            "Billed cost in micro-units of the policy currency.",
+            ["tenant"],
+            registry=r,
+        )
+        self.ledger_errors = Counter(f"{NS}_ledger_errors_total", "Failed ledger writes.", registry=r)
+        self.explicit_entries = Gauge(
+            f"{NS}_explicit_cache_entries",
+            "Explicit prompt-cache entries (live, created, hits, expired).",
+            ["state"],
+            registry=r,
+        )
         self._request_children: dict[tuple[str, str, int], object] = {}
         self._decision_children: dict[tuple[str, str, str], object] = {}
 

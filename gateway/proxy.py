@@ -11,7 +11,7 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,6 +52,8 @@ class Outcome:
     response: dict[str, Any] | None = None  # the complete answer (parsed or assembled), when known
     cache: str | None = None  # x-cache value
     source: str = "upstream"  # upstream | response_cache | coalesced | fallback (billing, logs)
+    generated_chunks: int = 0  # stream events relayed (an aborted stream is billed for these)
+    settle: Callable[[], Awaitable[Any]] | None = None  # billing: called once before a stream's [DONE]
     extra_headers: dict[str, str] = field(default_factory=dict)
 
 
@@ -247,6 +249,7 @@ async def _relay_stream(
     await out.prepare(request)
     outcome.status = 200
     outcome.first_byte_s = time.perf_counter() - outcome.started
+    failed: UpstreamFailure | None = None
     try:
         if first:
             await out.write(tap.feed(first) if tap is not None else first)
@@ -257,15 +260,22 @@ async def _relay_stream(
                     continue
             await out.write(chunk)
     except UpstreamFailure as failure:
-        # Too late to retry: tell the client in OpenAI's shape, then end the stream.
-        state.metrics.upstream_errors.labels(decision.replica.id, f"midstream_{failure.kind}").inc()
-        outcome.upstream_error = f"midstream_{failure.kind}"
-        event = error_body(
-            f"upstream stream failed: {failure}", "upstream_error", None, "upstream_stream_error"
-        )
-        await out.write(b"data: " + orjson.dumps(event) + b"\n\n")
+        failed = failure
     if tap is not None:
         outcome.usage = tap.usage
         outcome.response = tap.result()
+        outcome.generated_chunks = tap.events
+    if outcome.settle is not None:
+        await outcome.settle()  # the ledger row is written before the client sees the end
+    if failed is not None:
+        # Too late to retry: tell the client in OpenAI's shape, then end the stream.
+        state.metrics.upstream_errors.labels(decision.replica.id, f"midstream_{failed.kind}").inc()
+        outcome.upstream_error = f"midstream_{failed.kind}"
+        event = error_body(
+            f"upstream stream failed: {failed}", "upstream_error", None, "upstream_stream_error"
+        )
+        await out.write(b"data: " + orjson.dumps(event) + b"\n\n")
+    elif tap is not None and tap.done:
+        await out.write(b"data: [DONE]\n\n")
     await out.write_eof()
     return out

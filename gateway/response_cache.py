@@ -100,26 +100,27 @@ async def serve(
     parsed: ParsedRequest,
     tenant: Tenant,
     outcome: Outcome,
+    payload: dict[str, Any],
 ) -> web.StreamResponse:
+    """Answer one request through the cache; ``payload`` is what a replica would receive."""
     rt = state.cache
     cfg = rt.configs.get(pool.name) if rt is not None else None
     if rt is None or cfg is None or not cfg.enabled or parsed.endpoint == "embeddings":
-        return await forward(request, state, pool, parsed, tenant, outcome, parsed.body)
+        return await forward(request, state, pool, parsed, tenant, outcome, payload)
     control = parse_cache_control(request.headers.get("Cache-Control"), parsed.body)
     if control.no_store:
         _bypass(state, outcome, "no_store")
-        return await forward(request, state, pool, parsed, tenant, outcome, parsed.body)
-    ok, reason = is_cacheable(parsed.body, cfg.rule)
+        return await forward(request, state, pool, parsed, tenant, outcome, payload)
+    ok, reason = is_cacheable(payload, cfg.rule)
     if not ok:
         _bypass(state, outcome, reason)
-        return await forward(request, state, pool, parsed, tenant, outcome, parsed.body)
-    payload: dict[str, Any] = parsed.body
+        return await forward(request, state, pool, parsed, tenant, outcome, payload)
     mapping: PiiMapping | None = None
-    if cfg.pii == "bypass" and find_pii_in_request(parsed.body):
+    if cfg.pii == "bypass" and find_pii_in_request(payload):
         _bypass(state, outcome, "pii")
-        return await forward(request, state, pool, parsed, tenant, outcome, parsed.body)
+        return await forward(request, state, pool, parsed, tenant, outcome, payload)
     if cfg.pii == "mask":
-        payload, mapping = mask_request(parsed.body)
+        payload, mapping = mask_request(payload)
     key = cache_key(parsed.endpoint, payload, tenant.salt)
 
     if not control.no_cache:
@@ -244,6 +245,8 @@ async def _follow(
                 if out is None:
                     out = await _start_sse(request, outcome, "coalesced")
                 if chunk == DONE:
+                    if outcome.settle is not None:
+                        await outcome.settle()
                     await out.write(b"data: [DONE]\n\n")
                     continue
                 if isinstance(chunk, dict) and isinstance(chunk.get("usage"), dict):
@@ -305,7 +308,11 @@ async def _answer_from_entry(
         outcome.extra_headers["age"] = str(int(age_s))
     if parsed.stream:
         out = await _start_sse(request, outcome, cache)
-        await out.write(b"".join(replay_sse(response, include_usage=wants_usage(parsed.body))))
+        events = replay_sse(response, include_usage=wants_usage(parsed.body))
+        await out.write(b"".join(events[:-1]))
+        if outcome.settle is not None:
+            await outcome.settle()
+        await out.write(events[-1])  # [DONE], after the ledger row
         await out.write_eof()
         return out
     outcome.cache = cache

@@ -12,6 +12,7 @@ from aiohttp import web
 
 from config.policy import Policy
 from gateway.cache_runtime import CacheRuntime, build_cache_runtime
+from gateway.metering import Metering
 from gateway.metrics import GatewayMetrics
 from gateway.ops_metrics import ops_metrics
 from gateway.pools import Pool, build_pools
@@ -28,6 +29,7 @@ class GatewayState:
     metrics: GatewayMetrics
     upstream: Upstream
     cache: CacheRuntime | None = None
+    metering: Metering | None = None
     draining: bool = False
     # Breakers, active verdicts and drains per replica: one object shared by every state a reload builds.
     fleet: FleetHealth | None = None

@@ -4,7 +4,8 @@ The tap re-frames the stream event by event (``data: ...\\n\\n``, as vLLM and SG
 - assemble the complete answer when someone needs it (a cache fill, coalesced followers);
 - find the usage chunk (billing) and drop it when the gateway asked for it and the client did not;
 - unmask PII placeholders per request (mask mode), holding back a placeholder split across deltas;
-- hand each parsed chunk to coalesced followers as it arrives.
+- hand each parsed chunk to coalesced followers as it arrives;
+- hold back the final ``[DONE]``: the relay writes it once the request's ledger row is written.
 Events are JSON-parsed only when one of these needs it; otherwise their bytes pass through as they came.
 """
 
@@ -48,12 +49,13 @@ class StreamTap:
         for event in self.parser.feed(data):
             self.events += 1
             if event == DONE:
+                # Held back: the relay writes it after the ledger row (see proxy._relay_stream).
                 self.done = True
+                self.events -= 1
                 if self.assembler is not None:
                     self.assembler.add(DONE)
                 if self.publish is not None:
                     self.publish(DONE)
-                out.append(b"data: [DONE]\n\n")
                 continue
             needs_json = self.assembler is not None or self.unmasker is not None or '"usage"' in event
             chunk: Any = None

@@ -55,6 +55,7 @@ def policy_for(
         ],
     }
     raw["cache"] = {"enabled": False}
+    raw["billing"] = {"ledger": {"path": ":memory:"}}
     raw.update(sections)
     return Policy.model_validate(raw)
 

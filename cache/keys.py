@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -129,7 +130,15 @@ def canonical_request(endpoint: str, body: Mapping[str, Any]) -> dict[str, Any]:
 def canonical_json(endpoint: str, body: Mapping[str, Any]) -> bytes:
     """orjson with sorted keys at every level and fixed separators (orjson's compact form)."""
     envelope = {"endpoint": endpoint.strip().rstrip("/"), "request": canonical_request(endpoint, body)}
-    return orjson.dumps(envelope, option=orjson.OPT_SORT_KEYS)
+    try:
+        return orjson.dumps(envelope, option=orjson.OPT_SORT_KEYS)
+    except TypeError:
+        # Integers beyond 64 bits (a body parsed by the stdlib json module): the stdlib serialises them.
+        # Such bodies never produce orjson output, so the two forms cannot disagree for one request.
+        try:
+            return json.dumps(envelope, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+        except (TypeError, ValueError) as exc:
+            raise CanonicalError("request body is not JSON-serialisable") from exc
 
 
 def cache_key(endpoint: str, body: Mapping[str, Any], salt: bytes | str) -> str:

@@ -216,3 +216,12 @@ def test_parse_cache_control() -> None:
     assert parse_cache_control(None, {"cache": {"no-store": True}}).no_store
     assert parse_cache_control(None, {"cache": "yes"}) == CacheControl()
     assert CacheControl(max_age_s=5).accepts_age(5) and not CacheControl(max_age_s=5).accepts_age(5.1)
+
+
+def test_integers_beyond_64_bits_still_make_a_key() -> None:
+    a = cache_key(CHAT, {**BASE, "seed": 2**70}, SALT)
+    assert (
+        a
+        == cache_key(CHAT, {**BASE, "seed": 2**70}, SALT)
+        != cache_key(CHAT, {**BASE, "seed": 2**70 + 1}, SALT)
+    )

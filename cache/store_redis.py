@@ -91,7 +91,11 @@ class RedisStore:
         return entry
 
     async def set(self, key: str, entry: Entry, ttl_s: float) -> bool:
-        raw = entry.to_bytes()
+        try:
+            raw = entry.to_bytes()
+        except TypeError:  # not serialisable (e.g. an integer beyond 64 bits): simply not cached
+            self.stats.rejected_too_big += 1
+            return False
         if len(raw) > self.max_entry_bytes or ttl_s <= 0:
             self.stats.rejected_too_big += 1
             return False

@@ -41,7 +41,7 @@ async def test_implicit_hits_come_from_the_replica_and_are_priced() -> None:
             "max_tokens": 10,
             "messages": [{"role": "system", "content": LONG_SYSTEM}, {"role": "user", "content": "Hi"}],
         }
-        _, h1, r1 = await post(s, gw.url, body)
+        _, _, r1 = await post(s, gw.url, body)
         _, h2, r2 = await post(
             s,
             gw.url,

@@ -92,13 +92,15 @@ async def test_stream_arrives_incrementally_not_buffered() -> None:
 
 
 async def test_round_robin_alternates_and_least_load_balances() -> None:
-    async with sim_fleet(2) as fleet, aiohttp.ClientSession() as s:
-        async with gateway(policy_for(fleet.urls, routing={"policy": "round_robin"})) as gw:
-            seen = [
-                (await post(s, f"{gw.url}/v1/chat/completions", CHAT))[1]["x-gateway-replica"]
-                for _ in range(4)
-            ]
-            assert seen[0] != seen[1] and seen[0] == seen[2] and seen[1] == seen[3]
+    async with (
+        sim_fleet(2) as fleet,
+        aiohttp.ClientSession() as s,
+        gateway(policy_for(fleet.urls, routing={"policy": "round_robin"})) as gw,
+    ):
+        seen = [
+            (await post(s, f"{gw.url}/v1/chat/completions", CHAT))[1]["x-gateway-replica"] for _ in range(4)
+        ]
+        assert seen[0] != seen[1] and seen[0] == seen[2] and seen[1] == seen[3]
     async with (
         sim_fleet(2, speed=1.0, decode_s_per_token=0.02, overhead_s=0.0) as fleet,
         aiohttp.ClientSession() as s,

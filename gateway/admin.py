@@ -20,6 +20,7 @@ import orjson
 from aiohttp import web
 
 from gateway.errors import GatewayError, error_response
+from gateway.runtime import RUNTIME
 from gateway.state import GatewayState, current_state
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -139,7 +140,7 @@ async def reload_policy(request: web.Request) -> web.Response:
 
 async def debug(request: web.Request) -> web.Response:
     """Process figures for leak hunting: asyncio tasks alive, open client connections."""
-    server = request.app.get(SERVER)
+    server = request.app[RUNTIME].server
     return _json(
         {
             "tasks": len(asyncio.all_tasks()),
@@ -147,9 +148,6 @@ async def debug(request: web.Request) -> web.Response:
             "pid": os.getpid(),
         }
     )
-
-
-SERVER = web.AppKey("http_server", web.Server)
 
 
 def add_admin_routes(app: web.Application) -> None:

@@ -13,12 +13,16 @@ import contextlib
 import weakref
 from collections import deque
 from collections.abc import Container
+from typing import TYPE_CHECKING
 
 from config.policy import LimitsConfig
 from gateway.errors import GatewayError
-from gateway.ops_metrics import OpsMetrics
+from gateway.ops_metrics import OpsMetrics, ops_metrics
 from router.pool import PoolRouter
 from router.types import Decision, NoReplicaAvailable, RouteRequest
+
+if TYPE_CHECKING:
+    from gateway.state import GatewayState
 
 RETRY_AFTER_S = "1"
 
@@ -120,19 +124,17 @@ def _waiters_of(router: PoolRouter) -> Waiters:
 
 
 async def route_with_slots(
-    router: PoolRouter,
-    request: RouteRequest,
-    exclude: Container[str],
-    limits: LimitsConfig,
-    metrics: OpsMetrics,
+    state: GatewayState, router: PoolRouter, request: RouteRequest, exclude: Container[str]
 ) -> Decision:
     """``router.route`` that skips replicas at ``max_concurrent_per_replica`` and, when every healthy
     replica not yet tried is full, waits for one to free a slot (bounded), else 503.
 
     ``NoReplicaAvailable`` still comes out unchanged when no healthy replica is left at all."""
+    limits = state.policy.limits
     limit = limits.max_concurrent_per_replica
     if not limit:
         return router.route(request, exclude=exclude)
+    metrics = ops_metrics(state.metrics.registry)
     loop = asyncio.get_running_loop()
     deadline: float | None = None
     gauge = None

@@ -10,15 +10,15 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from cache.store_redis import connect
 from config.policy import Policy
-from gateway import handlers, health, scrape
+from gateway import handlers, hardening, health
+from gateway.conn_guard import GatewayRunner
 from gateway.errors import GatewayError, error_response
 from gateway.metering import build_metering
 from gateway.metrics import GatewayMetrics
+from gateway.replica_health import ObservedUpstream
 from gateway.state import STATE, StateHolder, build_state, current_state
-from gateway.upstream import Upstream, make_session
+from gateway.upstream import make_session
 
-HEALTH_TASK = web.AppKey("health_task", asyncio.Task)
-SCRAPE_TASK = web.AppKey("scrape_task", asyncio.Task)
 OWN_REDIS = web.AppKey("own_redis", aioredis.Redis)
 
 
@@ -54,8 +54,13 @@ async def metrics_endpoint(request: web.Request) -> web.Response:
 
 
 def create_app(
-    policy: Policy, *, secret: bytes | None = None, metrics: GatewayMetrics | None = None
+    policy: Policy,
+    *,
+    secret: bytes | None = None,
+    metrics: GatewayMetrics | None = None,
+    policy_path: str | None = None,
 ) -> web.Application:
+    """``policy_path``: the file a reload (SIGHUP, file watch, ``POST /admin/reload``) reads again."""
     app = web.Application(middlewares=[openai_errors], client_max_size=policy.limits.max_body_bytes)
     app.router.add_post("/v1/chat/completions", handlers.chat_completions)
     app.router.add_post("/v1/completions", handlers.completions)
@@ -64,9 +69,10 @@ def create_app(
     app.router.add_get("/health", health.health)
     app.router.add_get("/ready", health.ready)
     app.router.add_get("/metrics", metrics_endpoint)
+    hardening.install(app, policy, policy_path=policy_path, secret=secret)
 
     async def startup(app: web.Application) -> None:
-        upstream = Upstream(make_session(policy.timeouts), policy.timeouts)
+        upstream = ObservedUpstream(make_session(policy.timeouts), policy.timeouts)
         state = build_state(policy, metrics or GatewayMetrics(), upstream, secret)
         redis = state.cache.redis if state.cache is not None else None
         if redis is None and policy.redis.url is not None and policy.billing.ledger.kind == "redis":
@@ -74,20 +80,10 @@ def create_app(
             app[OWN_REDIS] = redis
         state.metering = await build_metering(policy, state.metrics, redis)
         app[STATE] = StateHolder(state)
-        if policy.health.enabled:
-            h = policy.health
-            app[HEALTH_TASK] = asyncio.create_task(
-                health.health_loop(app, h.interval_s, h.timeout_s, h.fails_to_eject)
-            )
-
-        if policy.scrape.enabled:
-            app[SCRAPE_TASK] = asyncio.create_task(
-                scrape.scrape_loop(app, policy.scrape.interval_s, policy.scrape.timeout_s)
-            )
+        await hardening.started(app)  # breaker wiring, admission, health/scrape/discovery/watch loops
 
     async def cleanup(app: web.Application) -> None:
-        await health.stop_task(app.get(HEALTH_TASK))
-        await health.stop_task(app.get(SCRAPE_TASK))
+        await hardening.stopping(app)  # loops, then the shutdown hooks (runtime.add_shutdown_hook)
         state = current_state(app)
         if state.metering is not None:
             await state.metering.close()
@@ -103,27 +99,40 @@ def create_app(
 
 
 def runner_for(app: web.Application, policy: Policy) -> web.AppRunner:
-    """An AppRunner with the policy's header limits, cancelling handlers when clients disconnect."""
+    """An AppRunner with the policy's header limits and slow-client timeouts, cancelling handlers when
+    clients disconnect, and waiting up to the drain period for requests in flight at shutdown."""
     limit = policy.limits.max_header_bytes
-    return web.AppRunner(
+    return GatewayRunner(
         app,
+        head_timeout_s=policy.limits.header_timeout_s,
         handler_cancellation=True,
         access_log=None,
         max_line_size=limit,
         max_field_size=limit,
+        keepalive_timeout=policy.server.keepalive_timeout_s,
         shutdown_timeout=policy.server.drain_timeout_s,
     )
 
 
 async def serve(
-    policy: Policy, *, host: str | None = None, port: int | None = None
+    policy: Policy,
+    *,
+    host: str | None = None,
+    port: int | None = None,
+    policy_path: str | None = None,
+    reuse_port: bool = False,
 ) -> tuple[web.AppRunner, str]:
-    """Start serving; returns the runner (``await runner.cleanup()`` to stop) and the base URL."""
-    app = create_app(policy)
+    """Start serving; returns the runner (``await runner.cleanup()`` to stop) and the base URL.
+    ``reuse_port``: several worker processes listen on one port (SO_REUSEPORT)."""
+    app = create_app(policy, policy_path=policy_path)
     runner = runner_for(app, policy)
     await runner.setup()
     site = web.TCPSite(
-        runner, host or policy.server.host, policy.server.port if port is None else port, reuse_port=False
+        runner,
+        host or policy.server.host,
+        policy.server.port if port is None else port,
+        reuse_port=reuse_port,
+        backlog=1024,
     )
     await site.start()
     sock = site._server.sockets[0]  # type: ignore[union-attr]

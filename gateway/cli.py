@@ -33,23 +33,42 @@ def run_async(main: Callable[[], Awaitable[int]]) -> int:
         return runner.run(main())
 
 
-async def wait_for_signal() -> None:
+async def wait_for_signal(on_hup: Callable[[], None] | None = None) -> None:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    if on_hup is not None:
+        loop.add_signal_handler(signal.SIGHUP, on_hup)
     await stop.wait()
 
 
-async def serve_until_signal(policy: Policy, on_started: Callable[[str], None] | None = None) -> int:
+async def serve_until_signal(
+    policy: Policy,
+    on_started: Callable[[str], None] | None = None,
+    *,
+    policy_path: str | None = None,
+    reuse_port: bool = False,
+) -> int:
+    """Serve until SIGTERM/SIGINT, then drain: stop accepting at once (and /ready answers 503), let
+    requests in flight finish within ``server.drain_timeout_s``, run the shutdown hooks, exit 0.
+    SIGHUP reloads the policy file."""
     from gateway.app import serve
+    from gateway.reload import reload_app
     from gateway.state import current_state
 
-    runner, url = await serve(policy)
+    runner, url = await serve(policy, policy_path=policy_path, reuse_port=reuse_port)
     log.info("gateway listening", extra={"event": "listening", "url": url})
     if on_started:
         on_started(url)
-    await wait_for_signal()
+    reloads: set[asyncio.Task[object]] = set()
+
+    def on_hup() -> None:
+        task = asyncio.ensure_future(reload_app(runner.app, source="sighup"))
+        reloads.add(task)
+        task.add_done_callback(reloads.discard)
+
+    await wait_for_signal(on_hup)
     state = current_state(runner.app)
     state.draining = True
     log.info("draining", extra={"event": "draining", "timeout_s": policy.server.drain_timeout_s})
@@ -114,7 +133,33 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(err.render(), file=sys.stderr)
         return 1
     configure_logging(policy.server.log_level)
-    return run_async(lambda: serve_until_signal(policy))
+    workers = args.workers or 1
+    if workers > 1:
+        if policy.server.port == 0:
+            raise SystemExit("--workers needs a fixed --port (every worker listens on it)")
+        from gateway.workers import supervise
+
+        return supervise(worker_argv(args._argv), workers)
+    return run_async(
+        lambda: serve_until_signal(policy, policy_path=args.config, reuse_port=bool(args.reuse_port))
+    )
+
+
+def worker_argv(argv: list[str]) -> list[str]:
+    """The parent's ``serve`` arguments for one worker: without ``--workers``, with ``--reuse-port``."""
+    out: list[str] = []
+    skip = False
+    for a in argv:
+        if skip:
+            skip = False
+            continue
+        if a == "--workers":
+            skip = True
+            continue
+        if a.startswith("--workers="):
+            continue
+        out.append(a)
+    return [*out, "--reuse-port"]
 
 
 def cmd_sim(args: argparse.Namespace) -> int:
@@ -175,6 +220,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--policy", choices=POLICY_NAMES, help="routing policy for every model")
     serve.add_argument("--host")
     serve.add_argument("--port", type=int)
+    serve.add_argument(
+        "--workers", type=int, default=1, help="worker processes sharing the port (SO_REUSEPORT)"
+    )
+    serve.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)
     serve.set_defaults(func=cmd_serve)
 
     check = sub.add_parser("check-config", help="validate a policy file and explain any error")
@@ -197,4 +246,5 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args._argv = list(sys.argv[1:] if argv is None else argv)
     return int(args.func(args) or 0)

@@ -26,6 +26,7 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
 from gateway.errors import GatewayError, error_response
+from gateway.runtime import RUNTIME
 
 
 class GuardedHandler(RequestHandler):
@@ -79,6 +80,8 @@ class GatewayRunner(web.AppRunner):
         server = await super()._make_server()
         server.__class__ = GuardedServer  # same object and fields, only the protocol factory differs
         server.head_timeout_s = self.head_timeout_s  # type: ignore[attr-defined]
+        if RUNTIME in self.app:
+            self.app[RUNTIME].server = server  # for the admin API's connection count
         return server
 
 

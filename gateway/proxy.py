@@ -19,6 +19,7 @@ import aiohttp
 import orjson
 from aiohttp import web
 
+from gateway.admission import replica_released, route_with_slots
 from gateway.errors import GatewayError, error_body
 from gateway.pools import Pool
 from gateway.request import ENDPOINT_PATHS, ParsedRequest
@@ -121,7 +122,7 @@ async def proxy(
         if attempt and time.monotonic() >= deadline:
             break
         try:
-            decision = router.route(route_req, exclude=tried)
+            decision = await route_with_slots(state, router, route_req, tried)  # per-replica limit
         except NoReplicaAvailable:
             if not tried:
                 raise GatewayError(
@@ -174,6 +175,7 @@ async def proxy(
                 resp.close()
         finally:
             router.release(decision)
+            replica_released(router)  # a request waiting for a replica slot may go
             state.metrics.in_flight.labels(decision.replica.id).dec()
 
     assert last_failure is not None

@@ -1,0 +1,78 @@
+"""``prefix-gateway serve --workers N``: N full gateway processes on one port (SO_REUSEPORT).
+
+The parent only supervises: it starts the workers (``python -m gateway serve ... --reuse-port``),
+forwards SIGTERM/SIGINT (each worker drains on its own) and SIGHUP (each reloads its policy file), and
+restarts a worker that dies while not stopping, at most ``MAX_RESTARTS`` times per minute (a worker that
+cannot start at all must not loop). It exits 0 when every worker exited 0 after a stop signal.
+
+The kernel spreads new connections over the listening workers. State per worker: in-flight counts,
+prefix index, breakers, admission; shared through Redis (when configured): response cache, coalescing,
+buckets, billing ledger. See docs/operations.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import deque
+
+log = logging.getLogger("prefix_gateway")
+
+MAX_RESTARTS = 5  # per worker slot, per minute
+POLL_S = 0.2
+
+
+def _spawn(argv: list[str], index: int) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "PREFIX_GATEWAY_WORKER": str(index)}
+    return subprocess.Popen([sys.executable, "-m", "gateway", *argv], env=env)
+
+
+def supervise(argv: list[str], workers: int) -> int:
+    procs: list[subprocess.Popen[bytes]] = [_spawn(argv, i) for i in range(workers)]
+    restarts: list[deque[float]] = [deque(maxlen=MAX_RESTARTS) for _ in range(workers)]
+    stopping = False
+    pending: list[int] = []
+
+    def forward(sig: int, _frame: object) -> None:
+        nonlocal stopping
+        if sig in (signal.SIGTERM, signal.SIGINT):
+            stopping = True
+        pending.append(sig)
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, forward)
+    log.info("workers started", extra={"event": "workers", "pids": [p.pid for p in procs]})
+    while True:
+        while pending:
+            sig = pending.pop(0)
+            for p in procs:
+                if p.poll() is None:
+                    p.send_signal(sig)
+        if all(p.poll() is not None for p in procs):
+            break
+        if not stopping:
+            for i, p in enumerate(procs):
+                code = p.poll()
+                if code is None:
+                    continue
+                now = time.monotonic()
+                window = restarts[i]
+                if len(window) == MAX_RESTARTS and now - window[0] < 60:
+                    log.error(
+                        "worker keeps dying; stopping", extra={"event": "worker_crashloop", "worker": i}
+                    )
+                    stopping = True
+                    pending.append(signal.SIGTERM)
+                    break
+                window.append(now)
+                log.warning(
+                    "worker died; restarting", extra={"event": "worker_restart", "worker": i, "code": code}
+                )
+                procs[i] = _spawn(argv, i)
+        time.sleep(POLL_S)
+    codes = [p.returncode for p in procs]
+    return 0 if all(c == 0 for c in codes) else 1

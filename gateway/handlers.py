@@ -53,6 +53,7 @@ async def _inference(request: web.Request, endpoint: str) -> web.StreamResponse:
         if state.metering is not None:
             m = state.metering
             outcome.settle = lambda: metering.settle(m, billing, pool, tenant, outcome)
+            outcome.pinned_replica = await metering.pinned_replica(m, billing, pool, tenant)
         reservation = await admit_tenant(state, tenant, parsed, outcome)
         try:
             resp = await response_cache.serve(request, state, pool, parsed, tenant, outcome, billing.payload)

@@ -127,6 +127,14 @@ def prepare(metering: Metering | None, pool: Pool, parsed: ParsedRequest, tenant
     return BillingContext(payload, Marked(prefix_hash, tokens))
 
 
+async def pinned_replica(metering: Metering, ctx: BillingContext, pool: Pool, tenant: Tenant) -> str | None:
+    """The replica holding the request's live explicit entry, if any (read only: no renewal)."""
+    if ctx.marked is None or not explicit_eligible(ctx.marked.prefix_tokens, metering.rules[pool.name]):
+        return None
+    entry = await metering.registry.get(tenant.id, pool.name, ctx.marked.prefix_hash)
+    return entry.replica_id if entry is not None else None
+
+
 def _aborted_usage(outcome: Any) -> dict[str, Any] | None:
     """A stream cut before its usage chunk is billed for what was generated (estimated)."""
     if outcome.prompt_tokens <= 0 and outcome.generated_chunks <= 0:

@@ -55,6 +55,7 @@ class Outcome:
     source: str = "upstream"  # upstream | response_cache | coalesced | fallback (billing, logs)
     generated_chunks: int = 0  # stream events relayed (an aborted stream is billed for these)
     settle: Callable[[], Awaitable[Any]] | None = None  # billing: called once before a stream's [DONE]
+    pinned_replica: str | None = None  # routing hint: holds this request's live explicit cache entry
     extra_headers: dict[str, str] = field(default_factory=dict)
 
 
@@ -112,7 +113,9 @@ async def proxy(
     if parsed.stream:
         headers["Accept"] = "text/event-stream"
     path = ENDPOINT_PATHS[parsed.endpoint]
-    route_req = RouteRequest(parsed.endpoint, parsed.model, parsed.body, tenant.salt, request.headers)
+    route_req = RouteRequest(
+        parsed.endpoint, parsed.model, parsed.body, tenant.salt, request.headers, outcome.pinned_replica
+    )
     router = pool.router
     deadline = time.monotonic() + retries.deadline_s
     tried: set[str] = set()
@@ -146,6 +149,7 @@ async def proxy(
             try:
                 resp = await state.upstream.open(decision.replica.url + path, body, headers)
             except UpstreamFailure as failure:
+                router.forget_failed(decision)  # it never prefilled: unlearn the speculative blocks
                 state.metrics.upstream_errors.labels(decision.replica.id, failure.kind).inc()
                 last_failure = failure.to_gateway_error()
                 outcome.upstream_error = failure.kind
@@ -153,6 +157,7 @@ async def proxy(
                 continue
             try:
                 if resp.status in retries.on_status and attempt + 1 < retries.max_attempts:
+                    router.forget_failed(decision)
                     state.metrics.upstream_errors.labels(decision.replica.id, f"status_{resp.status}").inc()
                     last_failure = await _error_from_status(resp, state)
                     outcome.upstream_error = f"status_{resp.status}"
@@ -166,6 +171,7 @@ async def proxy(
                 return answer
             except UpstreamFailure as failure:
                 # Nothing was sent to the client yet: count it and try another replica.
+                router.forget_failed(decision)
                 state.metrics.upstream_errors.labels(decision.replica.id, failure.kind).inc()
                 last_failure = failure.to_gateway_error()
                 outcome.upstream_error = failure.kind

@@ -16,6 +16,7 @@ from router.blocks import block_hashes, root_hash, route_key
 from router.index import IndexStats, PrefixIndex
 from router.policies import make_policy
 from router.policies.base import PickContext, RoutingPolicy
+from router.policies.ring import load_bound
 from router.prompt import render_prompt
 from router.replica import ReplicaState
 from router.tokenizers import Tokenizer, Tokens, from_ids, make_tokenizer
@@ -127,7 +128,8 @@ class PoolRouter:
         if self.policy.needs_prefix:
             hashes = self._prefix(request, ctx)
             ctx.matched_blocks = self.index.match(hashes, now)
-        replica, reason = self.policy.pick(ctx)
+        pinned = self._pinned(request, candidates)
+        replica, reason = (pinned, "explicit_pin") if pinned is not None else self.policy.pick(ctx)
         matched = min(ctx.matched_blocks.get(replica.id, 0) * self.cfg.block_size, ctx.prompt_tokens)
         decision = Decision(
             replica=replica,
@@ -147,6 +149,19 @@ class PoolRouter:
             self.index.insert(replica.id, hashes, now, known=ctx.matched_blocks.get(replica.id, 0))
         self.decisions += 1
         return decision
+
+    def _pinned(self, request: RouteRequest, candidates: Sequence[ReplicaState]) -> ReplicaState | None:
+        """The replica holding the request's live explicit entry, while it is a healthy candidate and
+        taking this request keeps it within the bounded load and the prefill-queue cap."""
+        if request.pinned_replica is None:
+            return None
+        r = self._by_id.get(request.pinned_replica)
+        if r is None or r not in candidates:
+            return None
+        bound = load_bound(sum(c.load() for c in candidates), len(candidates), self.cfg.load_factor)
+        if r.load() + 1 > bound or r.queued_prefill_tokens > self.cfg.max_queued_prefill_tokens:
+            return None
+        return r
 
     def release_prefill(self, decision: Decision) -> None:
         """The replica answered its first byte: its prefill for this request is done."""

@@ -18,6 +18,7 @@ class RouteRequest:
     body: Mapping[str, Any]
     tenant_salt: str = ""
     headers: Mapping[str, str] = field(default_factory=dict)
+    pinned_replica: str | None = None  # holds the request's live explicit cache entry (billing)
 
 
 @dataclass(slots=True, eq=False)

@@ -136,3 +136,34 @@ async def test_response_cache_hits_are_served_tokens_at_zero() -> None:
         by_source = {r.source: r for r in rows}
         assert by_source["response_cache"].served_tokens > 0
         assert by_source["upstream"].tokens.output == 5
+
+
+async def test_a_live_explicit_entry_pins_routing_to_its_replica() -> None:
+    """Even under round-robin, a request whose marked prefix is live goes where the entry lives."""
+    async with (
+        sim_fleet(3) as fleet,
+        gateway(
+            policy_for(fleet.urls, tenancy=TENANCY, billing=BILLING, routing={"policy": "round_robin"})
+        ) as gw,
+        aiohttp.ClientSession() as s,
+    ):
+
+        def ask(q: str) -> dict:
+            return {
+                "model": "sim-llama",
+                "max_tokens": 3,
+                "messages": [
+                    {
+                        "role": "system",
+                        "content": [
+                            {"type": "text", "text": LONG_SYSTEM, "cache_control": {"type": "ephemeral"}}
+                        ],
+                    },
+                    {"role": "user", "content": q},
+                ],
+            }
+
+        replicas = [(await post(s, gw.url, ask(f"q{i}")))[1]["x-gateway-replica"] for i in range(4)]
+        assert len(set(replicas)) == 1, replicas
+        async with s.get(gw.url + "/metrics") as r:
+            assert 'reason="explicit_pin"} 3.0' in await r.text()

@@ -216,3 +216,25 @@ def test_any_json_body_routes_without_raising(endpoint, body):
     d = router.route(RouteRequest(endpoint, "m", body))
     assert d.prompt_tokens >= d.matched_tokens >= 0
     router.release(d)
+
+
+def test_explicit_pin_wins_until_the_pinned_replica_is_saturated() -> None:
+    from config.routing import RoutingConfig
+    from router.pool import PoolRouter
+    from router.replica import ReplicaState
+    from router.types import RouteRequest
+
+    replicas = [ReplicaState(id=f"r{i}", url=f"http://r{i}") for i in range(3)]
+    router = PoolRouter(replicas, RoutingConfig(policy="prefix_affinity", seed=1))
+    body = {"messages": [{"role": "user", "content": "pinned prompt " * 50}]}
+    req = RouteRequest("chat", "m", body, "salt", pinned_replica="r2")
+    first = router.route(req)
+    assert (first.replica.id, first.reason) == ("r2", "explicit_pin")
+    # Load r2 beyond the CHWBL bound: the pin yields to the policy.
+    replicas[2].in_flight = 50
+    spilled = router.route(req)
+    assert spilled.replica.id != "r2" and spilled.reason != "explicit_pin"
+    # An unknown or unhealthy pinned replica is ignored.
+    replicas[2].in_flight = 0
+    replicas[2].healthy = False
+    assert router.route(req).replica.id != "r2"

@@ -1,0 +1,73 @@
+"""A gateway in the test's event loop whose app can be adjusted before it starts (resolver, file)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from config.policy import Policy
+from gateway.app import create_app, runner_for
+from gateway.runtime import RUNTIME
+from tests.support.stack import TEST_SECRET, Gateway
+
+ADMIN_TOKEN = "admin-test-token"
+ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+
+
+@asynccontextmanager
+async def gateway_with(
+    policy: Policy, *, policy_path: str | None = None, resolver: Any = None
+) -> AsyncIterator[Gateway]:
+    app = create_app(policy, secret=TEST_SECRET, policy_path=policy_path)
+    if resolver is not None:
+        app[RUNTIME].resolver = resolver
+    runner = runner_for(app, policy)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        yield Gateway(f"http://127.0.0.1:{port}", app, runner)
+    finally:
+        await runner.cleanup()
+
+
+async def wait_for(cond: Callable[[], Any], timeout: float = 5.0, interval: float = 0.02) -> None:
+    """Poll a sync or async condition until true, at most ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = cond()
+        if asyncio.iscoroutine(value):
+            value = await value
+        if value:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        await asyncio.sleep(interval)
+
+
+def chat(content: str = "hello", *, stream: bool = False, model: str = "sim-llama", **extra: Any) -> dict:
+    body: dict[str, Any] = {"model": model, "messages": [{"role": "user", "content": content}]}
+    if stream:
+        body["stream"] = True
+    body.update(extra)
+    return body
+
+
+async def post(s: aiohttp.ClientSession, url: str, body: dict) -> tuple[int, dict[str, str], bytes]:
+    async with s.post(url + "/v1/chat/completions", json=body) as r:
+        return r.status, dict(r.headers), await r.read()
+
+
+async def admin_replicas(s: aiohttp.ClientSession, url: str) -> dict[str, dict[str, Any]]:
+    """Replica rows of every pool by replica id."""
+    async with s.get(url + "/admin/replicas", headers=ADMIN) as r:
+        assert r.status == 200, await r.text()
+        data = await r.json()
+    return {row["id"]: row for pool in data["models"].values() for row in pool["replicas"]}

@@ -1,0 +1,219 @@
+"""Replicas failing in every way the simulator can: the gateway routes around them, tells clients
+in OpenAI's shapes, and keeps serving everyone else."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import aiohttp
+import orjson
+
+from bench.procs import free_port
+from bench.sim import SimConfig
+from bench.sim.fleet import start_replica
+from tests.fault.support import ADMIN_TOKEN, admin_replicas, chat, gateway_with, post, wait_for
+from tests.support.stack import policy_for, sim_faults, sim_fleet
+
+NO_HEALTH = {"enabled": False}
+
+
+def sse_events(raw: bytes) -> list[bytes]:
+    return [e.removeprefix(b"data: ") for e in raw.split(b"\n\n") if e.startswith(b"data: ")]
+
+
+async def test_replica_killed_mid_stream(monkeypatch) -> None:
+    monkeypatch.setenv("PREFIX_GATEWAY_ADMIN_TOKEN", ADMIN_TOKEN)
+    async with sim_fleet(2) as fleet:
+        await sim_faults(fleet.urls[0], {"drop_mid_stream_after": 2})
+        policy = policy_for(fleet.urls, health=NO_HEALTH)
+        async with gateway_with(policy) as gw, aiohttp.ClientSession() as s:
+            results = [await post(s, gw.url, chat(f"q{i}", stream=True)) for i in range(10)]
+            cut = [r for r in results if r[1].get("x-gateway-replica") == "r0"]
+            whole = [r for r in results if r[1].get("x-gateway-replica") == "r1"]
+            assert cut and whole
+            for status, _, raw in cut:
+                events = sse_events(raw)
+                assert status == 200
+                err = orjson.loads(events[-1])["error"]  # the error event is the last thing sent
+                assert err["code"] == "upstream_stream_error" and err["type"] == "upstream_error"
+                assert b"[DONE]" not in events
+            for status, _, raw in whole:
+                assert status == 200 and sse_events(raw)[-1] == b"[DONE]"
+            # three dropped streams in a row open r0's breaker: later requests all went to r1
+            rows = await admin_replicas(s, gw.url)
+            assert rows["r0"]["breaker"] == "open" and not rows["r0"]["healthy"]
+            assert len(cut) == 3
+            assert [r[1]["x-gateway-replica"] for r in results[-3:]] == ["r1"] * 3
+
+
+async def test_replica_down_at_start_is_ejected_then_readmitted(monkeypatch) -> None:
+    monkeypatch.setenv("PREFIX_GATEWAY_ADMIN_TOKEN", ADMIN_TOKEN)
+    port = free_port()
+    async with sim_fleet(1) as fleet:
+        urls = [fleet.urls[0], f"http://127.0.0.1:{port}"]
+        policy = policy_for(urls, health={"interval_s": 0.1, "timeout_s": 0.5, "fails_to_eject": 1})
+        async with gateway_with(policy) as gw, aiohttp.ClientSession() as s:
+
+            async def r1_state() -> dict:
+                return (await admin_replicas(s, gw.url))["r1"]
+
+            await wait_for(lambda: _not(r1_state()))
+            row = await r1_state()
+            assert row["active_ok"] is False and row["index_blocks"] == 0
+            for i in range(6):
+                status, headers, _ = await post(s, gw.url, chat(f"a{i}"))
+                assert status == 200 and headers["x-gateway-replica"] == "r0"
+            runner, _, _ = await start_replica(SimConfig(speed=0.0), port=port)
+            try:
+                await wait_for(lambda: _healthy(r1_state()))
+                seen = set()
+                for i in range(6):
+                    status, headers, _ = await post(s, gw.url, chat(f"b{i}"))
+                    assert status == 200
+                    seen.add(headers["x-gateway-replica"])
+                assert seen == {"r0", "r1"}
+            finally:
+                await runner.cleanup()
+
+
+async def _not(coro) -> bool:  # type: ignore[no-untyped-def]
+    return not (await coro)["healthy"]
+
+
+async def _healthy(coro) -> bool:  # type: ignore[no-untyped-def]
+    return (await coro)["healthy"]
+
+
+async def test_all_replicas_down_answers_503_with_retry_after() -> None:
+    urls = [f"http://127.0.0.1:{free_port()}", f"http://127.0.0.1:{free_port()}"]
+    policy = policy_for(urls, health={"interval_s": 0.1, "timeout_s": 0.2, "fails_to_eject": 1})
+    async with gateway_with(policy) as gw, aiohttp.ClientSession() as s:
+        await wait_for(lambda: not any(r.healthy for r in gw.state.pools["sim-llama"].router.replicas))
+        status, headers, raw = await post(s, gw.url, chat())
+        assert status == 503
+        assert headers["Retry-After"] == "1"
+        err = orjson.loads(raw)["error"]
+        assert err["code"] == "no_replica_available" and err["type"] == "service_unavailable"
+        async with s.get(gw.url + "/ready") as r:
+            assert r.status == 503
+
+
+async def test_breaker_alone_ejects_refused_replicas_without_health_checks() -> None:
+    """Active checks off: connect-refused attempts open the breakers, then 503 without any attempt."""
+    urls = [f"http://127.0.0.1:{free_port()}", f"http://127.0.0.1:{free_port()}"]
+    policy = policy_for(urls, health=NO_HEALTH, breaker={"transport_failures": 2, "open_s": 5.0})
+    async with gateway_with(policy) as gw, aiohttp.ClientSession() as s:
+        first = [await post(s, gw.url, chat(f"x{i}")) for i in range(3)]
+        assert {f[0] for f in first} <= {502, 503}
+        status, headers, raw = await post(s, gw.url, chat("after"))
+        assert status == 503 and headers["Retry-After"] == "1"
+        assert orjson.loads(raw)["error"]["code"] == "no_replica_available"
+        fleet = gw.state.fleet
+        assert fleet is not None and {r.breaker.state for r in fleet.records()} == {"open"}
+
+
+async def test_breaker_opens_on_5xx_and_closes_after_recovery(monkeypatch) -> None:
+    monkeypatch.setenv("PREFIX_GATEWAY_ADMIN_TOKEN", ADMIN_TOKEN)
+    async with sim_fleet(2) as fleet:
+        await sim_faults(fleet.urls[0], {"fail_status": 503})
+        policy = policy_for(
+            fleet.urls,
+            health=NO_HEALTH,
+            breaker={"status_failures": 2, "open_s": 0.3, "max_open_s": 1.0, "close_after": 2},
+        )
+        async with gateway_with(policy) as gw, aiohttp.ClientSession() as s:
+            for i in range(6):  # 503 is retried on r1: every client succeeds
+                status, headers, _ = await post(s, gw.url, chat(f"c{i}"))
+                assert status == 200 and headers["x-gateway-replica"] == "r1"
+            rows = await admin_replicas(s, gw.url)
+            assert rows["r0"]["breaker"] == "open"
+            async with s.get(gw.url + "/metrics") as r:
+                text = await r.text()
+            assert 'prefix_gateway_breaker_state{replica="r0"} 2.0' in text
+            assert 'prefix_gateway_breaker_transitions_total{replica="r0",to="open"} 1.0' in text
+            await sim_faults(fleet.urls[0], {})
+            await wait_for(lambda: gw.state.fleet.get(fleet.urls[0]).breaker.state == "half_open", 3)
+            replicas = []
+            for i in range(8):
+                status, headers, _ = await post(s, gw.url, chat(f"d{i}"))
+                assert status == 200
+                replicas.append(headers["x-gateway-replica"])
+            assert "r0" in replicas
+            assert (await admin_replicas(s, gw.url))["r0"]["breaker"] == "closed"
+
+
+async def test_hung_replica_costs_only_its_own_requests_their_timeout() -> None:
+    async with sim_fleet(2) as fleet:
+        await sim_faults(fleet.urls[0], {"hang": True})
+        policy = policy_for(
+            fleet.urls,
+            health=NO_HEALTH,
+            routing={"policy": "least_load"},
+            timeouts={"first_byte_s": 0.6},
+            retries={"max_attempts": 1},
+            breaker={"transport_failures": 100},
+        )
+        async with gateway_with(policy) as gw, aiohttp.ClientSession() as s:
+            hung_done = asyncio.Event()
+            served_meanwhile = 0
+
+            async def hung(i: int) -> tuple[int, bytes, float]:
+                t0 = time.monotonic()
+                status, _, raw = await post(s, gw.url, chat(f"h{i}"))
+                return status, raw, time.monotonic() - t0
+
+            async def others() -> None:
+                nonlocal served_meanwhile
+                while not hung_done.is_set() and served_meanwhile < 2000:
+                    status, headers, _ = await post(s, gw.url, chat("o"))
+                    if status == 200:
+                        assert headers["x-gateway-replica"] == "r1"
+                        served_meanwhile += 1
+
+            # least load: of 4 concurrent requests some land on r0 and hang there; while they do, r0's
+            # in-flight count sends every other request to r1
+            pinned = [asyncio.create_task(hung(i)) for i in range(4)]
+            await asyncio.sleep(0.05)
+            bg = asyncio.create_task(others())
+            results = await asyncio.gather(*pinned)
+            hung_done.set()
+            await bg
+            timed_out = [r for r in results if r[0] == 504]
+            assert timed_out, results
+            for _status, raw, elapsed in timed_out:
+                assert orjson.loads(raw)["error"]["code"] == "upstream_timeout"
+                assert 0.5 <= elapsed < 5.0
+            assert served_meanwhile >= 5  # r1 kept serving while r0's requests waited
+
+
+async def test_idle_timeout_cuts_a_silent_stream_with_an_error_event() -> None:
+    async with sim_fleet(
+        1, speed=1.0, decode_s_per_token=0.6, overhead_s=0.0, prefill_s_per_token=0.0
+    ) as fleet:
+        policy = policy_for(fleet.urls, health=NO_HEALTH, timeouts={"first_byte_s": 5.0, "idle_s": 0.2})
+        async with gateway_with(policy) as gw, aiohttp.ClientSession() as s:
+            status, _, raw = await post(s, gw.url, chat("slow", stream=True, max_tokens=4))
+            assert status == 200
+            last = orjson.loads(sse_events(raw)[-1])
+            assert last["error"]["code"] == "upstream_stream_error"
+            assert "silent" in last["error"]["message"]
+
+
+async def test_malformed_json_and_broken_sse_do_not_break_the_gateway() -> None:
+    async with sim_fleet(2) as fleet:
+        await sim_faults(fleet.urls[0], {"malformed": True})
+        policy = policy_for(fleet.urls, health=NO_HEALTH)
+        async with gateway_with(policy) as gw, aiohttp.ClientSession() as s:
+            for i in range(4):
+                for stream in (False, True):
+                    status, headers, raw = await post(s, gw.url, chat(f"m{i}", stream=stream))
+                    assert status < 500 or orjson.loads(raw)["error"]["code"] != "internal_error"
+                    if headers.get("x-gateway-replica") == "r1":
+                        assert status == 200
+                        if stream:
+                            assert sse_events(raw)[-1] == b"[DONE]"
+                        else:
+                            assert orjson.loads(raw)["choices"]
+            async with s.get(gw.url + "/health") as r:
+                assert r.status == 200

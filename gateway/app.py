@@ -10,7 +10,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from cache.store_redis import connect
 from config.policy import Policy
-from gateway import handlers, hardening, health
+from gateway import cache_admin, handlers, hardening, health, usage
+from gateway.admin import add_admin_route
 from gateway.conn_guard import GatewayRunner
 from gateway.errors import GatewayError, error_response
 from gateway.metering import build_metering
@@ -27,6 +28,8 @@ async def openai_errors(request: web.Request, handler):  # type: ignore[no-untyp
     """Routing errors (404, 405) and anything unexpected in OpenAI's error format, never a crash."""
     try:
         return await handler(request)
+    except GatewayError as err:
+        return error_response(err)
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
@@ -70,6 +73,8 @@ def create_app(
     app.router.add_get("/ready", health.ready)
     app.router.add_get("/metrics", metrics_endpoint)
     hardening.install(app, policy, policy_path=policy_path, secret=secret)
+    add_admin_route(app, "GET", "/admin/usage", usage.usage_endpoint)
+    add_admin_route(app, "POST", "/admin/cache/purge", cache_admin.purge)
 
     async def startup(app: web.Application) -> None:
         upstream = ObservedUpstream(make_session(policy.timeouts), policy.timeouts)

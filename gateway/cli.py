@@ -236,6 +236,10 @@ def build_parser() -> argparse.ArgumentParser:
     sim_cli.add_arguments(sim)
     sim.set_defaults(func=cmd_sim)
 
+    from gateway.usage import add_usage_command
+
+    add_usage_command(sub)
+
     demo = sub.add_parser("demo", help="gateway + 3 simulated replicas with the embedded local policy")
     demo.add_argument("--port", type=int, help="gateway port (default 8080)")
     demo.add_argument("--base-port", type=int, default=9100, help="first simulator port")

@@ -74,6 +74,15 @@ class TenantResolver:
         )
         self._proxies = [ipaddress.ip_network(p, strict=False) for p in cfg.trusted_proxies]
 
+    def salt_for(self, tenant_id: str) -> str:
+        """The salt a tenant's requests carry (its group's), listed or not."""
+        listed = self._by_id.get(tenant_id)
+        if listed is not None:
+            return listed.salt
+        if tenant_id == self.default.id:
+            return self.default.salt
+        return derive_salt(self._secret, tenant_id)
+
     def _from_trusted_header(self, headers: object, peer: str | None) -> Tenant | None:
         name = self.cfg.trusted_header
         if not name or not peer or not self._proxies:

@@ -81,7 +81,7 @@ def create_app(
         state = build_state(policy, metrics or GatewayMetrics(), upstream, secret)
         redis = state.cache.redis if state.cache is not None else None
         if redis is None and policy.redis.url is not None and policy.billing.ledger.kind == "redis":
-            redis = connect(policy.redis.url, policy.redis.socket_timeout_s)
+            redis = connect(policy.redis.url, policy.redis.socket_timeout_s, policy.redis.max_connections)
             app[OWN_REDIS] = redis
         state.metering = await build_metering(policy, state.metrics, redis)
         app[STATE] = StateHolder(state)
@@ -115,6 +115,7 @@ def runner_for(app: web.Application, policy: Policy) -> web.AppRunner:
         max_line_size=limit,
         max_field_size=limit,
         keepalive_timeout=policy.server.keepalive_timeout_s,
+        lingering_time=1.0,  # after an early answer (408, 413), read and drop the unread body this long
         shutdown_timeout=policy.server.drain_timeout_s,
     )
 

@@ -27,15 +27,23 @@ REDIS_ERRORS: tuple[type[BaseException], ...] = (RedisError, OSError, asyncio.Ti
 _MAX_SCAN_ROUNDS = 100_000
 
 
-def connect(url: str, socket_timeout_s: float = 0.5) -> aioredis.Redis:
-    """A client that fails fast (one immediate retry, for a connection dropped by a server restart)."""
-    return aioredis.Redis.from_url(
+def connect(url: str, socket_timeout_s: float = 0.5, max_connections: int = 64) -> aioredis.Redis:
+    """A client that fails fast (one immediate retry, for a connection dropped by a server restart).
+
+    The pool is bounded and blocking: a burst of a thousand requests queues for ``max_connections``
+    connections (waiting up to a few socket timeouts) instead of opening a thousand sockets and timing
+    out on their handshakes, which would turn a stampede into cache misses.
+    """
+    pool = aioredis.BlockingConnectionPool.from_url(
         url,
+        max_connections=max_connections,
+        timeout=max(2.0, 4 * socket_timeout_s),
         socket_timeout=socket_timeout_s,
         socket_connect_timeout=socket_timeout_s,
         retry=Retry(NoBackoff(), 1),
         decode_responses=False,
     )
+    return aioredis.Redis(connection_pool=pool)
 
 
 def entry_key(prefix: str, key: str) -> str:

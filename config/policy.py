@@ -224,6 +224,7 @@ class RedisConfig(_Strict):
     url: str | None = Field(None, description="redis://host:port/db; None keeps all state in memory")
     key_prefix: str = "pgw"
     socket_timeout_s: float = Field(0.5, gt=0)
+    max_connections: int = Field(64, ge=1, le=10_000, description="Redis connections per gateway process")
 
 
 class Policy(_Strict):

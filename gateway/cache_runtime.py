@@ -76,7 +76,7 @@ def build_cache_runtime(policy: Policy, metrics: GatewayMetrics) -> CacheRuntime
     if use_redis:
         if policy.redis.url is None:
             raise ValueError("cache.store is 'redis' but redis.url is not set")
-        redis_client = connect(policy.redis.url, policy.redis.socket_timeout_s)
+        redis_client = connect(policy.redis.url, policy.redis.socket_timeout_s, policy.redis.max_connections)
     prefix = policy.redis.key_prefix
     store: ResponseStore
     buckets: Buckets

@@ -1,0 +1,126 @@
+"""Hot reload: invalid policies are refused while the old one serves, valid ones swap atomically under
+load with no failed request; routers of unchanged pools keep their index; the file watch."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import aiohttp
+import yaml
+
+from tests.fault.support import ADMIN, ADMIN_TOKEN, chat, gateway_with, post, wait_for
+from tests.support.stack import policy_for, sim_fleet
+
+
+def policy_yaml(urls: list[str], routing: str = "prefix_affinity", **sections: object) -> str:
+    raw: dict[str, object] = {
+        "server": {"host": "127.0.0.1", "port": 0, "access_log": False},
+        "health": {"interval_s": 0.2},
+        "cache": {"enabled": False},
+        "billing": {"ledger": {"path": ":memory:"}},
+        "models": [
+            {
+                "name": "sim-llama",
+                "replicas": [{"url": u, "id": f"r{i}"} for i, u in enumerate(urls)],
+                "routing": {"policy": routing},
+            }
+        ],
+    }
+    raw.update(sections)
+    return yaml.safe_dump(raw)
+
+
+async def _metric(s: aiohttp.ClientSession, url: str, needle: str) -> float:
+    async with s.get(url + "/metrics") as r:
+        for line in (await r.text()).splitlines():
+            if line.startswith(needle + " "):
+                return float(line.split()[-1])
+    return 0.0
+
+
+async def test_invalid_then_valid_reload_under_load(monkeypatch) -> None:
+    monkeypatch.setenv("PREFIX_GATEWAY_ADMIN_TOKEN", ADMIN_TOKEN)
+    async with sim_fleet(2) as fleet:
+        policy = policy_for(fleet.urls, routing={"policy": "prefix_affinity"})
+        async with gateway_with(policy) as gw, aiohttp.ClientSession() as s:
+            stop = asyncio.Event()
+            statuses: list[int] = []
+
+            async def load(worker: int) -> None:
+                for i in range(5000):
+                    if stop.is_set():
+                        return
+                    status, _, _ = await post(s, gw.url, chat(f"w{worker} turn {i % 7} " * 8))
+                    statuses.append(status)
+
+            workers = [asyncio.create_task(load(w)) for w in range(8)]
+            await wait_for(lambda: len(statuses) > 50)
+            old_state = gw.state
+            old_router = old_state.pools["sim-llama"].router
+            blocks_before = sum(old_router.index.stats().per_replica.values())
+
+            bad = policy_yaml(fleet.urls).replace("prefix_affinity", "no_such_policy")
+            async with s.post(gw.url + "/admin/reload", data=bad, headers=ADMIN) as r:
+                assert r.status == 422
+                body = await r.json()
+                assert body["result"] == "invalid"
+                assert any("routing.policy" in p["path"] for p in body["problems"])
+            assert gw.state is old_state
+            assert await _metric(s, gw.url, 'prefix_gateway_config_reloads_total{result="invalid"}') == 1
+
+            await wait_for(lambda: len(statuses) > 150)
+            good = policy_yaml(fleet.urls, retries={"max_attempts": 2, "backoff_base_s": 0.0})
+            async with s.post(gw.url + "/admin/reload", data=good, headers=ADMIN) as r:
+                assert r.status == 200, await r.text()
+                assert (await r.json())["result"] == "ok"
+            new_state = gw.state
+            assert new_state is not old_state and new_state.policy.retries.max_attempts == 2
+            # routing unchanged: the same router, its index kept
+            assert new_state.pools["sim-llama"].router is old_router
+            assert sum(old_router.index.stats().per_replica.values()) >= min(blocks_before, 1)
+            assert new_state.fleet is old_state.fleet
+
+            n = len(statuses)
+            await wait_for(lambda: len(statuses) > n + 100)
+            changed = policy_yaml(fleet.urls, routing="least_load")
+            async with s.post(gw.url + "/admin/reload", data=changed, headers=ADMIN) as r:
+                assert r.status == 200
+            assert gw.state.pools["sim-llama"].router is not old_router
+            n = len(statuses)
+            await wait_for(lambda: len(statuses) > n + 100)
+            stop.set()
+            await asyncio.gather(*workers)
+            assert await _metric(s, gw.url, 'prefix_gateway_config_reloads_total{result="ok"}') == 2
+    assert statuses and set(statuses) == {200}, {s: statuses.count(s) for s in set(statuses)}
+
+
+async def test_reload_without_a_file_or_body_is_refused(monkeypatch) -> None:
+    monkeypatch.setenv("PREFIX_GATEWAY_ADMIN_TOKEN", ADMIN_TOKEN)
+    async with (
+        sim_fleet(1) as fleet,
+        gateway_with(policy_for(fleet.urls)) as gw,
+        aiohttp.ClientSession() as s,
+        s.post(gw.url + "/admin/reload", headers=ADMIN) as r,
+    ):
+        assert r.status == 409
+        assert (await r.json())["result"] == "no_source"
+
+
+async def test_file_watch_reloads_and_survives_a_broken_file(tmp_path: Path) -> None:
+    async with sim_fleet(2) as fleet:
+        path = tmp_path / "policy.yaml"
+        watch = {"watch_interval_s": 0.05}
+        path.write_text(policy_yaml(fleet.urls[:1], reload=watch))
+        from config.loader import load_policy
+
+        async with gateway_with(load_policy(path), policy_path=str(path)) as gw:
+            assert [r.id for r in gw.state.pools["sim-llama"].router.replicas] == ["r0"]
+            path.write_text("models: [this is: not valid")
+            await asyncio.sleep(0.3)
+            assert [r.id for r in gw.state.pools["sim-llama"].router.replicas] == ["r0"]  # old one serves
+            path.write_text(policy_yaml(fleet.urls, reload=watch))
+            await wait_for(lambda: len(gw.state.pools["sim-llama"].router.replicas) == 2, 3.0)
+            async with aiohttp.ClientSession() as s:
+                seen = {(await post(s, gw.url, chat(f"f{i}")))[1]["x-gateway-replica"] for i in range(12)}
+            assert seen == {"r0", "r1"}

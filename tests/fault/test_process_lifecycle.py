@@ -1,0 +1,149 @@
+"""Real gateway processes: SIGTERM under load drains without cutting a request and exits 0; SIGHUP
+reloads the policy file (an invalid one is refused); ``--workers 2`` shares one port."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from pathlib import Path
+
+import aiohttp
+import httpx
+import yaml
+
+from bench.procs import free_port, running, start_gateway, start_sim
+
+ADMIN_TOKEN = "lifecycle-token"
+ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+ENV = {"PREFIX_GATEWAY_ADMIN_TOKEN": ADMIN_TOKEN, "PREFIX_GATEWAY_SECRET": "lifecycle-secret"}
+
+
+def write_policy(path: Path, urls: list[str], **sections: object) -> None:
+    raw: dict[str, object] = {
+        "server": {"host": "127.0.0.1", "port": 0, "access_log": False, "drain_timeout_s": 15},
+        "cache": {"enabled": False},
+        "billing": {"ledger": {"path": ":memory:"}},
+        "models": [
+            {
+                "name": "sim-llama",
+                "replicas": [{"url": u, "id": f"r{i}"} for i, u in enumerate(urls)],
+                "routing": {"policy": "least_load"},
+            }
+        ],
+    }
+    raw.update(sections)
+    path.write_text(yaml.safe_dump(raw))
+
+
+def metric(url: str, needle: str) -> float:
+    for line in httpx.get(url + "/metrics", timeout=5).text.splitlines():
+        if line.startswith(needle + " "):
+            return float(line.split()[-1])
+    return 0.0
+
+
+async def _one(s: aiohttp.ClientSession, url: str, i: int) -> tuple[int, bool]:
+    stream = i % 2 == 0
+    body = {
+        "model": "sim-llama",
+        "messages": [{"role": "user", "content": f"drain me {i}"}],
+        "max_tokens": 20,
+        "stream": stream,
+    }
+    async with s.post(url + "/v1/chat/completions", json=body) as r:
+        raw = await r.read()
+    complete = raw.rstrip().endswith(b"data: [DONE]") if stream else b'"finish_reason"' in raw
+    return r.status, complete
+
+
+def test_sigterm_under_load_finishes_every_request_and_exits_0(tmp_path: Path) -> None:
+    sim, urls = start_sim(2, extra=["--speed", "1", "--decode-s-per-token", "0.05", "--overhead-s", "0"])
+    with running(sim):
+        path = tmp_path / "policy.yaml"
+        write_policy(path, urls)
+        gw = start_gateway(["--config", str(path)], env=ENV)
+        with running(gw):
+
+            async def scenario() -> tuple[list[tuple[int, bool]], bool, float]:
+                async with aiohttp.ClientSession() as s:
+                    tasks = [asyncio.create_task(_one(s, gw.url, i)) for i in range(32)]
+                    await asyncio.sleep(0.4)  # all in flight (each takes about 1 s)
+                    t0 = time.monotonic()
+                    gw.popen.send_signal(signal.SIGTERM)
+                    await asyncio.sleep(0.2)
+                    refused = False
+                    try:
+                        async with aiohttp.ClientSession() as fresh, fresh.get(gw.url + "/health") as r:
+                            await r.read()
+                    except aiohttp.ClientConnectionError:
+                        refused = True
+                    results = await asyncio.gather(*tasks)
+                    return results, refused, time.monotonic() - t0
+
+            results, refused, _ = asyncio.run(scenario())
+            code = gw.popen.wait(20)
+        assert code == 0
+        assert refused, "a new connection was accepted after SIGTERM"
+        assert [r for r in results if r != (200, True)] == []
+
+
+def test_sighup_reloads_the_file_and_refuses_a_broken_one(tmp_path: Path) -> None:
+    sim, urls = start_sim(2)
+    with running(sim):
+        path = tmp_path / "policy.yaml"
+        write_policy(path, urls[:1])
+        gw = start_gateway(["--config", str(path)], env=ENV)
+        with running(gw):
+            path.write_text("models: [broken")
+            gw.popen.send_signal(signal.SIGHUP)
+            deadline = time.monotonic() + 10
+            while metric(gw.url, 'prefix_gateway_config_reloads_total{result="invalid"}') < 1:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            write_policy(path, urls)
+            gw.popen.send_signal(signal.SIGHUP)
+            while metric(gw.url, 'prefix_gateway_config_reloads_total{result="ok"}') < 1:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            rows = httpx.get(gw.url + "/admin/replicas", headers=ADMIN, timeout=5).json()
+            assert [r["id"] for r in rows["models"]["sim-llama"]["replicas"]] == ["r0", "r1"]
+            assert gw.popen.poll() is None
+            assert gw.stop() == 0
+
+
+def test_two_workers_share_the_port_and_stop_together(tmp_path: Path) -> None:
+    sim, urls = start_sim(1)
+    with running(sim):
+        path = tmp_path / "policy.yaml"
+        write_policy(path, urls)
+        gw = start_gateway(["--config", str(path), "--workers", "2"], env=ENV, port=free_port())
+        with running(gw):
+            pids = set()
+            deadline = time.monotonic() + 15
+            while len(pids) < 2 and time.monotonic() < deadline:
+                with httpx.Client() as c:  # a new connection each time: the kernel spreads them
+                    r = c.get(gw.url + "/admin/debug", headers=ADMIN, timeout=5)
+                    if r.status_code == 200:
+                        pids.add(r.json()["pid"])
+            assert len(pids) == 2 and gw.pid not in pids
+            r = httpx.post(
+                gw.url + "/v1/chat/completions",
+                json={"model": "sim-llama", "messages": [{"role": "user", "content": "hi"}]},
+                timeout=10,
+            )
+            assert r.status_code == 200
+            assert gw.stop() == 0
+        for pid in pids:
+            deadline = time.monotonic() + 5
+            while _alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert not _alive(pid)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] != "Z"
+    except FileNotFoundError:
+        return False

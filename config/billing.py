@@ -96,8 +96,9 @@ class LedgerConfig(_Strict):
         description="SQLite file (parent directory created); ':memory:' keeps nothing across restarts",
     )
     synchronous: Literal["full", "normal"] = Field(
-        "full",
-        description="SQLite: 'full' survives power loss (fsync per group commit); 'normal' only a kill",
+        "normal",
+        description="SQLite: 'normal' survives a killed or crashed gateway (WAL); 'full' also power loss, "
+        "at one fsync per group commit on the answer's path",
     )
     stream_maxlen: int = Field(1_000_000, ge=1000, description="Redis: line items kept (approximate trim)")
     counters_ttl_days: int = Field(400, ge=1, description="Redis: per-day counters expire after this")

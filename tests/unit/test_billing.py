@@ -301,7 +301,7 @@ def test_defaults_match_the_documented_rules():
     assert cfg.enabled is True
     assert rules_from_config(cfg, "any") == Rules()
     assert Rules() == Rules(20, 256, 125, 10, 300.0, 1024, 4, 0, 0, 0, 0)
-    assert cfg.ledger.kind == "sqlite" and cfg.ledger.synchronous == "full"
+    assert cfg.ledger.kind == "sqlite" and cfg.ledger.synchronous == "normal"
 
 
 @pytest.mark.parametrize(

@@ -52,6 +52,10 @@ async def metrics_endpoint(request: web.Request) -> web.Response:
     for pool in state.pools.values():
         for replica_id, blocks in pool.router.index.stats().per_replica.items():
             state.metrics.index_blocks.labels(replica_id).set(blocks)
+    if state.metering is not None:
+        stats = await state.metering.registry.stats()
+        for name in ("live", "created", "hits", "expired"):
+            state.metrics.explicit_entries.labels(name).set(getattr(stats, name))
     registry = state.metrics.registry
     return web.Response(body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
 

@@ -167,3 +167,19 @@ async def test_a_live_explicit_entry_pins_routing_to_its_replica() -> None:
         assert len(set(replicas)) == 1, replicas
         async with s.get(gw.url + "/metrics") as r:
             assert 'reason="explicit_pin"} 3.0' in await r.text()
+
+
+async def test_explicit_entry_gauges_are_exported() -> None:
+    async with sim_fleet(1) as fleet, gateway(billing_policy(fleet.urls)) as gw, aiohttp.ClientSession() as s:
+        body = {"model": "sim-llama", "max_tokens": 2, "messages": [
+            {"role": "system", "content": [
+                {"type": "text", "text": LONG_SYSTEM, "cache_control": {"type": "ephemeral"}}]},
+            {"role": "user", "content": "q"}]}
+        await post(s, gw.url, body)
+        await post(s, gw.url, body)
+        async with s.get(gw.url + "/metrics") as r:
+            text = await r.text()
+        assert 'prefix_gateway_explicit_cache_entries{state="live"} 1.0' in text
+        assert 'prefix_gateway_explicit_cache_entries{state="created"} 1.0' in text
+        assert 'prefix_gateway_explicit_cache_entries{state="hits"} 1.0' in text
+        assert 'prefix_gateway_billed_tokens_total{kind="explicit_hit",tenant="acme"}' in text

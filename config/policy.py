@@ -23,10 +23,10 @@ class _Strict(BaseModel):
 
 
 class ServerConfig(_Strict):
-    host: str = "127.0.0.1"
-    port: int = Field(8080, ge=0, le=65535)
-    log_level: Literal["debug", "info", "warning", "error"] = "info"
-    access_log: bool = True
+    host: str = Field("127.0.0.1", description="address to listen on (0.0.0.0 in a container)")
+    port: int = Field(8080, ge=0, le=65535, description="port to listen on (0: any free port)")
+    log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="JSON logs on stderr")
+    access_log: bool = Field(True, description="one JSON line per request (ids, timings; never prompt text)")
     drain_timeout_s: float = Field(
         30.0, ge=0, description="on SIGTERM, how long in-flight requests may finish"
     )
@@ -75,26 +75,29 @@ class RetriesConfig(_Strict):
 
     max_attempts: int = Field(3, ge=1, le=10, description="attempts per request, the first included")
     backoff_base_s: float = Field(0.02, ge=0, description="first backoff; doubles per attempt, jittered")
-    backoff_max_s: float = Field(0.5, ge=0)
+    backoff_max_s: float = Field(0.5, ge=0, description="cap of the backoff")
     deadline_s: float = Field(30.0, gt=0, description="no new attempt starts after this")
-    on_status: list[int] = Field(default_factory=lambda: [429, 502, 503, 504])
+    on_status: list[int] = Field(
+        default_factory=lambda: [429, 502, 503, 504],
+        description="replica statuses retried on another replica",
+    )
 
 
 class HealthConfig(_Strict):
     """Active checks of each replica's /health."""
 
-    enabled: bool = True
-    interval_s: float = Field(2.0, gt=0)
-    timeout_s: float = Field(1.0, gt=0)
+    enabled: bool = Field(True, description="probe every replica's /health")
+    interval_s: float = Field(2.0, gt=0, description="time between two probes of a replica")
+    timeout_s: float = Field(1.0, gt=0, description="a probe slower than this failed")
     fails_to_eject: int = Field(2, ge=1, description="failed checks in a row before a replica leaves routing")
 
 
 class ScrapeConfig(_Strict):
     """Reading each replica's own load from its Prometheus /metrics (vLLM and SGLang names)."""
 
-    enabled: bool = True
-    interval_s: float = Field(1.0, gt=0)
-    timeout_s: float = Field(0.5, gt=0)
+    enabled: bool = Field(True, description="read running/waiting/KV usage from each replica's /metrics")
+    interval_s: float = Field(1.0, gt=0, description="time between two scrapes of a replica")
+    timeout_s: float = Field(0.5, gt=0, description="a scrape slower than this is skipped")
 
 
 class BreakerConfig(_Strict):
@@ -136,12 +139,12 @@ class ReloadConfig(_Strict):
 
 
 class ReplicaConfig(_Strict):
-    url: AnyHttpUrl
+    url: AnyHttpUrl = Field(description="base URL of the replica's OpenAI server (without /v1)")
     id: str | None = Field(None, description="stable name; defaults to host:port of the url")
     kv_capacity_blocks: int | None = Field(
         None, ge=1, description="blocks the replica's KV cache holds (router index bound)"
     )
-    weight: float = Field(1.0, gt=0)
+    weight: float = Field(1.0, gt=0, description="relative capacity (ring points, least-load tie break)")
 
     @property
     def replica_id(self) -> str:
@@ -157,7 +160,7 @@ class ReplicaConfig(_Strict):
 class ModelPoolConfig(_Strict):
     name: str = Field(min_length=1, description="model name clients send")
     served_model_name: str | None = Field(None, description="name the replicas know it by, if different")
-    backend: BackendKind = "vllm"
+    backend: BackendKind = Field("vllm", description="vllm and sglang get cache_salt; openai does not")
     accepts_cache_control: bool = Field(
         False, description="forward cache_control markers as they are (else stripped before the replica)"
     )
@@ -177,7 +180,7 @@ class ModelPoolConfig(_Strict):
 
 
 class TenantConfig(_Strict):
-    id: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:-]+$")
+    id: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:-]+$", description="tenant id")
     api_key_sha256: list[str] = Field(default_factory=list, description="hex SHA-256 digests of API keys")
     group: str | None = Field(None, description="tenants of one group share a cache salt")
 
@@ -195,7 +198,7 @@ class TenantConfig(_Strict):
 
 class TenancyConfig(_Strict):
     allow_anonymous: bool = Field(True, description="serve requests without a known key as default_tenant")
-    default_tenant: str = "anonymous"
+    default_tenant: str = Field("anonymous", description="tenant of requests without a known key")
     secret_env: str = Field(
         "PREFIX_GATEWAY_SECRET", description="environment variable holding the server secret for salts"
     )
@@ -222,13 +225,13 @@ class AdminConfig(_Strict):
 
 class RedisConfig(_Strict):
     url: str | None = Field(None, description="redis://host:port/db; None keeps all state in memory")
-    key_prefix: str = "pgw"
-    socket_timeout_s: float = Field(0.5, gt=0)
+    key_prefix: str = Field("pgw", description="prefix of every Redis key the gateway writes")
+    socket_timeout_s: float = Field(0.5, gt=0, description="a slower Redis call counts as failed")
     max_connections: int = Field(64, ge=1, le=10_000, description="Redis connections per gateway process")
 
 
 class Policy(_Strict):
-    version: Literal[1] = 1
+    version: Literal[1] = Field(1, description="policy format version")
     server: ServerConfig = Field(default_factory=ServerConfig)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     timeouts: TimeoutsConfig = Field(default_factory=TimeoutsConfig)

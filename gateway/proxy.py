@@ -72,6 +72,7 @@ def upstream_body(payload: dict[str, Any], pool: Pool, tenant: Tenant) -> bytes:
     """The body sent to the replica: the client's fields in the client's order (so the replica's own
     prefix cache sees the same prompt), the served model name, and the tenant's ``cache_salt``."""
     body = dict(payload)
+    body.pop("cache", None)  # LiteLLM's cache-control object is for the gateway, not the replica
     if pool.cfg.served_model_name:
         body["model"] = pool.cfg.served_model_name
     if pool.sends_cache_salt:

@@ -115,6 +115,7 @@ async def test_request_controls() -> None:
         assert h["x-cache"] == "bypass"
         _, h, _ = await call(s, gw.url, {**CHAT, "cache": {"no-store": True}})  # LiteLLM's body control
         assert h["x-cache"] == "bypass"
+        assert "cache" not in (await sim_requests(fleet.urls[0]))[-1]  # a gateway control, not forwarded
         _, h, _ = await call(s, gw.url, CHAT, headers={"Cache-Control": "no-cache"})
         assert h["x-cache"] == "refresh"
         await asyncio.sleep(1.1)

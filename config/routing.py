@@ -11,6 +11,7 @@ PolicyName = Literal["round_robin", "least_load", "consistent_hash", "chwbl", "p
 
 # RFC 9110 token characters: what an HTTP header name may be made of.
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+_ZMQ_ENDPOINT = re.compile(r"^(tcp://(\*|\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):[0-9]{1,5}|ipc://.+)$")
 
 
 class TokenizerConfig(BaseModel):
@@ -25,6 +26,59 @@ class TokenizerConfig(BaseModel):
         if self.kind == "hf" and not self.path:
             raise ValueError("tokenizer kind 'hf' needs 'path' (a tokenizer.json file)")
         return self
+
+
+class KvEventsConfig(BaseModel):
+    """Where the gateway listens for vLLM's KV-cache events (precise index).
+
+    vLLM CONNECTS its PUB socket to a ``tcp://host:port`` endpoint, so the gateway BINDS one SUB socket
+    that every replica of every precise pool connects to, each replica publishing under its own topic.
+    Start each replica with ``--kv-events-config '{"enable_kv_cache_events": true, "publisher": "zmq",
+    "endpoint": "<bind>", "topic": "<topic>", "replay_endpoint": "<replay>"}'``.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    bind: str = Field("tcp://127.0.0.1:5557", description="ZMQ endpoint the gateway's SUB socket binds")
+    topics: dict[str, str] = Field(
+        default_factory=dict, description="replica id -> the topic it publishes (default: the replica id)"
+    )
+    replay: dict[str, str] = Field(
+        default_factory=dict,
+        description="replica id -> its replay endpoint (ROUTER socket), asked for batches missed in a gap",
+    )
+    speculative_ttl_s: float = Field(
+        5.0, gt=0, le=600, description="a routed prefix counts as held this long before its event confirms it"
+    )
+    replay_timeout_s: float = Field(1.0, gt=0, le=60, description="give up a replay (and purge) after this")
+
+    @field_validator("bind")
+    @classmethod
+    def _endpoint(cls, value: str) -> str:
+        if not _ZMQ_ENDPOINT.match(value):
+            raise ValueError(f"kv_events.bind must be tcp://host:port or ipc://path, got {value!r}")
+        return value
+
+    @field_validator("replay")
+    @classmethod
+    def _replay_endpoints(cls, value: dict[str, str]) -> dict[str, str]:
+        for rid, ep in value.items():
+            if not _ZMQ_ENDPOINT.match(ep) or "*" in ep:
+                raise ValueError(
+                    f"kv_events.replay[{rid!r}] must be tcp://host:port or ipc://path, got {ep!r}"
+                )
+        return value
+
+    @model_validator(mode="after")
+    def _unique_topics(self) -> KvEventsConfig:
+        topics = list(self.topics.values())
+        dup = {t for t in topics if topics.count(t) > 1}
+        if dup:
+            raise ValueError(f"kv_events.topics must be unique per replica, repeated: {sorted(dup)}")
+        return self
+
+    def topic_of(self, replica_id: str) -> str:
+        return self.topics.get(replica_id, replica_id)
 
 
 class RoutingConfig(BaseModel):
@@ -63,6 +117,25 @@ class RoutingConfig(BaseModel):
     session_header: str = Field("x-session-id", description="session policy: header carrying the session id")
     seed: int | None = Field(None, description="seed of the random tie break (None: nondeterministic)")
     tokenizer: TokenizerConfig = Field(default_factory=TokenizerConfig)
+    index: Literal["approximate", "precise"] = Field(
+        "approximate",
+        description="prefix_affinity: 'approximate' guesses from what was sent; 'precise' also reads what "
+        "each vLLM replica holds from its KV-cache events (approximate for replicas without events)",
+    )
+    engine_block_size: int | None = Field(
+        None, ge=1, le=4096, description="precise: the replicas' --block-size (vLLM CPU default 128)"
+    )
+    hash_algo: Literal["sha256_cbor"] = Field(
+        "sha256_cbor", description="precise: the replicas' --prefix-caching-hash-algo (must match)"
+    )
+    hash_seed: str | None = Field(
+        None, description="precise: the replicas' PYTHONHASHSEED, if set (None: vLLM's fixed default seed)"
+    )
+    chat_template: str | None = Field(
+        None,
+        description="precise: tokenizer_config.json holding the chat template (default: beside tokenizer.path)",
+    )
+    kv_events: KvEventsConfig | None = Field(None, description="precise: where the events arrive")
 
     @field_validator("session_header")
     @classmethod
@@ -80,6 +153,23 @@ class RoutingConfig(BaseModel):
                 f"route_key_tokens ({self.route_key_tokens}) must not exceed max_prefix_tokens "
                 f"({self.max_prefix_tokens})"
             )
+        if self.index == "precise":
+            problems = []
+            if self.policy != "prefix_affinity":
+                problems.append(f"policy must be 'prefix_affinity' (got {self.policy!r})")
+            if self.tokenizer.kind != "hf":
+                problems.append("tokenizer.kind must be 'hf' (the model's own tokenizer.json)")
+            if self.engine_block_size is None:
+                problems.append("engine_block_size must be set (the replicas' --block-size)")
+            elif self.engine_block_size % self.block_size:
+                problems.append(
+                    f"engine_block_size ({self.engine_block_size}) must be a multiple of block_size "
+                    f"({self.block_size})"
+                )
+            if problems:
+                raise ValueError("index 'precise' needs: " + "; ".join(problems))
+            if self.kv_events is None:
+                self.kv_events = KvEventsConfig()
         if self.max_prefix_tokens < self.block_size:
             raise ValueError(
                 f"max_prefix_tokens ({self.max_prefix_tokens}) must be at least one block "

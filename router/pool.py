@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 from config.routing import RoutingConfig
 from router.blocks import block_hashes, root_hash, route_key
+from router.engine_prompt import EnginePrompt
+from router.exact_index import ExactIndex
 from router.index import IndexStats, PrefixIndex
 from router.policies import make_policy
 from router.policies.base import PickContext, RoutingPolicy
@@ -31,6 +33,7 @@ class RouterStats:
     decisions: int
     predicted_cached_tokens: int  # sum of matched_tokens over observed decisions
     observed_cached_tokens: int  # sum of what replicas reported for the same decisions
+    precise_decisions: int = 0  # decisions where at least one candidate was matched by its events
 
 
 class PoolRouter:
@@ -51,6 +54,18 @@ class PoolRouter:
         self.replicas: list[ReplicaState] = []
         self._by_id: dict[str, ReplicaState] = {}
         self.decisions = 0
+        self.precise_decisions = 0
+        # Precise mode: the exact index (fed by gateway.kv_events) and the engine's own prompt hashing.
+        self.exact: ExactIndex | None = None
+        self.engine_prompt: EnginePrompt | None = None
+        if cfg.index == "precise" and cfg.tokenizer.path and cfg.engine_block_size:
+            self.engine_prompt = EnginePrompt(
+                cfg.tokenizer.path,
+                cfg.chat_template,
+                cfg.engine_block_size,
+                hash_seed=cfg.hash_seed,
+                max_tokens=cfg.max_prefix_tokens,
+            )
         self._predicted = 0
         self._observed = 0
         self.set_replicas(replicas)
@@ -81,6 +96,8 @@ class PoolRouter:
             self.index.add_replica(r.id, r.kv_capacity_blocks or self.cfg.default_kv_capacity_blocks)
         for gone in set(self._by_id) - set(ids):
             self.index.drop_replica(gone)
+            if self.exact is not None:
+                self.exact.drop_replica(gone)
         self.replicas = new
         self._by_id = {r.id: r for r in new}
 
@@ -125,9 +142,11 @@ class PoolRouter:
         self._drop_stale_reports(candidates, now)
         ctx = PickContext(request=request, candidates=candidates, block_size=self.cfg.block_size)
         hashes: tuple[int, ...] = ()
+        engine: tuple[int, ...] = ()
         if self.policy.needs_prefix:
             hashes = self._prefix(request, ctx)
             ctx.matched_blocks = self.index.match(hashes, now)
+            engine = self._precise(request, ctx, candidates, now)
         pinned = self._pinned(request, candidates)
         replica, reason = (pinned, "explicit_pin") if pinned is not None else self.policy.pick(ctx)
         matched = min(ctx.matched_blocks.get(replica.id, 0) * self.cfg.block_size, ctx.prompt_tokens)
@@ -141,12 +160,15 @@ class PoolRouter:
             block_hashes=hashes,
             route_key=ctx.route_key,
             block_size=self.cfg.block_size,
+            engine_block_hashes=engine,
         )
         replica.in_flight += 1
         replica.queued_prefill_tokens += decision.uncached_tokens
         if hashes:
             # Speculative: the replica will hold this prefix once it has prefilled it.
             self.index.insert(replica.id, hashes, now, known=ctx.matched_blocks.get(replica.id, 0))
+        if engine and self.exact is not None:
+            self.exact.speculate(replica.id, engine, now)
         self.decisions += 1
         return decision
 
@@ -182,6 +204,8 @@ class PoolRouter:
         if decision.block_hashes and decision.replica.id in self._by_id:
             start = decision.matched_tokens // decision.block_size
             self.index.forget_from(decision.replica.id, decision.block_hashes, start)
+        if decision.engine_block_hashes and self.exact is not None:
+            self.exact.forget_speculative(decision.replica.id, decision.engine_block_hashes)
 
     def observe_usage(self, decision: Decision, cached_tokens: int | None) -> None:
         """The replica's own ``cached_tokens`` for a decision: accounted against the index's prediction."""
@@ -191,7 +215,13 @@ class PoolRouter:
         self._observed += max(0, cached_tokens)
 
     def stats(self) -> RouterStats:
-        return RouterStats(self.index.stats(), self.decisions, self._predicted, self._observed)
+        return RouterStats(
+            self.index.stats(), self.decisions, self._predicted, self._observed, self.precise_decisions
+        )
+
+    def attach_exact(self, exact: ExactIndex | None) -> None:
+        """Precise mode: the exact index the KV-event listener keeps (None detaches: approximate only)."""
+        self.exact = exact
 
     # -- internals ------------------------------------------------------------------------------------
     def _prefix(self, request: RouteRequest, ctx: PickContext) -> tuple[int, ...]:
@@ -204,6 +234,32 @@ class PoolRouter:
         ctx.prompt_tokens = tokens.count
         ctx.hashed_tokens = min(tokens.count, cfg.max_prefix_tokens)
         return hashes
+
+    def _precise(
+        self, request: RouteRequest, ctx: PickContext, candidates: Sequence[ReplicaState], now: float
+    ) -> tuple[int, ...]:
+        """Engine hashes of the prompt, and each live replica's match from its events instead of the
+        approximate guess (in ``block_size`` units). Replicas without events keep the approximate match."""
+        exact, engine_prompt = self.exact, self.engine_prompt
+        if exact is None or engine_prompt is None:
+            return ()
+        live = [r.id for r in candidates if exact.is_live(r.id)]
+        if not live:
+            return ()
+        engine = engine_prompt.hashes(request.endpoint, request.body, request.tenant_salt)
+        if not engine:
+            return ()
+        per = engine_prompt.block_size // self.cfg.block_size
+        matched = dict(ctx.matched_blocks)
+        for rid in live:
+            n = exact.match(rid, engine, now) * per
+            if n:
+                matched[rid] = n
+            else:
+                matched.pop(rid, None)
+        ctx.matched_blocks = matched
+        self.precise_decisions += 1
+        return engine
 
     def _drop_stale_reports(self, candidates: Sequence[ReplicaState], now: float) -> None:
         stale = self.cfg.report_stale_s

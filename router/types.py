@@ -39,6 +39,7 @@ class Decision:
     block_hashes: tuple[int, ...] = ()
     route_key: int = 0
     block_size: int = 16
+    engine_block_hashes: tuple[int, ...] = ()  # precise mode: the engine's own hashes of the prompt
     _prefill_released: bool = False
     _released: bool = False
 

@@ -1,0 +1,76 @@
+"""The token ids a vLLM replica will see for a request, and their engine block hashes (precise mode).
+
+Chat: the model's chat template (``router.chat_template``), then the model's ``tokenizer.json`` without
+added special tokens (vLLM's chat path). Completions: the prompt string tokenized with special tokens
+added (vLLM's completions default), or the token ids as given. Anything else (batched prompts, media
+parts, a template that fails) gives ``None``: the router then relies on its approximate index alone.
+Files are read once, at first use; the rest is pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from router.chat_template import ChatTemplate
+from router.vllm_hash import block_hashes
+
+
+class EnginePrompt:
+    def __init__(
+        self,
+        tokenizer_path: str | Path,
+        template_path: str | Path | None,
+        block_size: int,
+        *,
+        hash_seed: str | None = None,
+        max_tokens: int = 4096,
+    ) -> None:
+        self.tokenizer_path = Path(tokenizer_path)
+        self.template_path = (
+            Path(template_path) if template_path else self.tokenizer_path.with_name("tokenizer_config.json")
+        )
+        self.block_size = block_size
+        self.hash_seed = hash_seed
+        self.max_blocks = max(1, max_tokens // block_size)
+        self._tok: Any = None
+        self._template: ChatTemplate | None = None
+
+    def _load(self) -> tuple[Any, ChatTemplate]:
+        if self._tok is None:
+            from tokenizers import Tokenizer
+
+            self._tok = Tokenizer.from_file(str(self.tokenizer_path))
+            self._template = ChatTemplate.from_tokenizer_config(self.template_path)
+        assert self._template is not None
+        return self._tok, self._template
+
+    def token_ids(self, endpoint: str, body: Mapping[str, Any]) -> list[int] | None:
+        tok, template = self._load()
+        if endpoint == "chat":
+            messages = body.get("messages")
+            if not isinstance(messages, list):
+                return None
+            text = template.render(messages, body.get("tools"))
+            if text is None:
+                return None
+            return list(tok.encode(text, add_special_tokens=False).ids)
+        if endpoint == "completions":
+            prompt = body.get("prompt")
+            if isinstance(prompt, list) and len(prompt) == 1:
+                prompt = prompt[0]
+            if isinstance(prompt, str):
+                return list(tok.encode(prompt, add_special_tokens=True).ids)
+            if isinstance(prompt, list) and prompt and all(type(t) is int for t in prompt):
+                return prompt
+        return None
+
+    def hashes(self, endpoint: str, body: Mapping[str, Any], salt: str) -> tuple[int, ...]:
+        """Event-form hashes of the request's full blocks (empty when not reproducible)."""
+        ids = self.token_ids(endpoint, body)
+        if not ids:
+            return ()
+        return block_hashes(
+            ids, self.block_size, salt=salt or None, seed=self.hash_seed, max_blocks=self.max_blocks
+        )

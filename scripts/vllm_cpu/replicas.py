@@ -1,0 +1,255 @@
+"""Start, wait for and stop real vLLM CPU replicas of the tiny model, on loopback only.
+
+Used by ``tests/real_vllm`` (as a module) and by hand (as a script)::
+
+    python scripts/vllm_cpu/replicas.py start --n 2 --base-port 8100 [--kv-bytes 16M]
+        [--kv-events tcp://127.0.0.1:5557] [--block-size 32]
+    python scripts/vllm_cpu/replicas.py stop
+
+Each replica: ``python -m vllm.entrypoints.openai.api_server`` from the vLLM venv, one OMP core
+(``VLLM_CPU_OMP_THREADS_BIND``), ``--load-format dummy`` weights, prefix caching with
+``sha256_cbor`` hashes (reproducible by the gateway, see ``router.vllm_hash``), prompt-token details
+in usage, and optionally KV-cache events published to the gateway's SUB socket under the topic
+``replica_id``. The script writes pid files under ``$VLLM_CPU_HOME/run`` so that ``stop`` ends exactly
+the processes it started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HOME = Path(os.environ.get("VLLM_CPU_HOME", "/work/vllm-cpu"))
+VENV = Path(os.environ.get("VLLM_CPU_VENV", str(HOME / "venv")))
+MODEL_DIR = Path(os.environ.get("VLLM_CPU_MODEL", str(HOME / "tiny-llama")))
+SERVED_NAME = "tiny-llama"
+HASH_ALGO = "sha256_cbor"
+
+
+@dataclass
+class ReplicaSpec:
+    replica_id: str
+    port: int
+    core: int = 0  # VLLM_CPU_OMP_THREADS_BIND
+    kv_bytes: str | None = None  # e.g. "16M": a small cache that evicts; None: VLLM_CPU_KVCACHE_SPACE
+    kv_space_gib: int = 1
+    block_size: int | None = None  # None: vLLM's CPU default (128); else a multiple of 32
+    kv_events_endpoint: str | None = None  # the gateway's bound SUB socket, e.g. tcp://127.0.0.1:5557
+    replay_port: int | None = None  # ROUTER socket for missed batches (bound by the replica)
+    max_num_seqs: int = 16
+    extra_args: list[str] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def replay_endpoint(self) -> str | None:
+        return f"tcp://127.0.0.1:{self.replay_port}" if self.replay_port else None
+
+
+@dataclass
+class Replica:
+    spec: ReplicaSpec
+    popen: subprocess.Popen[bytes]
+    log_path: Path
+
+    @property
+    def url(self) -> str:
+        return self.spec.url
+
+    def stop(self, timeout: float = 30.0) -> None:
+        stop_pid(self.popen.pid, timeout)
+        self.popen.poll()
+
+
+def python() -> Path:
+    return VENV / "bin" / "python"
+
+
+def check_installed() -> None:
+    if not python().is_file():
+        raise RuntimeError(f"no vLLM venv at {VENV}: run scripts/vllm_cpu/setup.sh first")
+    if not (MODEL_DIR / "config.json").is_file():
+        raise RuntimeError(f"no tiny model at {MODEL_DIR}: run scripts/vllm_cpu/setup.sh first")
+
+
+def command(spec: ReplicaSpec) -> list[str]:
+    args = [
+        str(python()),
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(MODEL_DIR),
+        "--served-model-name",
+        SERVED_NAME,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(spec.port),
+        "--load-format",
+        "dummy",
+        "--dtype",
+        "float32",
+        "--enable-prefix-caching",
+        "--prefix-caching-hash-algo",
+        HASH_ALGO,
+        "--enable-prompt-tokens-details",
+        "--max-model-len",
+        "4096",
+        "--max-num-seqs",
+        str(spec.max_num_seqs),
+        "--disable-log-stats",
+    ]
+    if spec.block_size is not None:
+        if spec.block_size % 32:
+            raise ValueError("the CPU backend needs --block-size to be a multiple of 32")
+        args += ["--block-size", str(spec.block_size)]
+    if spec.kv_bytes is not None:
+        args += ["--kv-cache-memory-bytes", spec.kv_bytes]
+    if spec.kv_events_endpoint is not None:
+        events = {
+            "enable_kv_cache_events": True,
+            "publisher": "zmq",
+            "endpoint": spec.kv_events_endpoint,
+            "topic": spec.replica_id,
+        }
+        if spec.replay_endpoint:
+            events["replay_endpoint"] = spec.replay_endpoint
+        args += ["--kv-events-config", json.dumps(events)]
+    return args + spec.extra_args
+
+
+def environment(spec: ReplicaSpec) -> dict[str, str]:
+    env = dict(os.environ)
+    for var in ("VLLM_CPU_KVCACHE_SPACE", "PYTHONHASHSEED", "VIRTUAL_ENV", "PYTHONPATH"):
+        env.pop(var, None)  # never set empty: vLLM reads "" as a value
+    if spec.kv_bytes is None:
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(spec.kv_space_gib)  # it overrides --kv-cache-memory-bytes
+    env.update(
+        VLLM_CPU_OMP_THREADS_BIND=str(spec.core),
+        VLLM_HOST_IP="127.0.0.1",
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        VLLM_NO_USAGE_STATS="1",
+        DO_NOT_TRACK="1",
+        VLLM_LOGGING_LEVEL=os.environ.get("VLLM_LOGGING_LEVEL", "WARNING"),
+        PATH=f"{VENV / 'bin'}:{env.get('PATH', '')}",
+    )
+    return env
+
+
+def start(spec: ReplicaSpec, log_dir: Path | None = None) -> Replica:
+    check_installed()
+    log_dir = log_dir or HOME / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / f"{spec.replica_id}.log"
+    out = open(log_path, "wb")  # noqa: SIM115 - owned by the child process
+    popen = subprocess.Popen(
+        command(spec),
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        env=environment(spec),
+        cwd=str(HOME),
+        start_new_session=True,  # its own process group: stop() ends the engine core child too
+    )
+    out.close()
+    return Replica(spec, popen, log_path)
+
+
+def wait_ready(replicas: Sequence[Replica], timeout_s: float = 300.0) -> None:
+    """Until every replica answers ``/v1/models`` (about 50 s each; they start in parallel)."""
+    deadline = time.monotonic() + timeout_s
+    pending = list(replicas)
+    while pending and time.monotonic() < deadline:
+        for r in list(pending):
+            if r.popen.poll() is not None:
+                tail = r.log_path.read_text(errors="replace")[-3000:]
+                raise RuntimeError(f"replica {r.spec.replica_id} exited ({r.popen.returncode}):\n{tail}")
+            try:
+                with urllib.request.urlopen(r.url + "/v1/models", timeout=2) as resp:
+                    if resp.status == 200:
+                        pending.remove(r)
+            except (urllib.error.URLError, OSError):
+                pass
+        if pending:
+            time.sleep(1.0)
+    if pending:
+        raise RuntimeError(f"replicas not ready within {timeout_s}s: {[r.spec.replica_id for r in pending]}")
+
+
+def stop_pid(pid: int, timeout: float = 30.0) -> None:
+    """SIGTERM the replica's process group (API server + engine core), SIGKILL after ``timeout``."""
+    try:
+        os.killpg(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pid, 0)
+        except ProcessLookupError:
+            return
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+        time.sleep(0.2)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+# -- CLI ----------------------------------------------------------------------------------------------
+def _run_dir() -> Path:
+    d = HOME / "run"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="real vLLM CPU replicas of the tiny model")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    st = sub.add_parser("start")
+    st.add_argument("--n", type=int, default=2, choices=(1, 2))
+    st.add_argument("--base-port", type=int, default=8100)
+    st.add_argument("--kv-bytes", default=None, help="e.g. 16M (small evicting cache)")
+    st.add_argument("--block-size", type=int, default=None)
+    st.add_argument("--kv-events", default=None, help="gateway SUB endpoint, e.g. tcp://127.0.0.1:5557")
+    sub.add_parser("stop")
+    args = ap.parse_args(argv)
+    if args.cmd == "stop":
+        for pidfile in sorted(_run_dir().glob("*.pid")):
+            stop_pid(int(pidfile.read_text()))
+            pidfile.unlink()
+            print(f"stopped {pidfile.stem}")
+        return 0
+    reps = []
+    for i in range(args.n):
+        spec = ReplicaSpec(
+            replica_id=f"vllm-{i}",
+            port=args.base_port + i,
+            core=i,
+            kv_bytes=args.kv_bytes,
+            block_size=args.block_size,
+            kv_events_endpoint=args.kv_events,
+        )
+        r = start(spec)
+        (_run_dir() / f"{spec.replica_id}.pid").write_text(str(r.popen.pid))
+        reps.append(r)
+    wait_ready(reps)
+    for r in reps:
+        print(f"{r.spec.replica_id} {r.url} log={r.log_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -235,8 +235,9 @@ def markdown(result: SoakResult, command: str) -> str:
             f"{result.warm.client_connections} / {result.end.client_connections}",
         ],
         [
-            "TCP connections of the process (established), after warm-up / end",
-            f"{result.warm.connections} / {result.end.connections}",
+            "TCP connections of the process (established, upstream pool included), after warm-up / end",
+            f"{result.warm.connections} / {result.end.connections} "
+            f"(bound: concurrency + 4 x replicas + 2 = {result.concurrency + 4 * result.replicas + 2})",
         ],
     ]
     machine = f"{platform.machine()}, {os.cpu_count()} CPUs (shared), Python {platform.python_version()}"

@@ -111,6 +111,8 @@ async def test_breaker_alone_ejects_refused_replicas_without_health_checks() -> 
         assert orjson.loads(raw)["error"]["code"] == "no_replica_available"
         fleet = gw.state.fleet
         assert fleet is not None and {r.breaker.state for r in fleet.records()} == {"open"}
+        async with s.get(gw.url + "/ready") as r:
+            assert r.status == 503  # open breakers count in readiness
 
 
 async def test_breaker_opens_on_5xx_and_closes_after_recovery(monkeypatch) -> None:
@@ -217,3 +219,62 @@ async def test_malformed_json_and_broken_sse_do_not_break_the_gateway() -> None:
                             assert orjson.loads(raw)["choices"]
             async with s.get(gw.url + "/health") as r:
                 assert r.status == 200
+
+
+async def test_connect_timeout_to_a_replica_that_never_accepts() -> None:
+    """A listener whose backlog is full drops new SYNs: connecting times out (``timeouts.connect_s``),
+    the attempt is retried on the other replica, and the client never notices."""
+    import socket
+
+    blackhole = socket.socket()
+    blackhole.bind(("127.0.0.1", 0))
+    blackhole.listen(0)
+    port = blackhole.getsockname()[1]
+    fillers = []
+    for _ in range(4):  # fill the accept queue (never accepted)
+        c = socket.socket()
+        c.setblocking(False)
+        c.connect_ex(("127.0.0.1", port))
+        fillers.append(c)
+    await asyncio.sleep(0.1)
+    try:
+        async with sim_fleet(1) as fleet:
+            urls = [f"http://127.0.0.1:{port}", fleet.urls[0]]
+            policy = policy_for(
+                urls,
+                health=NO_HEALTH,
+                timeouts={"connect_s": 0.3, "first_byte_s": 5.0},
+                breaker={"transport_failures": 1},
+            )
+            async with gateway_with(policy) as gw, aiohttp.ClientSession() as s:
+                t0 = time.monotonic()
+                results = [await post(s, gw.url, chat(f"k{i}")) for i in range(3)]
+                elapsed = time.monotonic() - t0
+                assert [r[0] for r in results] == [200, 200, 200]
+                assert {r[1]["x-gateway-replica"] for r in results} == {"r1"}
+                errors = gw.state.metrics.registry.get_sample_value(
+                    "prefix_gateway_upstream_errors_total", {"replica": "r0", "kind": "timeout"}
+                ) or gw.state.metrics.registry.get_sample_value(
+                    "prefix_gateway_upstream_errors_total", {"replica": "r0", "kind": "connect"}
+                )
+                assert errors == 1  # one timed-out connect, then r0's breaker kept requests away
+                assert 0.25 <= elapsed < 5.0
+    finally:
+        for c in fillers:
+            c.close()
+        blackhole.close()
+
+
+async def test_total_timeout_ends_a_long_stream_with_an_error_event() -> None:
+    async with sim_fleet(
+        1, speed=1.0, decode_s_per_token=0.1, overhead_s=0.0, prefill_s_per_token=0.0
+    ) as fleet:
+        policy = policy_for(
+            fleet.urls, health=NO_HEALTH, timeouts={"first_byte_s": 0.8, "idle_s": 5.0, "total_s": 0.8}
+        )
+        async with gateway_with(policy) as gw, aiohttp.ClientSession() as s:
+            t0 = time.monotonic()
+            status, _, raw = await post(s, gw.url, chat("long", stream=True, max_tokens=40))  # 4 s of tokens
+            assert status == 200
+            assert orjson.loads(sse_events(raw)[-1])["error"]["code"] == "upstream_stream_error"
+            assert time.monotonic() - t0 < 3.0

@@ -143,9 +143,10 @@ class PoolRouter:
         ctx = PickContext(request=request, candidates=candidates, block_size=self.cfg.block_size)
         hashes: tuple[int, ...] = ()
         engine: tuple[int, ...] = ()
+        approx: dict[str, int] = {}
         if self.policy.needs_prefix:
             hashes = self._prefix(request, ctx)
-            ctx.matched_blocks = self.index.match(hashes, now)
+            ctx.matched_blocks = approx = self.index.match(hashes, now)
             engine = self._precise(request, ctx, candidates, now)
         pinned = self._pinned(request, candidates)
         replica, reason = (pinned, "explicit_pin") if pinned is not None else self.policy.pick(ctx)
@@ -161,12 +162,13 @@ class PoolRouter:
             route_key=ctx.route_key,
             block_size=self.cfg.block_size,
             engine_block_hashes=engine,
+            approx_matched_blocks=approx.get(replica.id, 0) if engine else None,
         )
         replica.in_flight += 1
         replica.queued_prefill_tokens += decision.uncached_tokens
         if hashes:
             # Speculative: the replica will hold this prefix once it has prefilled it.
-            self.index.insert(replica.id, hashes, now, known=ctx.matched_blocks.get(replica.id, 0))
+            self.index.insert(replica.id, hashes, now, known=approx.get(replica.id, 0))
         if engine and self.exact is not None:
             self.exact.speculate(replica.id, engine, now)
         self.decisions += 1
@@ -202,7 +204,9 @@ class PoolRouter:
         """The request never reached the replica (connect error, 5xx before prefill): unlearn what this
         decision added to the index speculatively, i.e. the blocks past the match it found."""
         if decision.block_hashes and decision.replica.id in self._by_id:
-            start = decision.matched_tokens // decision.block_size
+            start = decision.approx_matched_blocks
+            if start is None:
+                start = decision.matched_tokens // decision.block_size
             self.index.forget_from(decision.replica.id, decision.block_hashes, start)
         if decision.engine_block_hashes and self.exact is not None:
             self.exact.forget_speculative(decision.replica.id, decision.engine_block_hashes)

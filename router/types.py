@@ -40,6 +40,7 @@ class Decision:
     route_key: int = 0
     block_size: int = 16
     engine_block_hashes: tuple[int, ...] = ()  # precise mode: the engine's own hashes of the prompt
+    approx_matched_blocks: int | None = None  # precise mode: the approximate index's match (else matched)
     _prefill_released: bool = False
     _released: bool = False
 

@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Iterable
 
 from aiohttp import web
 
-from config.policy import DiscoveryConfig
+from config.policy import DiscoveryConfig, ModelPoolConfig
 from gateway.ops_metrics import ops_metrics
 from gateway.pools import Pool, replica_states
 from gateway.runtime import RUNTIME
@@ -63,7 +63,7 @@ def discovered_states(cfg: DiscoveryConfig, addresses: Iterable[str], backend: s
     return out
 
 
-def pool_replicas(pool_cfg, addresses: Iterable[str]) -> list[ReplicaState]:  # type: ignore[no-untyped-def]
+def pool_replicas(pool_cfg: ModelPoolConfig, addresses: Iterable[str]) -> list[ReplicaState]:
     """The static replicas of a pool, then the discovered ones not already listed (by id)."""
     static = replica_states(pool_cfg)
     if pool_cfg.discovery is None:

@@ -89,7 +89,6 @@ async def started(app: web.Application) -> None:
     if hasattr(upstream, "fleet"):
         upstream.fleet = state.fleet  # type: ignore[attr-defined]
     rt.admission = ProcessAdmission(state.policy.limits, ops_metrics(state.metrics.registry))
-    ops_metrics(state.metrics.registry)  # series exist from the start
     start_background(app, state.policy)
     start_discovery(app)
 

@@ -36,6 +36,7 @@ from gateway.runtime import RUNTIME
 from gateway.state import STATE, GatewayState, build_state, current_state
 from gateway.upstream import make_session
 from router.pool import PoolRouter
+from router.replica import ReplicaState
 
 log = logging.getLogger("prefix_gateway")
 
@@ -69,20 +70,23 @@ class ReloadResult:
 
 def reuse_pools(
     old: GatewayState, policy: Policy, discovered: dict[str, tuple[object, list[str]]]
-) -> dict[str, Pool]:
-    """New pools, keeping the router of each pool whose routing and backend did not change."""
+) -> tuple[dict[str, Pool], list[tuple[PoolRouter, list[ReplicaState]]]]:
+    """New pools, keeping the router of each pool whose routing and backend did not change. Kept
+    routers are not touched yet: the second value lists the replica sets to give them once the new
+    state is built (``set_replicas`` keeps the index entries of replicas that stay)."""
     pools: dict[str, Pool] = {}
+    pending: list[tuple[PoolRouter, list[ReplicaState]]] = []
     for cfg in policy.models:
         known = discovered.get(cfg.name)
         addresses = known[1] if known is not None and known[0] == cfg.discovery else []
         replicas = pool_replicas(cfg, addresses)
         prev = old.pools.get(cfg.name)
         if prev is not None and prev.cfg.routing == cfg.routing and prev.cfg.backend == cfg.backend:
-            prev.router.set_replicas(replicas)
             pools[cfg.name] = Pool(cfg=cfg, router=prev.router)
+            pending.append((prev.router, replicas))
         else:
             pools[cfg.name] = Pool(cfg=cfg, router=PoolRouter(replicas, cfg.routing))
-    return pools
+    return pools, pending
 
 
 def restart_only_changes(old: Policy, new: Policy) -> list[str]:
@@ -101,10 +105,22 @@ async def swap_policy(app: web.Application, policy: Policy) -> list[str]:
     upstream = old.upstream
     if policy.timeouts != old.policy.timeouts:
         upstream = ObservedUpstream(make_session(policy.timeouts), policy.timeouts, old.fleet)
-        rt.retire(old.upstream.session.close, drain_s)
-    pools = reuse_pools(old, policy, rt.discovered)
+    pools, pending = reuse_pools(old, policy, rt.discovered)
     secret = rt.secret or old.tenants._secret
-    new = build_state(policy, old.metrics, upstream, secret, fleet=old.fleet, pools=pools)
+    try:
+        new = build_state(policy, old.metrics, upstream, secret, fleet=old.fleet, pools=pools)
+    except BaseException:
+        if old.fleet is not None:  # build_state may have attached the new routers: back to the old
+            old.fleet.attach(p.router for p in old.pools.values())
+        if upstream is not old.upstream:
+            await upstream.session.close()
+        raise
+    for router, replicas in pending:
+        router.set_replicas(replicas)
+    if new.fleet is not None:
+        new.fleet.attach(p.router for p in new.pools.values())
+    if upstream is not old.upstream:
+        rt.retire(old.upstream.session.close, drain_s)
     old_cache = getattr(old, "cache", None)
     new_cache = getattr(new, "cache", None)
     if old_cache is not None:

@@ -12,6 +12,7 @@ buckets, billing ledger. See docs/operations.md.
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import signal
@@ -26,9 +27,18 @@ MAX_RESTARTS = 5  # per worker slot, per minute
 POLL_S = 0.2
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: get SIGTERM (and so drain) if the supervisor dies (Linux)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # pragma: no cover - not Linux
+        pass
+
+
 def _spawn(argv: list[str], index: int) -> subprocess.Popen[bytes]:
     env = {**os.environ, "PREFIX_GATEWAY_WORKER": str(index)}
-    return subprocess.Popen([sys.executable, "-m", "gateway", *argv], env=env)
+    return subprocess.Popen([sys.executable, "-m", "gateway", *argv], env=env, preexec_fn=_die_with_parent)
 
 
 def supervise(argv: list[str], workers: int) -> int:

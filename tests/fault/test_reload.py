@@ -124,3 +124,22 @@ async def test_file_watch_reloads_and_survives_a_broken_file(tmp_path: Path) -> 
             async with aiohttp.ClientSession() as s:
                 seen = {(await post(s, gw.url, chat(f"f{i}")))[1]["x-gateway-replica"] for i in range(12)}
             assert seen == {"r0", "r1"}
+
+
+async def test_a_policy_that_validates_but_cannot_be_built_leaves_everything_as_it_was(monkeypatch) -> None:
+    monkeypatch.setenv("PREFIX_GATEWAY_ADMIN_TOKEN", ADMIN_TOKEN)
+    async with sim_fleet(2) as fleet:
+        policy = policy_for(fleet.urls[:1], routing={"policy": "prefix_affinity"})
+        async with gateway_with(policy) as gw, aiohttp.ClientSession() as s:
+            old_state = gw.state
+            router = old_state.pools["sim-llama"].router
+            text = policy_yaml(fleet.urls, tenancy={"trusted_proxies": ["not-a-network"]})
+            async with s.post(gw.url + "/admin/reload", data=text, headers=ADMIN) as r:
+                assert r.status == 422
+                assert (await r.json())["result"] == "error"
+            assert gw.state is old_state
+            assert [r.id for r in router.replicas] == ["r0"]  # the kept router was not touched
+            assert [rec.replica_id for rec in old_state.fleet.records()] == ["r0"]
+            status, headers, _ = await post(s, gw.url, chat("still here"))
+            assert status == 200 and headers["x-gateway-replica"] == "r0"
+            assert await _metric(s, gw.url, 'prefix_gateway_config_reloads_total{result="error"}') == 1

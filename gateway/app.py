@@ -14,6 +14,7 @@ from gateway import cache_admin, handlers, hardening, health, usage
 from gateway.admin import add_admin_route
 from gateway.conn_guard import GatewayRunner
 from gateway.errors import GatewayError, error_response
+from gateway.kv_events import start_kv_events, stop_kv_events
 from gateway.metering import build_metering
 from gateway.metrics import GatewayMetrics
 from gateway.replica_health import ObservedUpstream
@@ -90,8 +91,10 @@ def create_app(
         state.metering = await build_metering(policy, state.metrics, redis)
         app[STATE] = StateHolder(state)
         await hardening.started(app)  # breaker wiring, admission, health/scrape/discovery/watch loops
+        await start_kv_events(app)  # precise pools: bind the KV-event SUB socket(s)
 
     async def cleanup(app: web.Application) -> None:
+        await stop_kv_events(app)
         await hardening.stopping(app)  # loops, then the shutdown hooks (runtime.add_shutdown_hook)
         state = current_state(app)
         if state.metering is not None:

@@ -18,8 +18,6 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-import msgpack
-
 from router.exact_index import ExactIndex
 from router.vllm_hash import external
 
@@ -117,6 +115,8 @@ def _event(raw: Any) -> Event | None:
 
 
 def decode_batch(payload: bytes) -> Batch:
+    import msgpack  # the 'precise' extra: imported only where events are decoded
+
     try:
         raw = msgpack.unpackb(payload, raw=False, strict_map_key=False)
     except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:

@@ -1,0 +1,204 @@
+"""The gateway's KV-event listener over real loopback ZMQ sockets, fed with recorded vLLM batches.
+
+A PUB socket stands in for a replica's publisher (vLLM connects to the gateway's bound SUB socket),
+a ROUTER socket for its replay endpoint, speaking vLLM's replay protocol.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import gzip
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import zmq
+import zmq.asyncio
+
+from gateway.kv_events import listeners_of
+from router.kv_events import Removed, Stored, decode_batch
+from tests.support.ports import free_port
+from tests.support.stack import gateway, policy_for
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "kv_events"
+END_SEQ = (-1).to_bytes(8, "big", signed=True)
+
+
+@pytest.fixture(scope="module")
+def frames() -> list[tuple[int, bytes]]:
+    rec = json.loads((FIXTURES / "tiny_llama_bs32.json").read_text())
+    return [(f["seq"], base64.b64decode(f["payload"])) for f in rec["frames"]]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("model")
+    with gzip.open(FIXTURES / "tokenizer.json.gz") as src, (d / "tokenizer.json").open("wb") as dst:
+        shutil.copyfileobj(src, dst)
+    shutil.copy(FIXTURES / "tokenizer_config.json", d / "tokenizer_config.json")
+    return d
+
+
+def expected_held(payloads: list[bytes]) -> set[int]:
+    held: set[int] = set()
+    for p in payloads:
+        for e in decode_batch(p).events:
+            if isinstance(e, Stored):
+                held |= set(e.block_hashes)
+            elif isinstance(e, Removed):
+                held -= set(e.block_hashes)
+    return held
+
+
+def precise_policy(model_dir: Path, bind: str, replay: dict[str, str] | None = None):
+    return policy_for(
+        ["http://127.0.0.1:9", "http://127.0.0.1:10"],
+        routing={
+            "policy": "prefix_affinity",
+            "index": "precise",
+            "block_size": 32,
+            "engine_block_size": 32,
+            "tokenizer": {"kind": "hf", "path": str(model_dir / "tokenizer.json")},
+            "kv_events": {
+                "bind": bind,
+                "topics": {"r1": "topic-r1"},
+                "replay": replay or {},
+                "replay_timeout_s": 2.0,
+            },
+        },
+        health={"enabled": False},
+        scrape={"enabled": False},
+    )
+
+
+async def wait_for(pred, timeout: float = 5.0) -> None:
+    for _ in range(int(timeout / 0.02)):
+        if pred():
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError("condition not reached")
+
+
+async def publish(pub: zmq.asyncio.Socket, topic: bytes, seq: int, payload: bytes) -> None:
+    await pub.send_multipart([topic, seq.to_bytes(8, "big"), payload])
+
+
+async def connected_pub(ctx: zmq.asyncio.Context, bind: str) -> zmq.asyncio.Socket:
+    pub = ctx.socket(zmq.PUB)
+    pub.setsockopt(zmq.LINGER, 0)
+    pub.connect(bind)
+    await asyncio.sleep(0.3)  # slow joiner: the subscription must reach the publisher first
+    return pub
+
+
+async def test_batches_in_order_build_the_exact_index(model_dir, frames):
+    bind = f"tcp://127.0.0.1:{free_port()}"
+    ctx = zmq.asyncio.Context()
+    async with gateway(precise_policy(model_dir, bind)) as gw:
+        pub = await connected_pub(ctx, bind)
+        try:
+            for seq, payload in frames:
+                await publish(pub, b"topic-r1", seq, payload)
+            exact = gw.state.pools["sim-llama"].router.exact
+            want = expected_held([p for _, p in frames])
+            await wait_for(lambda: exact.stats().held.get("r1") == len(want))
+            assert all(exact.holds("r1", h) for h in want)
+            assert exact.is_live("r1") and not exact.is_live("r0")  # r0 publishes nothing: approximate
+            await publish(pub, b"nobody", 0, frames[0][1])  # unknown topic: counted, ignored
+            await publish(pub, b"topic-r1", len(frames), b"\xc1")  # undecodable: counted, ignored
+            registry = gw.state.metrics.registry
+
+            def errors(kind: str) -> float | None:
+                return registry.get_sample_value("prefix_gateway_kv_event_errors_total", {"kind": kind})
+
+            await wait_for(lambda: errors("unknown_topic") == 1 and errors("decode") == 1)
+            batches = registry.get_sample_value("prefix_gateway_kv_event_batches_total", {"replica": "r1"})
+            assert batches == len(frames)
+            assert exact.stats().held["r1"] == len(want)  # the bad frames changed nothing
+        finally:
+            pub.close(0)
+            ctx.term()
+
+
+async def test_a_gap_without_replay_purges_and_a_restart_purges(model_dir, frames):
+    bind = f"tcp://127.0.0.1:{free_port()}"
+    ctx = zmq.asyncio.Context()
+    async with gateway(precise_policy(model_dir, bind)) as gw:
+        pub = await connected_pub(ctx, bind)
+        try:
+            exact = gw.state.pools["sim-llama"].router.exact
+            await publish(pub, b"topic-r1", 0, frames[0][1])
+            await wait_for(lambda: exact.stats().held.get("r1", 0) > 0)
+            await publish(pub, b"topic-r1", 5, frames[4][1])  # 1..4 lost, no replay socket
+            await wait_for(lambda: exact.stats().purges.get("r1") == 1)
+            # After the purge only what the batch after the gap stored is held.
+            assert exact.stats().held["r1"] == len(expected_held([frames[4][1]]))
+            await publish(pub, b"topic-r1", 0, frames[1][1])  # back to 0: the replica restarted
+            await wait_for(lambda: exact.stats().purges.get("r1") == 2)
+            assert exact.stats().held["r1"] == len(expected_held([frames[1][1]]))
+        finally:
+            pub.close(0)
+            ctx.term()
+
+
+async def test_a_gap_is_filled_from_the_replay_socket(model_dir, frames):
+    bind = f"tcp://127.0.0.1:{free_port()}"
+    replay = f"tcp://127.0.0.1:{free_port()}"
+    ctx = zmq.asyncio.Context()
+    router_sock = ctx.socket(zmq.ROUTER)
+    router_sock.setsockopt(zmq.LINGER, 0)
+    router_sock.bind(replay)
+    requests: list[int] = []
+
+    async def serve_replay() -> None:  # vLLM's ZmqEventPublisher._service_replay, over its buffer
+        while True:
+            client, _, start = await router_sock.recv_multipart()
+            first = int.from_bytes(start, "big")
+            requests.append(first)
+            for seq, payload in frames:
+                if seq >= first:
+                    await router_sock.send_multipart(
+                        [client, b"", b"topic-r1", seq.to_bytes(8, "big"), payload]
+                    )
+            await router_sock.send_multipart([client, b"", b"", END_SEQ, b""])
+
+    server = asyncio.ensure_future(serve_replay())
+    async with gateway(precise_policy(model_dir, bind, {"r1": replay})) as gw:
+        pub = await connected_pub(ctx, bind)
+        try:
+            exact = gw.state.pools["sim-llama"].router.exact
+            # The gateway joins late: its first batch is seq 3, so it replays 0..2 first.
+            await publish(pub, b"topic-r1", 3, frames[3][1])
+            await wait_for(
+                lambda: (
+                    requests == [0]
+                    and exact.stats().held.get("r1") == len(expected_held([p for _, p in frames[:4]]))
+                )
+            )
+            # A gap (4..7 lost) is filled from the replay socket too: nothing is purged.
+            await publish(pub, b"topic-r1", 8, frames[8][1])
+            want = expected_held([p for _, p in frames[:9]])
+            await wait_for(lambda: requests == [0, 4] and exact.stats().held.get("r1") == len(want))
+            assert all(exact.holds("r1", h) for h in want)
+            assert exact.stats().purges.get("r1", 0) == 0
+        finally:
+            pub.close(0)
+    server.cancel()
+    router_sock.close(0)
+    ctx.term()
+
+
+async def test_bind_conflict_leaves_the_gateway_routing_approximately(model_dir):
+    bind = f"tcp://127.0.0.1:{free_port()}"
+    ctx = zmq.Context()
+    squatter = ctx.socket(zmq.SUB)
+    squatter.bind(bind)
+    try:
+        async with gateway(precise_policy(model_dir, bind)) as gw:
+            assert listeners_of(gw.app) == []
+            assert gw.state.pools["sim-llama"].router.exact is None
+    finally:
+        squatter.close(0)
+        ctx.term()

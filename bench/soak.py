@@ -191,6 +191,14 @@ def run(
     return result
 
 
+def connection_bound(result: SoakResult) -> int:
+    """Most TCP connections a leak-free gateway process holds at rest: upstream keep-alive connections
+    are pooled per replica, each pool never larger than the requests once in flight to that replica
+    (at most the concurrency), plus each replica's health check and scrape, plus the measuring request.
+    Whatever the number of requests: a leak of one connection per few hundred requests exceeds it."""
+    return result.concurrency * result.replicas + 2 * result.replicas + 2
+
+
 def check(result: SoakResult, max_rss_growth_mb: float = 50.0) -> list[str]:
     """What is wrong with a soak's figures (empty: it passed)."""
     problems = []
@@ -205,9 +213,7 @@ def check(result: SoakResult, max_rss_growth_mb: float = 50.0) -> list[str]:
         problems.append(f"asyncio tasks {result.warm.tasks} -> {result.end.tasks}")
     if result.end.client_connections > 1:  # the /admin/debug request itself
         problems.append(f"{result.end.client_connections} client connections left open")
-    # Upstream keep-alive connections are pooled: never more than the requests once in flight (the
-    # concurrency) plus the health checks' and scrapes' own, whatever the number of requests.
-    bound = result.concurrency + 4 * result.replicas + 2
+    bound = connection_bound(result)
     if result.end.connections > bound:
         problems.append(f"{result.end.connections} TCP connections at rest (bound {bound})")
     return problems
@@ -237,7 +243,7 @@ def markdown(result: SoakResult, command: str) -> str:
         [
             "TCP connections of the process (established, upstream pool included), after warm-up / end",
             f"{result.warm.connections} / {result.end.connections} "
-            f"(bound: concurrency + 4 x replicas + 2 = {result.concurrency + 4 * result.replicas + 2})",
+            f"(bound: concurrency x replicas + 2 x replicas + 2 = {connection_bound(result)})",
         ],
     ]
     machine = f"{platform.machine()}, {os.cpu_count()} CPUs (shared), Python {platform.python_version()}"

@@ -104,7 +104,8 @@ class BreakerConfig(_Strict):
     """Passive outlier detection: a circuit breaker per replica, fed by real requests' outcomes.
 
     Transport failures (connect refused, connect/first-byte/idle timeouts, dropped connections) and
-    5xx answers are counted separately, each against its own threshold; any success resets both.
+    5xx answers are counted separately, each against its own threshold. An answer below 500 resets the
+    5xx count; only a complete answer (whole body, or stream to its end) resets the transport count.
     """
 
     enabled: bool = True

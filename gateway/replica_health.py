@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+import orjson
 
 from config.policy import BreakerConfig
 from gateway.breaker import STATE_VALUE, Breaker, FailureKind
@@ -288,8 +289,15 @@ class ObservedUpstream(Upstream):
         return resp
 
     async def read_all(self, resp: aiohttp.ClientResponse) -> bytes:
+        """The whole body; a 200 JSON answer that does not parse is a failure of the replica (retried
+        elsewhere by the attempt loop, since nothing reached the client yet)."""
         try:
             data = await Upstream.read_all(self, resp)
+            if resp.status == 200 and resp.content_type == "application/json":
+                try:
+                    orjson.loads(data)
+                except orjson.JSONDecodeError:
+                    raise UpstreamFailure("protocol", "the replica answered invalid JSON") from None
         except UpstreamFailure:
             if self.fleet is not None:
                 self.fleet.failed(base_url_of(str(resp.url)), "transport")

@@ -8,7 +8,7 @@ import redis.asyncio as aioredis
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from cache.store_redis import connect
+from cache.store_redis import REDIS_ERRORS, connect
 from config.policy import Policy
 from gateway import cache_admin, handlers, hardening, health, usage
 from gateway.admin import add_admin_route
@@ -54,9 +54,13 @@ async def metrics_endpoint(request: web.Request) -> web.Response:
         for replica_id, blocks in pool.router.index.stats().per_replica.items():
             state.metrics.index_blocks.labels(replica_id).set(blocks)
     if state.metering is not None:
-        stats = await state.metering.registry.stats()
-        for name in ("live", "created", "hits", "expired"):
-            state.metrics.explicit_entries.labels(name).set(getattr(stats, name))
+        try:
+            stats = await state.metering.registry.stats()
+        except REDIS_ERRORS:  # Redis away: /metrics still answers, the gauges keep their last values
+            state.metrics.redis_errors.labels("explicit", "stats").inc()
+        else:
+            for name in ("live", "created", "hits", "expired"):
+                state.metrics.explicit_entries.labels(name).set(getattr(stats, name))
     registry = state.metrics.registry
     return web.Response(body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
 

@@ -10,8 +10,10 @@ the end of its answer (the JSON body, or a stream's ``[DONE]``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +35,7 @@ from cache.billing import (
 from cache.explicit import ExplicitRegistry, MemoryExplicitRegistry, RedisExplicitRegistry
 from cache.ledger import Ledger, open_ledger
 from cache.markers import MarkerError, TooManyMarkers, find_markers, strip_markers
+from cache.store_redis import REDIS_ERRORS
 from config.policy import Policy
 from gateway.errors import GatewayError
 from gateway.metrics import GatewayMetrics
@@ -42,6 +45,8 @@ from gateway.tenancy import Tenant
 from router.prompt import render_prompt
 
 log = logging.getLogger("prefix_gateway")
+
+PENDING_MAX = 100_000
 
 
 @dataclass(slots=True)
@@ -53,10 +58,51 @@ class Metering:
     prices: dict[str, ModelPrices]
     metrics: GatewayMetrics
     _background: set[asyncio.Task[Any]] = field(default_factory=set)
+    # Rows the ledger refused (Redis away, disk full): kept and retried, never dropped silently.
+    _pending: deque[LineItem] = field(default_factory=lambda: deque(maxlen=PENDING_MAX))
+    _flusher: asyncio.Task[None] | None = None
+
+    async def record(self, item: LineItem) -> None:
+        try:
+            await self.ledger.record(item)
+        except Exception:
+            self.metrics.ledger_errors.inc()
+            if len(self._pending) == PENDING_MAX:
+                log.error("ledger retry queue full; dropping the oldest row", extra={"event": "ledger_drop"})
+            self._pending.append(item)
+            if self._flusher is None or self._flusher.done():
+                self._flusher = asyncio.ensure_future(self._flush())
+
+    async def _flush(self) -> None:
+        """Retry refused rows in order until the ledger takes them (recording is idempotent)."""
+        delay = 0.5
+        while self._pending:
+            await asyncio.sleep(delay)
+            try:
+                while self._pending:
+                    await self.ledger.record(self._pending[0])
+                    self._pending.popleft()
+                log.info("ledger writes recovered", extra={"event": "ledger_recovered"})
+            except Exception:
+                delay = min(delay * 2, 10.0)
 
     async def close(self) -> None:
         if self._background:
             await asyncio.gather(*self._background, return_exceptions=True)
+        if self._pending:
+            with contextlib.suppress(Exception):
+                while self._pending:
+                    await self.ledger.record(self._pending[0])
+                    self._pending.popleft()
+            if self._pending:
+                log.error(
+                    "ledger closed with unwritten rows",
+                    extra={"event": "ledger_unwritten", "rows": len(self._pending)},
+                )
+        if self._flusher is not None:
+            self._flusher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._flusher
         await self.ledger.close()
 
 
@@ -131,7 +177,11 @@ async def pinned_replica(metering: Metering, ctx: BillingContext, pool: Pool, te
     """The replica holding the request's live explicit entry, if any (read only: no renewal)."""
     if ctx.marked is None or not explicit_eligible(ctx.marked.prefix_tokens, metering.rules[pool.name]):
         return None
-    entry = await metering.registry.get(tenant.id, pool.name, ctx.marked.prefix_hash)
+    try:
+        entry = await metering.registry.get(tenant.id, pool.name, ctx.marked.prefix_hash)
+    except REDIS_ERRORS:  # no pin while Redis is away; routing still works
+        metering.metrics.redis_errors.labels("explicit", "get").inc()
+        return None
     return entry.replica_id if entry is not None else None
 
 
@@ -165,10 +215,13 @@ async def settle(
         and outcome.source == "upstream"
         and explicit_eligible(ctx.marked.prefix_tokens, rules)
     ):
-        kind, _ = await metering.registry.lookup_or_create(
-            tenant.id, pool.name, ctx.marked.prefix_hash, ctx.marked.prefix_tokens, outcome.replica
-        )
-        explicit = ExplicitOutcome(ctx.marked.prefix_tokens, kind)
+        try:
+            kind, _ = await metering.registry.lookup_or_create(
+                tenant.id, pool.name, ctx.marked.prefix_hash, ctx.marked.prefix_tokens, outcome.replica
+            )
+            explicit = ExplicitOutcome(ctx.marked.prefix_tokens, kind)
+        except REDIS_ERRORS:  # registry away: billed as implicit (never more than without markers)
+            metering.metrics.redis_errors.labels("explicit", "lookup").inc()
     item = bill(
         usage,
         metering.prices[pool.name],
@@ -180,14 +233,7 @@ async def settle(
         model=pool.name,
         ts_ms=int(time.time() * 1000),
     )
-    try:
-        await metering.ledger.record(item)
-    except Exception:  # the answer is served; a ledger failure is loud but does not fail the request
-        log.exception(
-            "ledger write failed", extra={"event": "ledger_error", "request_id": outcome.request_id}
-        )
-        metering.metrics.ledger_errors.inc()
-        return item
+    await metering.record(item)
     m = metering.metrics
     label = tenant.metric_label
     for kind, n in item.tokens.as_dict().items():

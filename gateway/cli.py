@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 
 from config import PolicyError, load_policy
 from config.loader import example_path
-from config.policy import Policy
+from config.policy import ModelPoolConfig, Policy
 from config.routing import PolicyName
 from gateway.logs import configure_logging
 
@@ -83,7 +83,12 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     except PolicyError as err:
         print(err.render(), file=sys.stderr)
         return 1
-    models = ", ".join(f"{m.name} ({len(m.replicas)} replicas, {m.routing.policy})" for m in policy.models)
+
+    def fleet(m: ModelPoolConfig) -> str:
+        found = f" + DNS {m.discovery.dns}:{m.discovery.port}" if m.discovery else ""
+        return f"{len(m.replicas)} replicas{found}"
+
+    models = ", ".join(f"{m.name} ({fleet(m)}, {m.routing.policy})" for m in policy.models)
     print(f"{args.file}: OK: {models}")
     return 0
 

@@ -4,6 +4,7 @@ reloads the policy file (an invalid one is refused); ``--workers 2`` shares one 
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import time
 from pathlib import Path
@@ -133,12 +134,34 @@ def test_two_workers_share_the_port_and_stop_together(tmp_path: Path) -> None:
                 timeout=10,
             )
             assert r.status_code == 200
+            # a worker killed outright is replaced by the supervisor
+            victim = next(iter(pids))
+            os.kill(victim, signal.SIGKILL)
+            while not (pids - {victim}) < _worker_pids(gw.url) and time.monotonic() < deadline + 15:
+                time.sleep(0.05)
+            now = _worker_pids(gw.url)
+            assert victim not in now and len(now | pids) == 3
+            pids |= now
             assert gw.stop() == 0
         for pid in pids:
             deadline = time.monotonic() + 5
             while _alive(pid) and time.monotonic() < deadline:
                 time.sleep(0.05)
             assert not _alive(pid)
+
+
+def _worker_pids(url: str, tries: int = 40) -> set[int]:
+    """Pids answering on the port over ``tries`` new connections."""
+    seen = set()
+    for _ in range(tries):
+        try:
+            with httpx.Client() as c:
+                r = c.get(url + "/admin/debug", headers=ADMIN, timeout=2)
+            if r.status_code == 200:
+                seen.add(r.json()["pid"])
+        except httpx.HTTPError:
+            pass
+    return seen
 
 
 def _alive(pid: int) -> bool:

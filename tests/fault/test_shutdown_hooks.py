@@ -1,0 +1,57 @@
+"""The drain in-process: requests in flight finish, then the shutdown hooks run (in order, a failing
+one does not stop the next) while the upstream session is still open; /ready says 503 when draining."""
+
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+from aiohttp import web
+
+from gateway.app import create_app, runner_for
+from gateway.runtime import add_shutdown_hook
+from gateway.state import current_state
+from tests.fault.support import chat
+from tests.support.stack import TEST_SECRET, policy_for, sim_fleet
+
+SLOW = {"speed": 1.0, "decode_s_per_token": 0.05, "overhead_s": 0.0, "prefill_s_per_token": 0.0}
+
+
+async def test_hooks_run_after_the_drain_in_order() -> None:
+    async with sim_fleet(1, **SLOW) as fleet:
+        policy = policy_for(
+            fleet.urls, server={"host": "127.0.0.1", "port": 0, "access_log": False, "drain_timeout_s": 10}
+        )
+        app = create_app(policy, secret=TEST_SECRET)
+        events: list[str] = []
+
+        async def first(app: web.Application) -> None:
+            events.append("first")
+            raise RuntimeError("a broken hook")
+
+        async def second(app: web.Application) -> None:
+            events.append(f"second session_closed={current_state(app).upstream.session.closed}")
+
+        add_shutdown_hook(app, first)
+        add_shutdown_hook(app, second)
+        runner = runner_for(app, policy)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+        async with aiohttp.ClientSession() as s:
+
+            async def request() -> int:
+                async with s.post(url + "/v1/chat/completions", json=chat("drain", max_tokens=16)) as r:
+                    await r.read()
+                    events.append("request done")
+                    return r.status
+
+            task = asyncio.create_task(request())
+            await asyncio.sleep(0.2)  # in flight (it takes about 0.8 s)
+            current_state(app).draining = True
+            async with s.get(url + "/ready") as r:
+                assert r.status == 503 and (await r.json())["draining"] is True
+            await runner.cleanup()
+            assert await task == 200
+        assert events == ["request done", "first", "second session_closed=False"]

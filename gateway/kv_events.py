@@ -149,6 +149,24 @@ class Listener:
         finally:
             self.close()
 
+    async def catch_up(self) -> None:
+        """At start, ask each replica with a replay socket for its whole buffer (concurrently, each
+        bounded by ``replay_timeout_s``): what it stored before this gateway bound is then known before
+        the first request, and the replica is live without waiting for its next event."""
+        metrics = kv_event_metrics(current_state(self.app).metrics.registry)
+        todo = [(t, r) for t, r in self.routes.items() if r.replay]
+        results = await asyncio.gather(*(self.replay(r, t, 0, None) for t, r in todo))
+        for (topic, route), batches in zip(todo, results, strict=True):
+            if batches is None:
+                continue
+            index = self.indexes[route.pool]
+            index.mark_live(route.replica_id)
+            tracker = self.trackers.setdefault(topic, SeqTracker())
+            for seq, batch in batches:
+                self.apply(route, index, batch)
+                tracker.advance(seq)
+            metrics.gaps.labels(route.replica_id, "caught_up").inc()
+
     async def handle(self, frames: list[bytes], metrics: KvEventMetrics) -> None:
         if len(frames) != 3 or len(frames[1]) != 8:
             metrics.errors.labels("frames").inc()
@@ -180,7 +198,7 @@ class Listener:
                     index.purge(rid)
                     metrics.gaps.labels(rid, "purged").inc()
             else:
-                for b in missed:
+                for _, b in missed:
                     self.apply(route, index, b)
                 metrics.gaps.labels(rid, "replayed").inc()
         self.apply(route, index, batch)
@@ -202,8 +220,11 @@ class Listener:
                 },
             )
 
-    async def replay(self, route: Route, topic: bytes, start: int, end: int) -> list[Batch] | None:
-        """Batches ``start <= seq < end`` from the replica's replay socket, or None if incomplete."""
+    async def replay(
+        self, route: Route, topic: bytes, start: int, end: int | None
+    ) -> list[tuple[int, Batch]] | None:
+        """Batches ``start <= seq < end`` (``end`` None: all the replica buffered) from its replay socket,
+        in order, or None when incomplete or unanswered in time."""
         assert route.replay is not None
         dealer = self.ctx.socket(zmq.DEALER)
         dealer.setsockopt(zmq.LINGER, 0)
@@ -223,15 +244,18 @@ class Listener:
                 seq = int.from_bytes(seq_b, "big", signed=True)
                 if seq == END_SEQ:
                     break
-                if t == topic and start <= seq < end:
+                if t == topic and seq >= start and (end is None or seq < end):
                     got[seq] = decode_batch(payload)
         except (zmq.ZMQError, DecodeError):
             return None
         finally:
             dealer.close(0)
-        if sorted(got) != list(range(start, end)):
+        seqs = sorted(got)
+        if end is not None and seqs != list(range(start, end)):
             return None
-        return [got[s] for s in range(start, end)]
+        if end is None and seqs and seqs != list(range(seqs[0], seqs[-1] + 1)):
+            return None
+        return [(s, got[s]) for s in seqs]
 
     def close(self) -> None:
         if not self.sock.closed:
@@ -278,6 +302,7 @@ async def start_kv_events(app: web.Application) -> list[Listener]:
             continue
         listener = Listener(app, bind, ctx, sock)
         listener.refresh()
+        await listener.catch_up()
         listeners.append(listener)
         app[RUNTIME].start_task(f"kv_events:{bind}", listener.run())
     if listeners:

@@ -110,7 +110,6 @@ def command(spec: ReplicaSpec) -> list[str]:
         "4096",
         "--max-num-seqs",
         str(spec.max_num_seqs),
-        "--disable-log-stats",
     ]
     if spec.block_size is not None:
         if spec.block_size % 32:

@@ -143,51 +143,94 @@ async def test_a_gap_without_replay_purges_and_a_restart_purges(model_dir, frame
             ctx.term()
 
 
+class FakeReplay:
+    """vLLM's ``ZmqEventPublisher._service_replay`` over a buffer the test fills."""
+
+    def __init__(self, ctx: zmq.asyncio.Context, endpoint: str) -> None:
+        self.sock = ctx.socket(zmq.ROUTER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.bind(endpoint)
+        self.buffer: list[tuple[int, bytes]] = []
+        self.requests: list[int] = []
+        self.task = asyncio.ensure_future(self.serve())
+
+    async def serve(self) -> None:
+        while True:
+            client, _, start = await self.sock.recv_multipart()
+            first = int.from_bytes(start, "big")
+            self.requests.append(first)
+            for seq, payload in self.buffer:
+                if seq >= first:
+                    await self.sock.send_multipart(
+                        [client, b"", b"topic-r1", seq.to_bytes(8, "big"), payload]
+                    )
+            await self.sock.send_multipart([client, b"", b"", END_SEQ, b""])
+
+    def close(self) -> None:
+        self.task.cancel()
+        self.sock.close(0)
+
+
 async def test_a_gap_is_filled_from_the_replay_socket(model_dir, frames):
     bind = f"tcp://127.0.0.1:{free_port()}"
     replay = f"tcp://127.0.0.1:{free_port()}"
     ctx = zmq.asyncio.Context()
-    router_sock = ctx.socket(zmq.ROUTER)
-    router_sock.setsockopt(zmq.LINGER, 0)
-    router_sock.bind(replay)
-    requests: list[int] = []
-
-    async def serve_replay() -> None:  # vLLM's ZmqEventPublisher._service_replay, over its buffer
-        while True:
-            client, _, start = await router_sock.recv_multipart()
-            first = int.from_bytes(start, "big")
-            requests.append(first)
-            for seq, payload in frames:
-                if seq >= first:
-                    await router_sock.send_multipart(
-                        [client, b"", b"topic-r1", seq.to_bytes(8, "big"), payload]
-                    )
-            await router_sock.send_multipart([client, b"", b"", END_SEQ, b""])
-
-    server = asyncio.ensure_future(serve_replay())
-    async with gateway(precise_policy(model_dir, bind, {"r1": replay})) as gw:
-        pub = await connected_pub(ctx, bind)
-        try:
+    fake = FakeReplay(ctx, replay)
+    try:
+        async with gateway(precise_policy(model_dir, bind, {"r1": replay})) as gw:
             exact = gw.state.pools["sim-llama"].router.exact
-            # The gateway joins late: its first batch is seq 3, so it replays 0..2 first.
-            await publish(pub, b"topic-r1", 3, frames[3][1])
-            await wait_for(
-                lambda: (
-                    requests == [0]
-                    and exact.stats().held.get("r1") == len(expected_held([p for _, p in frames[:4]]))
+            # At start the listener asks for the whole (empty) buffer: the replica is live at once.
+            await wait_for(lambda: fake.requests == [0] and exact.is_live("r1"))
+            pub = await connected_pub(ctx, bind)
+            try:
+                fake.buffer += frames[:4]  # 0..2 never reach the gateway, 3 does
+                await publish(pub, b"topic-r1", 3, frames[3][1])
+                want = expected_held([p for _, p in frames[:4]])
+                await wait_for(lambda: fake.requests == [0, 0] and exact.stats().held.get("r1") == len(want))
+                # A gap (4..7 lost) is filled from the replay socket too: nothing is purged.
+                fake.buffer += frames[4:9]
+                await publish(pub, b"topic-r1", 8, frames[8][1])
+                want = expected_held([p for _, p in frames[:9]])
+                await wait_for(
+                    lambda: fake.requests == [0, 0, 4] and exact.stats().held.get("r1") == len(want)
                 )
-            )
-            # A gap (4..7 lost) is filled from the replay socket too: nothing is purged.
-            await publish(pub, b"topic-r1", 8, frames[8][1])
-            want = expected_held([p for _, p in frames[:9]])
-            await wait_for(lambda: requests == [0, 4] and exact.stats().held.get("r1") == len(want))
-            assert all(exact.holds("r1", h) for h in want)
-            assert exact.stats().purges.get("r1", 0) == 0
-        finally:
-            pub.close(0)
-    server.cancel()
-    router_sock.close(0)
-    ctx.term()
+                assert all(exact.holds("r1", h) for h in want)
+                assert exact.stats().purges.get("r1", 0) == 0
+            finally:
+                pub.close(0)
+    finally:
+        fake.close()
+        ctx.term()
+
+
+async def test_a_gateway_started_late_catches_up_from_the_replay_buffer(model_dir, frames):
+    bind = f"tcp://127.0.0.1:{free_port()}"
+    replay = f"tcp://127.0.0.1:{free_port()}"
+    ctx = zmq.asyncio.Context()
+    fake = FakeReplay(ctx, replay)
+    fake.buffer += frames  # the replica published all of it before the gateway bound
+    try:
+        async with gateway(precise_policy(model_dir, bind, {"r1": replay})) as gw:
+            exact = gw.state.pools["sim-llama"].router.exact
+            want = expected_held([p for _, p in frames])
+            await wait_for(lambda: exact.stats().held.get("r1") == len(want))
+            assert fake.requests == [0] and exact.is_live("r1")
+            pub = await connected_pub(ctx, bind)
+            try:  # the live stream then continues where the buffer ended, without another replay
+                await publish(pub, b"topic-r1", len(frames), frames[0][1])
+                registry = gw.state.metrics.registry
+                await wait_for(
+                    lambda: (
+                        registry.get_sample_value("prefix_gateway_kv_event_batches_total", {"replica": "r1"})
+                        == 1
+                    )
+                )
+                assert fake.requests == [0]
+            finally:
+                pub.close(0)
+    finally:
+        fake.close()
+        ctx.term()
 
 
 async def test_bind_conflict_leaves_the_gateway_routing_approximately(model_dir):

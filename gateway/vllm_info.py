@@ -1,0 +1,42 @@
+"""What a vLLM replica says about its KV cache in ``/metrics``: ``vllm:cache_config_info``.
+
+vLLM exports its cache configuration as the labels of an info gauge (``block_size``,
+``num_gpu_blocks``, ...; the CPU backend also reports its blocks as ``num_gpu_blocks``). The gateway
+uses the block count to bound a replica's index (``PoolRouter.set_capacity``) and the block size to
+check ``routing.engine_block_size``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from prometheus_client.parser import text_string_to_metric_families
+
+INFO = "vllm:cache_config_info"
+
+
+@dataclass(frozen=True, slots=True)
+class CacheInfo:
+    block_size: int
+    num_blocks: int  # KV blocks of block_size tokens the replica holds
+
+
+def parse_cache_config(text: str) -> CacheInfo | None:
+    """The first ``vllm:cache_config_info`` sample with usable labels, or None."""
+    try:
+        families = list(text_string_to_metric_families(text))
+    except ValueError:
+        return None
+    for fam in families:
+        if fam.name not in (INFO, INFO.removesuffix("_info")):
+            continue
+        for sample in fam.samples:
+            labels = sample.labels
+            try:
+                block_size = int(labels["block_size"])
+                blocks = int(labels.get("num_gpu_blocks") or labels.get("num_cpu_blocks") or 0)
+            except (KeyError, ValueError):
+                continue
+            if block_size > 0 and blocks > 0:
+                return CacheInfo(block_size, blocks)
+    return None

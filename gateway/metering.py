@@ -62,6 +62,13 @@ class Metering:
     _pending: deque[LineItem] = field(default_factory=lambda: deque(maxlen=PENDING_MAX))
     _flusher: asyncio.Task[None] | None = None
 
+    def reconfigure(self, policy: Policy) -> None:
+        """Prices and rules of a reloaded policy (the ledger and the registry stay: restart-only)."""
+        names = [m.name for m in policy.models]
+        self.policy = policy
+        self.rules = {n: rules_from_config(policy.billing, n) for n in names}
+        self.prices = {n: prices_from_config(policy.billing, n) for n in names}
+
     async def record(self, item: LineItem) -> None:
         try:
             await self.ledger.record(item)
@@ -120,15 +127,9 @@ async def build_metering(
         )
     else:
         registry = MemoryExplicitRegistry(ttl_s=cfg.rules.explicit_ttl_s)
-    names = [m.name for m in policy.models]
-    return Metering(
-        policy=policy,
-        ledger=ledger,
-        registry=registry,
-        rules={n: rules_from_config(cfg, n) for n in names},
-        prices={n: prices_from_config(cfg, n) for n in names},
-        metrics=metrics,
-    )
+    metering = Metering(policy=policy, ledger=ledger, registry=registry, rules={}, prices={}, metrics=metrics)
+    metering.reconfigure(policy)
+    return metering
 
 
 @dataclass(slots=True)

@@ -47,6 +47,8 @@ RESTART_ONLY = (
     ("limits", "max_body_bytes"),
     ("limits", "max_header_bytes"),
     ("limits", "header_timeout_s"),
+    ("billing", "enabled"),
+    ("billing", "ledger"),
 )
 
 
@@ -131,6 +133,7 @@ async def swap_policy(app: web.Application, policy: Policy) -> list[str]:
             rt.retire(old_cache.close, drain_s)
     if getattr(old, "metering", None) is not None and hasattr(new, "metering"):
         new.metering = old.metering  # the billing ledger belongs to the process, not to a policy
+        new.metering.reconfigure(policy)  # new prices and rules apply to requests settled from now on
     new.draining = old.draining
     app[STATE].current = new  # the swap: one assignment, nothing awaited between build and here
     if rt.admission is not None:

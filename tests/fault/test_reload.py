@@ -143,3 +143,30 @@ async def test_a_policy_that_validates_but_cannot_be_built_leaves_everything_as_
             status, headers, _ = await post(s, gw.url, chat("still here"))
             assert status == 200 and headers["x-gateway-replica"] == "r0"
             assert await _metric(s, gw.url, 'prefix_gateway_config_reloads_total{result="error"}') == 1
+
+
+async def test_reload_applies_new_prices_to_the_same_ledger(monkeypatch) -> None:
+    monkeypatch.setenv("PREFIX_GATEWAY_ADMIN_TOKEN", ADMIN_TOKEN)
+    async with sim_fleet(1) as fleet:
+        cheap = {
+            "ledger": {"path": ":memory:"},
+            "price_version": "v1",
+            "models": {"sim-llama": {"input_per_1m": "1", "output_per_1m": "1"}},
+        }
+        async with gateway_with(policy_for(fleet.urls, billing=cheap)) as gw, aiohttp.ClientSession() as s:
+            _, h1, _ = await post(s, gw.url, chat("price check"))
+            dear = {
+                **cheap,
+                "price_version": "v2",
+                "models": {"sim-llama": {"input_per_1m": "1", "output_per_1m": "3"}},
+            }
+            body = policy_yaml(fleet.urls, billing=dear)
+            async with s.post(gw.url + "/admin/reload", data=body, headers=ADMIN) as r:
+                assert r.status == 200, await r.text()
+            _, h2, _ = await post(s, gw.url, chat("price check"))
+            assert (h1["x-gateway-billing-price-version"], h2["x-gateway-billing-price-version"]) == (
+                "v1",
+                "v2",
+            )
+            rows = await gw.state.metering.ledger.query(group_by=("tenant",))
+            assert rows[0].requests == 2  # one ledger across the reload

@@ -21,6 +21,7 @@ from bench.sim.prompt import render_chat
 class OracleResult:
     prompt_tokens: int
     hit_tokens: int
+    per_request: tuple[tuple[int, int], ...] = ()  # (prompt tokens, hit tokens) of each request, in order
 
     @property
     def hit_rate(self) -> float:
@@ -33,6 +34,7 @@ def oracle(
     """Prompt tokens and cached tokens of ``bodies`` (chat requests) under one infinite cache."""
     seen: set[int] = set()
     prompt = hits = 0
+    each: list[tuple[int, int]] = []
     for body in bodies:
         data = render_chat(body)
         hashes = block_hashes(data, block_size=block_size, bytes_per_token=bytes_per_token)
@@ -41,7 +43,9 @@ def oracle(
             if h not in seen:
                 break
             matched += 1
-        prompt += count_tokens(len(data), bytes_per_token)
+        tokens = count_tokens(len(data), bytes_per_token)
+        prompt += tokens
         hits += matched * block_size
+        each.append((tokens, matched * block_size))
         seen.update(hashes)
-    return OracleResult(prompt, hits)
+    return OracleResult(prompt, hits, tuple(each))

@@ -14,7 +14,10 @@ Measured per run: the fleet's prefix-cache hit rate from the replicas' own ``/me
 hit rate of the same stream (``bench.oracle``), TTFT (first SSE byte at the client) mean and p99,
 throughput, requests per replica, request-seconds per replica (the simulator's
 ``e2e_request_latency_seconds_sum``: queue + prefill + decode, the closest to busy time it reports),
-in-flight per replica sampled from ``/sim/stats`` every 0.2 s, and the gateway's routing reasons.
+in flight per replica at each request's arrival (client records) and sampled from ``/sim/stats`` every
+0.2 s, and the gateway's routing reasons. Without ``--quick`` prefix_affinity also runs once more with
+the gateway's scraping of replica load switched off (``--no-ablation`` skips it), which isolates the
+effect of scraped load on the load bound.
 """
 
 from __future__ import annotations
@@ -40,13 +43,14 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench import workloads
-from bench.oracle import oracle
+from bench.oracle import OracleResult, oracle
 from bench.procs import Proc, running, start_gateway, start_sim
 from bench.report import percentile
 
 POLICIES = ["round_robin", "least_load", "consistent_hash", "chwbl", "prefix_affinity", "session"]
 QUICK_POLICIES = ["round_robin", "least_load", "prefix_affinity"]
 WORKLOADS = list(workloads.SIZES)
+ABLATION = "prefix_affinity, no scrape"  # the same policy with the replicas' scraped load switched off
 
 # Offered load, requests/s at speed 1: sized for a busy but not overloaded fleet of 4 x 4 slots when
 # prefixes are reused (each request holds a slot for ~0.35 s cached, up to ~1.2 s uncached).
@@ -107,6 +111,7 @@ class RunResult:
     ttft_mean: float
     ttft_p50: float
     ttft_p99: float
+    ttft_p99_reusable: float  # p99 TTFT of the requests the oracle finds at least half cached
     rps: float
     per_replica_requests: list[int]
     per_replica_busy_s: list[float]
@@ -288,9 +293,12 @@ async def drive(
 # -- one run ------------------------------------------------------------------------------------------
 
 
-def gateway_policy(urls: list[str], sim: SimSettings, policy: str, seed: int) -> dict[str, Any]:
+def gateway_policy(
+    urls: list[str], sim: SimSettings, policy: str, seed: int, scrape: bool = True, load_factor: float = 1.25
+) -> dict[str, Any]:
     """The YAML policy of one run: the replicas with their real KV capacity, the routing policy."""
     return {
+        "scrape": {"enabled": scrape},
         "version": 1,
         "server": {"host": "127.0.0.1", "port": 8080},
         "models": [
@@ -301,7 +309,7 @@ def gateway_policy(urls: list[str], sim: SimSettings, policy: str, seed: int) ->
                     {"url": u, "id": f"r{i}", "kv_capacity_blocks": sim.kv_capacity_blocks}
                     for i, u in enumerate(urls)
                 ],
-                "routing": {"policy": policy, "seed": seed},
+                "routing": {"policy": policy, "seed": seed, "load_factor": load_factor},
             }
         ],
         "tenancy": {"allow_anonymous": True},
@@ -313,24 +321,26 @@ async def run_one(
     urls: list[str],
     sim: SimSettings,
     wl: workloads.Workload,
-    oracle_hit: float,
+    orc: OracleResult,
     policy: str,
     rate: float,
     seed: int,
     workdir: Path,
     load_factor: float,
+    scrape: bool = True,
 ) -> RunResult:
-    cfg_path = workdir / f"gw-{wl.name}-{policy}.yaml"
-    cfg_path.write_text(yaml.safe_dump(gateway_policy(urls, sim, policy, seed)))
+    tag = f"{wl.name}-{policy}" + ("" if scrape else "-noscrape")
+    cfg_path = workdir / f"gw-{tag}.yaml"
+    cfg_path.write_text(yaml.safe_dump(gateway_policy(urls, sim, policy, seed, scrape, load_factor)))
     await reset_fleet(session, urls)
     gw: Proc = await asyncio.to_thread(
         start_gateway,
         ["--config", str(cfg_path)],
         env={"PREFIX_GATEWAY_SECRET": "routing-bench"},
-        log_path=str(workdir / f"gw-{wl.name}-{policy}.log"),
+        log_path=str(workdir / f"gw-{tag}.log"),
     )
     try:
-        await asyncio.sleep(1.2)  # one scrape of the replicas' load before traffic
+        await asyncio.sleep(0.5)  # let the first scrape of the replicas' load land before traffic
         stop = asyncio.Event()
         sampler = asyncio.create_task(sample_inflight(session, urls, stop))
         sent, wall = await drive(
@@ -348,6 +358,7 @@ async def run_one(
     busy = [prom_sum(m, "vllm:e2e_request_latency_seconds_sum") for m in sims]
     ok = [s for s in sent if s.ok]
     ttfts = [s.ttft for s in ok] or [float("nan")]
+    reusable = [s.ttft for s, (p, h) in zip(sent, orc.per_request, strict=True) if s.ok and 2 * h >= p]
     ratios, over, counted = [], 0, 0
     n = len(urls)
     for row in samples:
@@ -369,13 +380,14 @@ async def run_one(
         ok=len(ok),
         errors=len(sent) - len(ok),
         wall_s=wall,
-        oracle_hit=oracle_hit,
+        oracle_hit=orc.hit_rate,
         fleet_hit=hits / queries if queries else 0.0,
         prompt_tokens=int(queries),
         cached_tokens=int(hits),
         ttft_mean=sum(ttfts) / len(ttfts),
         ttft_p50=percentile(ttfts, 50),
         ttft_p99=percentile(ttfts, 99),
+        ttft_p99_reusable=percentile(reusable, 99) if reusable else float("nan"),
         rps=len(ok) / wall if wall else 0.0,
         per_replica_requests=per_req,
         per_replica_busy_s=busy,
@@ -398,24 +410,30 @@ async def main_async(args: argparse.Namespace) -> tuple[list[RunResult], dict[st
         speed=args.speed,
     )
     wls = [workloads.make(name, quick=args.quick) for name in args.workloads]
-    oracles = {wl.name: oracle(r.body for r in wl.requests).hit_rate for wl in wls}
+    oracles = {wl.name: oracle(r.body for r in wl.requests) for wl in wls}
     workdir = Path(tempfile.mkdtemp(prefix="routing-bench-"))
     sim_proc, urls = start_sim(sim.replicas, extra=sim.args(), log_path=str(workdir / "sim.log"))
     results: list[RunResult] = []
     t_start = time.perf_counter()
     with running(sim_proc):
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+            runs = [(p, not args.no_scrape) for p in args.policies]
+            if args.ablation and "prefix_affinity" in args.policies and not args.no_scrape:
+                runs.append(("prefix_affinity", False))
             for wl in wls:
                 rate = args.rate_scale * RATES[wl.name] / sim.speed
-                for policy in args.policies:
+                for policy, scrape in runs:
                     r = await run_one(
-                        session, urls, sim, wl, oracles[wl.name], policy, rate, args.seed, workdir, 1.25
-                    )
+                        session, urls, sim, wl, oracles[wl.name], policy, rate, args.seed, workdir, args.load_factor,
+                        scrape=scrape,
+                    )  # fmt: skip
+                    if not scrape and not args.no_scrape:
+                        r.policy = ABLATION
                     results.append(r)
                     print(
                         f"{wl.name:14s} {policy:16s} ok={r.ok}/{r.requests} hit={r.fleet_hit:.3f} "
                         f"(oracle {r.oracle_hit:.3f}) ttft mean={r.ttft_mean * 1000:.0f}ms "
-                        f"p99={r.ttft_p99 * 1000:.0f}ms rps={r.rps:.1f} imb={r.req_imbalance:.2f}/"
+                        f"p99={r.ttft_p99 * 1000:.0f}ms p99reuse={r.ttft_p99_reusable * 1000:.0f}ms rps={r.rps:.1f} imb={r.req_imbalance:.2f}/"
                         f"{r.busy_imbalance:.2f} peak={r.inflight_peak_ratio:.2f} arr>bound={r.arrival_over_bound:.3f} "
                         f"arrpeak={r.arrival_peak_ratio:.2f} reasons={r.reasons}",
                         flush=True,
@@ -429,7 +447,9 @@ async def main_async(args: argparse.Namespace) -> tuple[list[RunResult], dict[st
         "total_s": time.perf_counter() - t_start,
         "workdir": str(workdir),
         "quick": args.quick,
-        "load_factor": 1.25,
+        "scrape": not args.no_scrape,
+        "load_factor": args.load_factor,
+        "ablation_name": ABLATION,
         "date": time.strftime("%Y-%m-%d", time.gmtime()),
     }
     return results, meta
@@ -446,11 +466,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-num-seqs", type=int, default=SimSettings.max_num_seqs)
     p.add_argument("--speed", type=float, default=1.0, help="multiplies every simulated delay; rates / speed")
     p.add_argument("--rate-scale", type=float, default=1.0, help="multiplies every workload's offered rate")
+    p.add_argument(
+        "--load-factor", type=float, default=1.25, help="the gateway's routing.load_factor (bounded load c)"
+    )
     p.add_argument("--seed", type=int, default=0, help="arrivals and routing tie breaks")
+    p.add_argument(
+        "--ablation",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="also run prefix_affinity with load scraping off (default: on, off with --quick)",
+    )
+    p.add_argument(
+        "--no-scrape", action="store_true", help="gateway does not read the replicas' /metrics load"
+    )
     p.add_argument("--json", help="also write the raw results to this file")
     args = p.parse_args(argv)
     if args.policies is None:
         args.policies = QUICK_POLICIES if args.quick else POLICIES
+    if args.ablation is None:
+        args.ablation = not args.quick
     if args.speed <= 0:
         p.error("--speed must be > 0 (delays are what this benchmark measures)")
     return args

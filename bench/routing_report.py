@@ -13,6 +13,9 @@ IMG_DIR = Path(__file__).resolve().parent.parent / "docs" / "img"
 REPO_PREFIX = "img"  # image links relative to docs/benchmarks.md
 
 
+_COLORS = {"prefix_affinity": "#dd8452", "prefix_affinity, no scrape": "#e8b48e"}
+
+
 def _pct(x: float) -> str:
     return "n/a" if math.isnan(x) else f"{100 * x:.1f} %"
 
@@ -28,7 +31,9 @@ def _by(results: Sequence[Any], workload: str, policy: str) -> Any | None:
 def workload_table(results: Sequence[Any]) -> str:
     headers = [
         "policy", "ok / sent", "fleet hit", "oracle hit", "hit / oracle", "TTFT mean ms", "TTFT p99 ms",
-        "req/s", "imbalance req", "imbalance busy", "in-flight peak max/mean", "routing reasons",
+        "p99 reusable ms",
+        "req/s", "imbalance req", "imbalance busy", "in-flight peak max/mean", "arrivals over bound",
+        "index predicted / replica cached", "routing reasons",
     ]  # fmt: skip
     rows = []
     for r in results:
@@ -42,10 +47,13 @@ def workload_table(results: Sequence[Any]) -> str:
                 _pct(r.hit_vs_oracle),
                 _ms(r.ttft_mean),
                 _ms(r.ttft_p99),
+                _ms(r.ttft_p99_reusable),
                 f"{r.rps:.1f}",
                 f"{r.req_imbalance:.2f}",
                 f"{r.busy_imbalance:.2f}",
                 f"{r.inflight_peak_ratio:.2f}",
+                _pct(r.arrival_over_bound),
+                f"{r.predicted_cached / r.reported_cached:.2f}" if r.reported_cached else "-",
                 reasons or "-",
             ]
         )
@@ -59,6 +67,14 @@ def targets(results: Sequence[Any], load_factor: float) -> list[list[str]]:
     def row(workload: str, target: str, measured: str, met: bool | None) -> None:
         rows.append([workload, target, measured, "n/a" if met is None else ("met" if met else "**missed**")])
 
+    def vs(pa: Any, other: Any, strict: bool) -> tuple[str, bool | None]:
+        """p99 TTFT of prefix_affinity against another policy; a difference under 5 % is a tie."""
+        diff = pa.ttft_p99 / other.ttft_p99 - 1
+        text = f"{_ms(pa.ttft_p99)} vs {_ms(other.ttft_p99)} ms ({100 * diff:+.1f} %)"
+        if abs(diff) < 0.05:
+            return text + ", a tie within 5 %", not strict
+        return text, diff < 0
+
     for wl in ("shared_system", "multi_turn", "agent_loop"):
         pa, rr, ll = (_by(results, wl, p) for p in ("prefix_affinity", "round_robin", "least_load"))
         if pa is None:
@@ -67,12 +83,7 @@ def targets(results: Sequence[Any], load_factor: float) -> list[list[str]]:
         row(wl, "load imbalance (requests) <= 1.3", f"{pa.req_imbalance:.2f}", pa.req_imbalance <= 1.3)
         for other in (rr, ll):
             if other is not None:
-                row(
-                    wl,
-                    f"p99 TTFT below {other.policy}",
-                    f"{_ms(pa.ttft_p99)} vs {_ms(other.ttft_p99)} ms",
-                    pa.ttft_p99 < other.ttft_p99,
-                )
+                row(wl, f"p99 TTFT below {other.policy} (by 5 % or more)", *vs(pa, other, strict=True))
     pa, ll = _by(results, "no_sharing", "prefix_affinity"), _by(results, "no_sharing", "least_load")
     if pa is not None and ll is not None:
         row(
@@ -85,19 +96,64 @@ def targets(results: Sequence[Any], load_factor: float) -> list[list[str]]:
     if pa is not None:
         row(
             "hot_prefix",
-            f"no replica above ceil({load_factor} x in-flight / n) (sampled at the replicas)",
-            f"{_pct(pa.inflight_over_bound)} of {pa.inflight_samples} samples above; peak max/mean "
-            f"{pa.inflight_peak_ratio:.2f}",
-            pa.inflight_over_bound == 0.0,
+            f"no replica above ceil({load_factor} x mean in flight) when a request arrives",
+            f"{_pct(pa.arrival_over_bound)} of arrivals over the bound "
+            f"(peak {pa.arrival_peak_ratio:.2f} x mean); sampled at the replicas every 0.2 s: "
+            f"{_pct(pa.inflight_over_bound)} of {pa.inflight_samples} samples over, "
+            f"peak {pa.inflight_peak_ratio:.2f} x mean",
+            pa.arrival_over_bound == 0.0,
         )
         if ll is not None:
-            row(
-                "hot_prefix",
-                "p99 TTFT no worse than least_load",
-                f"{_ms(pa.ttft_p99)} vs {_ms(ll.ttft_p99)} ms",
-                pa.ttft_p99 <= ll.ttft_p99,
-            )
+            row("hot_prefix", "p99 TTFT no worse than least_load (5 % tolerance)", *vs(pa, ll, strict=False))
     return rows
+
+
+def findings(results: Sequence[Any], ablation: str, slots: int) -> list[str]:
+    """What this run's numbers say about the router, computed from them (bullets of markdown)."""
+    out: list[str] = []
+    pairs = [
+        (r, _by(results, r.workload, ablation))
+        for r in results
+        if r.policy == "prefix_affinity" and _by(results, r.workload, ablation) is not None
+    ]
+    if pairs:
+        on = ", ".join(f"{r.workload} {_pct(r.arrival_over_bound)}" for r, _ in pairs)
+        off = ", ".join(f"{r.workload} {_pct(a.arrival_over_bound)}" for r, a in pairs)
+        text = (
+            "**Scraped load breaks the load bound.** Requests sent to a replica already holding more than "
+            f"`ceil(c x total / n)`: with the replicas' scraped load (the default) {on}; with scraping "
+            f"off {off}. `ReplicaState.load()` is `max(own in-flight, scraped running + waiting)`; with one "
+            "gateway the scrape (every 1 s) is older than most requests (0.3-1 s), so it keeps a replica "
+            "looking busy after its requests ended, inflates the total the bound is computed from, and lets "
+            "other replicas take more than their share."
+        )
+        ns = next(((r, a) for r, a in pairs if r.workload == "no_sharing"), None)
+        ll = _by(results, "no_sharing", "least_load")
+        if ns is not None and ll is not None:
+            text += (
+                f" On no_sharing it is the whole p99 TTFT gap to least_load: {_ms(ns[0].ttft_p99)} ms with "
+                f"scraping, {_ms(ns[1].ttft_p99)} ms without, least_load {_ms(ll.ttft_p99)} ms."
+            )
+        out.append(text)
+    spills = [
+        r
+        for r in results
+        if r.policy == "prefix_affinity" and r.workload in ("shared_system", "multi_turn", "agent_loop")
+    ]
+    if spills:
+        parts = ", ".join(
+            f"{r.workload} {r.reasons.get('saturated_spill', 0)} of {r.ok} "
+            f"(hit {_pct(r.hit_vs_oracle)} of the oracle)"
+            for r in spills
+        )
+        out.append(
+            "**Spills at low load lose long prefixes.** `saturated_spill` decisions of prefix_affinity: "
+            f"{parts}. With a few requests in flight per replica the integral bound `ceil(c x (total + 1) "
+            f"/ n)` is 2-3 requests, within a replica's {slots} batch slots, so a conversation or agent leaves the "
+            "replica holding its whole history although that replica would not queue it; the spilled "
+            "turn prefills everything again and its later turns stick to the new replica."
+        )
+    return out
 
 
 def plots(results: Sequence[Any], out_dir: Path = IMG_DIR) -> list[str]:
@@ -113,8 +169,8 @@ def plots(results: Sequence[Any], out_dir: Path = IMG_DIR) -> list[str]:
     charts = [
         ("routing-hit-rate.png", "fleet prefix-cache hit rate (%)", lambda r: 100 * r.fleet_hit, True),
         ("routing-ttft-p99.png", "p99 time to first token (ms)", lambda r: 1000 * r.ttft_p99, False),
-        ("routing-imbalance.png", "load imbalance: max/mean requests per replica", lambda r: r.req_imbalance, False),
-    ]  # fmt: skip
+        ("routing-imbalance.png", "max/mean requests per replica", lambda r: r.req_imbalance, False),
+    ]
     names = []
     for fname, ylabel, value, with_oracle in charts:
         fig, axes = plt.subplots(1, len(wls), figsize=(3.2 * len(wls), 3.6), squeeze=False)
@@ -124,8 +180,10 @@ def plots(results: Sequence[Any], out_dir: Path = IMG_DIR) -> list[str]:
             ax.bar(
                 range(len(pols)),
                 vals,
-                color=["#4c72b0" if p != "prefix_affinity" else "#dd8452" for p in pols],
+                color=[_COLORS.get(p, "#4c72b0") for p in pols],
             )
+            if with_oracle:
+                ax.set_ylim(0, 100)
             if with_oracle and rs and rs[0] is not None:
                 ax.axhline(100 * rs[0].oracle_hit, color="black", linestyle="--", linewidth=1, label="oracle")
                 ax.legend(loc="lower right", fontsize=7)
@@ -160,12 +218,12 @@ def markdown(results: Sequence[Any], meta: dict[str, Any], with_plots: bool = Fa
         "Columns: *fleet hit* = prefix-cache hit tokens / prompt tokens summed over the replicas' own "
         "`vllm:prefix_cache_hits_total` and `vllm:prefix_cache_queries_total`; *oracle hit* = one infinite "
         "cache seeing the same stream in order, block-granular like the replicas (`bench/oracle.py`); "
-        "*TTFT* = first SSE byte at the client; *imbalance req* = max/mean of requests per replica; "
+        "*TTFT* = first SSE byte at the client; *p99 reusable* = p99 TTFT of the requests the oracle finds at least half cached (leaves out first sights of a prefix, which no routing can help); *imbalance req* = max/mean of requests per replica; "
         "*imbalance busy* = max/mean of request-seconds per replica (the simulator's "
         "`vllm:e2e_request_latency_seconds_sum`: queue + prefill + decode; it reports no GPU busy time); "
         "*in-flight peak* = the largest max/mean of running + waiting requests per replica over samples "
         "taken every 0.2 s at the replicas (samples with at least one request per replica on average); "
-        "*routing reasons* = the gateway's `prefix_gateway_routing_decisions_total{reason}`.",
+        "*arrivals over bound* = share of requests whose replica, at the moment they were sent, held more than `ceil(c x total in flight / n)` requests (client-side records: send and end times and the `x-gateway-replica` header); *index predicted / replica cached* = the gateway's `prefix_gateway_prefix_predicted_tokens_total` over `prefix_gateway_prefix_reported_cached_tokens_total` (above 1: its index believes in blocks the replicas no longer hold); *routing reasons* = the gateway's `prefix_gateway_routing_decisions_total{reason}`.",
         "",
     ]
     wls = list(dict.fromkeys(r.workload for r in results))
@@ -182,6 +240,9 @@ def markdown(results: Sequence[Any], meta: dict[str, Any], with_plots: bool = Fa
             table(["workload", "target", "measured", "result"], rows),
             "",
         ]
+    notes = findings(results, meta.get("ablation_name", "prefix_affinity, no scrape"), sim["max_num_seqs"])
+    if notes:
+        lines += ["### Findings", ""] + [f"- {n}" for n in notes] + [""]
     if with_plots:
         for name in plots(results):
             lines += [f"![{name[:-4]}]({REPO_PREFIX}/{name})", ""]

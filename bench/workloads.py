@@ -270,11 +270,11 @@ def hot_prefix(
 
 # name -> (generator, keyword arguments that set its size for a default and for a --quick run)
 SIZES: dict[str, tuple[Callable[..., Workload], dict[str, Any], dict[str, Any]]] = {
-    "shared_system": (shared_system_prompts, {"requests": 400}, {"requests": 160}),
-    "multi_turn": (multi_turn_chat, {"conversations": 48}, {"conversations": 20, "active": 12}),
-    "agent_loop": (agent_loop, {"agents": 32}, {"agents": 14, "active": 8}),
-    "no_sharing": (no_sharing, {"requests": 300}, {"requests": 120}),
-    "hot_prefix": (hot_prefix, {"requests": 300}, {"requests": 120}),
+    "shared_system": (shared_system_prompts, {"requests": 220}, {"requests": 70}),
+    "multi_turn": (multi_turn_chat, {"conversations": 28}, {"conversations": 10, "active": 8}),
+    "agent_loop": (agent_loop, {"agents": 18}, {"agents": 7, "active": 6}),
+    "no_sharing": (no_sharing, {"requests": 180}, {"requests": 60}),
+    "hot_prefix": (hot_prefix, {"requests": 180}, {"requests": 60}),
 }
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from bench import workloads
+from bench import routing_report, workloads
 from bench.oracle import oracle
-from bench.routing import Sent, at_arrival
+from bench.routing import RunResult, Sent, at_arrival
 from bench.sim.kvcache import count_tokens
 from bench.sim.prompt import render_chat
 
@@ -129,3 +129,36 @@ def test_at_arrival_counts_in_flight_at_each_arrival() -> None:
     # Alternating replicas never exceed the bound; finished requests no longer count.
     spread = [Sent(ok=True, replica=reps[i % 2], start=float(i), e2e=1.5) for i in range(6)]
     assert at_arrival(spread, reps, 1.25) == (0.0, 1.0)
+
+
+def _result(workload: str, policy: str, p99: float, **kw: object) -> RunResult:
+    base = dict(
+        workload=workload, policy=policy, requests=10, ok=10, errors=0, wall_s=1.0, oracle_hit=0.8,
+        fleet_hit=0.76, prompt_tokens=100, cached_tokens=76, ttft_mean=0.1, ttft_p50=0.1, ttft_p99=p99,
+        ttft_p99_reusable=p99, rps=10.0, per_replica_requests=[3, 3, 2, 2], per_replica_busy_s=[1.0] * 4,
+        inflight_peak_ratio=1.0, inflight_over_bound=0.0, inflight_samples=5, arrival_over_bound=0.0,
+        arrival_peak_ratio=1.0,
+    )  # fmt: skip
+    base.update(kw)
+    return RunResult(**base)  # type: ignore[arg-type]
+
+
+def test_targets_judge_each_number_and_call_small_differences_ties() -> None:
+    results = [
+        _result("multi_turn", "prefix_affinity", 0.50),
+        _result("multi_turn", "round_robin", 0.60),  # 17 % slower: prefix_affinity beats it
+        _result("multi_turn", "least_load", 0.51),  # 2 % apart: a tie, not a win
+        _result("no_sharing", "prefix_affinity", 0.52),
+        _result("no_sharing", "least_load", 0.50),  # within 5 %: met
+        _result("hot_prefix", "prefix_affinity", 0.4, arrival_over_bound=0.1),
+        _result("hot_prefix", "least_load", 0.4),
+    ]
+    rows = {(r[0], r[1]): r[3] for r in routing_report.targets(results, 1.25)}
+    assert rows[("multi_turn", "prefix_affinity hit >= 90 % of oracle")] == "met"  # 0.76 / 0.8 = 95 %
+    assert rows[("multi_turn", "load imbalance (requests) <= 1.3")] == "met"  # 3 / 2.5 = 1.2
+    assert rows[("multi_turn", "p99 TTFT below round_robin (by 5 % or more)")] == "met"
+    assert rows[("multi_turn", "p99 TTFT below least_load (by 5 % or more)")] == "**missed**"
+    assert rows[("no_sharing", "p99 TTFT within 5 % of least_load")] == "met"
+    bound = next(k for k in rows if k[0] == "hot_prefix" and "ceil" in k[1])
+    assert rows[bound] == "**missed**"
+    assert rows[("hot_prefix", "p99 TTFT no worse than least_load (5 % tolerance)")] == "met"

@@ -13,9 +13,9 @@ from aiohttp import web
 from cache.billing import LineItem, billing_headers, usage_extension
 from cache.buckets import Reservation, TakeResult
 from gateway import metering, response_cache
+from gateway.call import Call, Outcome
 from gateway.errors import GatewayError, error_response
 from gateway.logs import log_access
-from gateway.proxy import Outcome
 from gateway.request import ParsedRequest, parse_request
 from gateway.state import GatewayState, current_state
 from gateway.tenancy import Tenant
@@ -56,7 +56,9 @@ async def _inference(request: web.Request, endpoint: str) -> web.StreamResponse:
             outcome.pinned_replica = await metering.pinned_replica(m, billing, pool, tenant)
         reservation = await admit_tenant(state, tenant, parsed, outcome)
         try:
-            resp = await response_cache.serve(request, state, pool, parsed, tenant, outcome, billing.payload)
+            resp = await response_cache.serve(
+                Call(request, state, pool, parsed, tenant, outcome), billing.payload
+            )
             if outcome.settle is not None and not billing.settled:
                 await outcome.settle()  # a whole (non-stream) answer: its row is written before it is sent
             if billing.item is not None and isinstance(resp, web.Response):

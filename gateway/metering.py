@@ -15,7 +15,7 @@ import logging
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis.asyncio as aioredis
 import xxhash
@@ -43,6 +43,9 @@ from gateway.pools import Pool
 from gateway.request import ParsedRequest
 from gateway.tenancy import Tenant
 from router.prompt import render_prompt
+
+if TYPE_CHECKING:  # gateway.call imports the state, which imports this module
+    from gateway.call import Outcome
 
 log = logging.getLogger("prefix_gateway")
 
@@ -186,7 +189,7 @@ async def pinned_replica(metering: Metering, ctx: BillingContext, pool: Pool, te
     return entry.replica_id if entry is not None else None
 
 
-def _aborted_usage(outcome: Any) -> dict[str, Any] | None:
+def _aborted_usage(outcome: Outcome) -> dict[str, Any] | None:
     """A stream cut before its usage chunk is billed for what was generated (estimated)."""
     if outcome.prompt_tokens <= 0 and outcome.generated_chunks <= 0:
         return None
@@ -194,7 +197,7 @@ def _aborted_usage(outcome: Any) -> dict[str, Any] | None:
 
 
 async def settle(
-    metering: Metering, ctx: BillingContext, pool: Pool, tenant: Tenant, outcome: Any
+    metering: Metering, ctx: BillingContext, pool: Pool, tenant: Tenant, outcome: Outcome
 ) -> LineItem | None:
     """Price the request and write its ledger row (once). None when there is nothing to bill."""
     if ctx.settled:

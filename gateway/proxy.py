@@ -11,8 +11,8 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -20,9 +20,10 @@ import orjson
 from aiohttp import web
 
 from gateway.admission import replica_released, route_with_slots
+from gateway.call import Call, Outcome
 from gateway.errors import GatewayError, error_body
 from gateway.pools import Pool
-from gateway.request import ENDPOINT_PATHS, ParsedRequest
+from gateway.request import ENDPOINT_PATHS
 from gateway.state import GatewayState
 from gateway.stream_tap import StreamTap
 from gateway.tenancy import Tenant
@@ -33,30 +34,6 @@ from router.types import Decision, NoReplicaAvailable, RouteRequest
 log = logging.getLogger("prefix_gateway")
 
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-
-
-@dataclass(slots=True)
-class Outcome:
-    """What happened, for the access log and metrics (filled as the request goes)."""
-
-    request_id: str
-    started: float = field(default_factory=time.perf_counter)
-    replica: str = "-"
-    status: int = 0
-    first_byte_s: float | None = None
-    attempts: int = 0
-    route_reason: str | None = None
-    matched_tokens: int = 0
-    prompt_tokens: int = 0
-    upstream_error: str | None = None
-    usage: dict[str, Any] | None = None
-    response: dict[str, Any] | None = None  # the complete answer (parsed or assembled), when known
-    cache: str | None = None  # x-cache value
-    source: str = "upstream"  # upstream | response_cache | coalesced | fallback (billing, logs)
-    generated_chunks: int = 0  # stream events relayed (an aborted stream is billed for these)
-    settle: Callable[[], Awaitable[Any]] | None = None  # billing: called once before a stream's [DONE]
-    pinned_replica: str | None = None  # routing hint: holds this request's live explicit cache entry
-    extra_headers: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -97,16 +74,17 @@ def _backoff(attempt: int, base: float, cap: float) -> float:
 
 
 async def proxy(
-    request: web.Request,
-    state: GatewayState,
-    pool: Pool,
-    parsed: ParsedRequest,
-    tenant: Tenant,
-    outcome: Outcome,
-    payload: dict[str, Any] | None = None,
-    relay: Relay | None = None,
+    call: Call, payload: dict[str, Any] | None = None, relay: Relay | None = None
 ) -> web.StreamResponse:
-    """Send ``payload`` (default: the client's body) to a replica of ``pool`` and relay the answer."""
+    """Send ``payload`` (default: the client's body) to a replica of the call's pool and relay the answer."""
+    request, state, pool, parsed, tenant, outcome = (
+        call.request,
+        call.state,
+        call.pool,
+        call.parsed,
+        call.tenant,
+        call.outcome,
+    )
     retries = state.policy.retries
     relay = relay or Relay()
     body = upstream_body(parsed.body if payload is None else payload, pool, tenant)

@@ -36,13 +36,11 @@ from cache.pii import (
 )
 from cache.sse import DONE, replay_sse
 from config.cache import CacheConfig
+from gateway.call import Call, Outcome
 from gateway.errors import GatewayError, error_body
-from gateway.pools import Pool
-from gateway.proxy import SSE_HEADERS, Outcome, Relay, proxy
-from gateway.request import ParsedRequest
+from gateway.proxy import SSE_HEADERS, Relay, proxy
 from gateway.state import GatewayState
 from gateway.stream_tap import StreamTap, is_usage_only
-from gateway.tenancy import Tenant
 
 
 def wants_usage(body: dict[str, Any]) -> bool:
@@ -59,12 +57,7 @@ def with_usage_requested(payload: dict[str, Any]) -> dict[str, Any]:
 
 
 async def forward(
-    request: web.Request,
-    state: GatewayState,
-    pool: Pool,
-    parsed: ParsedRequest,
-    tenant: Tenant,
-    outcome: Outcome,
+    call: Call,
     payload: dict[str, Any],
     *,
     mapping: PiiMapping | None = None,
@@ -72,6 +65,7 @@ async def forward(
     flight: Flight | None = None,
 ) -> web.StreamResponse:
     """Proxy with a tap that collects usage (and the whole answer when someone needs it)."""
+    parsed = call.parsed
     client_wants_usage = wants_usage(parsed.body)
     relay = Relay(
         tap=StreamTap(
@@ -84,7 +78,7 @@ async def forward(
         else None,
         rewrite_whole=(lambda r: unmask_response(r, mapping)) if mapping else None,
     )
-    return await proxy(request, state, pool, parsed, tenant, outcome, with_usage_requested(payload), relay)
+    return await proxy(call, with_usage_requested(payload), relay)
 
 
 def _bypass(state: GatewayState, outcome: Outcome, reason: str) -> None:
@@ -93,65 +87,52 @@ def _bypass(state: GatewayState, outcome: Outcome, reason: str) -> None:
     outcome.extra_headers["x-cache"] = "bypass"
 
 
-async def serve(
-    request: web.Request,
-    state: GatewayState,
-    pool: Pool,
-    parsed: ParsedRequest,
-    tenant: Tenant,
-    outcome: Outcome,
-    payload: dict[str, Any],
-) -> web.StreamResponse:
+async def serve(call: Call, payload: dict[str, Any]) -> web.StreamResponse:
     """Answer one request through the cache; ``payload`` is what a replica would receive."""
+    state, pool, parsed, outcome = call.state, call.pool, call.parsed, call.outcome
     rt = state.cache
     cfg = rt.configs.get(pool.name) if rt is not None else None
     if rt is None or cfg is None or not cfg.enabled or parsed.endpoint == "embeddings":
-        return await forward(request, state, pool, parsed, tenant, outcome, payload)
-    control = parse_cache_control(request.headers.get("Cache-Control"), parsed.body)
+        return await forward(call, payload)
+    control = parse_cache_control(call.request.headers.get("Cache-Control"), parsed.body)
     if control.no_store:
         _bypass(state, outcome, "no_store")
-        return await forward(request, state, pool, parsed, tenant, outcome, payload)
+        return await forward(call, payload)
     ok, reason = is_cacheable(payload, cfg.rule)
     if not ok:
         _bypass(state, outcome, reason)
-        return await forward(request, state, pool, parsed, tenant, outcome, payload)
+        return await forward(call, payload)
     mapping: PiiMapping | None = None
     if cfg.pii == "bypass" and find_pii_in_request(payload):
         _bypass(state, outcome, "pii")
-        return await forward(request, state, pool, parsed, tenant, outcome, payload)
+        return await forward(call, payload)
     if cfg.pii == "mask":
         payload, mapping = mask_request(payload)
-    key = cache_key(parsed.endpoint, payload, tenant.salt)
+    key = cache_key(parsed.endpoint, payload, call.tenant.salt)
 
     if not control.no_cache:
         entry = await _timed_get(state, key)
         if entry is not None and control.accepts_age(entry.age_s()):
-            return await _answer_from_entry(
-                request, state, parsed, outcome, entry.response, mapping, "hit", age_s=entry.age_s()
-            )
+            return await _answer_from_entry(call, entry.response, mapping, "hit", age_s=entry.age_s())
 
     if cfg.fill_breaker.enabled:
         tripped = await rt.gate.breaker_check(key)
         if not tripped.allowed:
-            return await _fallback(request, state, parsed, outcome, tenant, cfg)
+            return await _fallback(call, cfg)
 
     if not cfg.coalescing.enabled:
-        return await _lead(
-            request, state, pool, parsed, tenant, outcome, payload, mapping, key, cfg, control, None
-        )
+        return await _lead(call, payload, mapping, key, cfg, control, None)
     async with rt.coalescer.acquire(key) as flight:
         if flight.role == "leader":
-            return await _lead(
-                request, state, pool, parsed, tenant, outcome, payload, mapping, key, cfg, control, flight
-            )
+            return await _lead(call, payload, mapping, key, cfg, control, flight)
         try:
-            return await _follow(request, state, parsed, outcome, flight, mapping)
+            return await _follow(call, flight, mapping)
         except FlightFailed:
             pass
     # The leader failed (its error is its own): go upstream ourselves, uncoalesced.
     outcome.extra_headers["x-cache"] = outcome.cache = "miss"
     state.metrics.cache_bypass.labels("leader_failed").inc()
-    return await forward(request, state, pool, parsed, tenant, outcome, payload, mapping=mapping)
+    return await forward(call, payload, mapping=mapping)
 
 
 async def _timed_get(state: GatewayState, key: str) -> Entry | None:
@@ -163,12 +144,7 @@ async def _timed_get(state: GatewayState, key: str) -> Entry | None:
 
 
 async def _lead(
-    request: web.Request,
-    state: GatewayState,
-    pool: Pool,
-    parsed: ParsedRequest,
-    tenant: Tenant,
-    outcome: Outcome,
+    call: Call,
     payload: dict[str, Any],
     mapping: PiiMapping | None,
     key: str,
@@ -176,12 +152,13 @@ async def _lead(
     control: CacheControl,
     flight: Flight | None,
 ) -> web.StreamResponse:
+    state, outcome = call.state, call.outcome
     rt = state.cache
     assert rt is not None
     if cfg.key_bucket.enabled:
         admitted = await rt.gate.admit(key)
         if not admitted.allowed:
-            state.metrics.ratelimited.labels(tenant.metric_label, "cache_key").inc()
+            state.metrics.ratelimited.labels(call.tenant.metric_label, "cache_key").inc()
             retry = (
                 max(1, int(admitted.retry_after_s + 0.999)) if admitted.retry_after_s != float("inf") else 60
             )
@@ -193,9 +170,7 @@ async def _lead(
             )
     outcome.cache = "refresh" if control.no_cache else "miss"
     outcome.extra_headers["x-cache"] = outcome.cache
-    answer = await forward(
-        request, state, pool, parsed, tenant, outcome, payload, mapping=mapping, assemble=True, flight=flight
-    )
+    answer = await forward(call, payload, mapping=mapping, assemble=True, flight=flight)
     response = outcome.response if outcome.status == 200 else None
     if response is not None:
         await _fill(state, key, response, cfg, control)
@@ -226,15 +201,9 @@ async def _fill(
     return stored
 
 
-async def _follow(
-    request: web.Request,
-    state: GatewayState,
-    parsed: ParsedRequest,
-    outcome: Outcome,
-    flight: Flight,
-    mapping: PiiMapping | None,
-) -> web.StreamResponse:
+async def _follow(call: Call, flight: Flight, mapping: PiiMapping | None) -> web.StreamResponse:
     """Answer from the leader's flight: its chunks as they come (stream), or its final answer."""
+    parsed, outcome = call.parsed, call.outcome
     outcome.source = "coalesced"
     if parsed.stream and flight.role == "follower":
         out: web.StreamResponse | None = None
@@ -243,7 +212,7 @@ async def _follow(
         try:
             async for chunk in flight.chunks():
                 if out is None:
-                    out = await _start_sse(request, outcome, "coalesced")
+                    out = await _start_sse(call, "coalesced")
                 if chunk == DONE:
                     if outcome.settle is not None:
                         await outcome.settle()
@@ -273,29 +242,28 @@ async def _follow(
             await out.write_eof()
             return out
     response = await flight.result()
-    return await _answer_from_entry(request, state, parsed, outcome, response, mapping, "coalesced")
+    return await _answer_from_entry(call, response, mapping, "coalesced")
 
 
-async def _start_sse(request: web.Request, outcome: Outcome, cache: str) -> web.StreamResponse:
+async def _start_sse(call: Call, cache: str) -> web.StreamResponse:
+    outcome = call.outcome
     outcome.cache = cache
     headers = {**SSE_HEADERS, **outcome.extra_headers, "x-cache": cache, "x-request-id": outcome.request_id}
     out = web.StreamResponse(status=200, headers=headers)
-    await out.prepare(request)
+    await out.prepare(call.request)
     outcome.status = 200
     outcome.first_byte_s = time.perf_counter() - outcome.started
     return out
 
 
 async def _answer_from_entry(
-    request: web.Request,
-    state: GatewayState,
-    parsed: ParsedRequest,
-    outcome: Outcome,
+    call: Call,
     response: dict[str, Any],
     mapping: PiiMapping | None,
     cache: str,
     age_s: float | None = None,
 ) -> web.StreamResponse:
+    parsed, outcome = call.parsed, call.outcome
     if cache == "hit":
         outcome.source = "response_cache"
     outcome.response = response
@@ -307,7 +275,7 @@ async def _answer_from_entry(
     if age_s is not None:
         outcome.extra_headers["age"] = str(int(age_s))
     if parsed.stream:
-        out = await _start_sse(request, outcome, cache)
+        out = await _start_sse(call, cache)
         events = replay_sse(response, include_usage=wants_usage(parsed.body))
         await out.write(b"".join(events[:-1]))
         if outcome.settle is not None:
@@ -321,18 +289,13 @@ async def _answer_from_entry(
     return web.Response(body=orjson.dumps(response), content_type="application/json", headers=headers)
 
 
-async def _fallback(
-    request: web.Request,
-    state: GatewayState,
-    parsed: ParsedRequest,
-    outcome: Outcome,
-    tenant: Tenant,
-    cfg: CacheConfig,
-) -> web.StreamResponse:
-    """The fill breaker is open for this key: the configured answer instead of the fleet."""
+async def _fallback(call: Call, cfg: CacheConfig) -> web.StreamResponse:
+    """The fill breaker is open for this key: the configured answer instead of the fleet (not billed)."""
+    parsed, outcome = call.parsed, call.outcome
     fb = cfg.fill_breaker
-    state.metrics.ratelimited.labels(tenant.metric_label, "fill_breaker").inc()
+    call.state.metrics.ratelimited.labels(call.tenant.metric_label, "fill_breaker").inc()
     outcome.cache = "fallback"
+    outcome.source = "fallback"
     if fb.fallback_text is None:
         raise GatewayError(
             fb.fallback_status,
@@ -353,7 +316,4 @@ async def _fallback(
         "model": parsed.model,
         "choices": [choice],
     }
-    answer = await _answer_from_entry(request, state, parsed, outcome, body, None, "fallback")
-    outcome.source = "fallback"
-    outcome.usage = None
-    return answer
+    return await _answer_from_entry(call, body, None, "fallback")

@@ -69,6 +69,15 @@ def _relay_headers(resp: aiohttp.ClientResponse, outcome: Outcome, decision: Dec
     return headers
 
 
+class _Retry(Exception):
+    """An attempt that failed before anything reached the client: try another replica."""
+
+    def __init__(self, kind: str, error: GatewayError):
+        super().__init__(kind)
+        self.kind = kind
+        self.error = error
+
+
 def _backoff(attempt: int, base: float, cap: float) -> float:
     return random.uniform(0, min(cap, base * (2**attempt)))
 
@@ -125,39 +134,30 @@ async def proxy(
         )
         state.metrics.in_flight.labels(decision.replica.id).inc()
         try:
+            resp: aiohttp.ClientResponse | None = None
             try:
                 resp = await state.upstream.open(decision.replica.url + path, body, headers)
-            except UpstreamFailure as failure:
-                router.forget_failed(decision)  # it never prefilled: unlearn the speculative blocks
-                state.metrics.upstream_errors.labels(decision.replica.id, failure.kind).inc()
-                last_failure = failure.to_gateway_error()
-                outcome.upstream_error = failure.kind
-                await asyncio.sleep(_backoff(attempt, retries.backoff_base_s, retries.backoff_max_s))
-                continue
-            try:
                 if resp.status in retries.on_status and attempt + 1 < retries.max_attempts:
-                    router.forget_failed(decision)
-                    state.metrics.upstream_errors.labels(decision.replica.id, f"status_{resp.status}").inc()
-                    last_failure = await _error_from_status(resp, state)
-                    outcome.upstream_error = f"status_{resp.status}"
-                    await asyncio.sleep(_backoff(attempt, retries.backoff_base_s, retries.backoff_max_s))
-                    continue
+                    raise _Retry(f"status_{resp.status}", await _error_from_status(resp, state))
                 if parsed.stream and resp.status == 200:
                     answer = await _relay_stream(request, state, router, resp, decision, outcome, relay)
                 else:
                     answer = await _relay_whole(state, router, resp, decision, outcome, relay)
                 _observe_usage(state, router, decision, outcome.usage)
                 return answer
-            except UpstreamFailure as failure:
-                # Nothing was sent to the client yet: count it and try another replica.
-                router.forget_failed(decision)
-                state.metrics.upstream_errors.labels(decision.replica.id, failure.kind).inc()
-                last_failure = failure.to_gateway_error()
-                outcome.upstream_error = failure.kind
-                await asyncio.sleep(_backoff(attempt, retries.backoff_base_s, retries.backoff_max_s))
-                continue
+            except UpstreamFailure as failure:  # nothing reached the client yet
+                failed = _Retry(failure.kind, failure.to_gateway_error())
+            except _Retry as retry:
+                failed = retry
             finally:
-                resp.close()
+                if resp is not None:
+                    resp.close()
+            # Count it, unlearn the blocks the replica never prefilled, and try another replica.
+            router.forget_failed(decision)
+            state.metrics.upstream_errors.labels(decision.replica.id, failed.kind).inc()
+            last_failure = failed.error
+            outcome.upstream_error = failed.kind
+            await asyncio.sleep(_backoff(attempt, retries.backoff_base_s, retries.backoff_max_s))
         finally:
             router.release(decision)
             replica_released(router)  # a request waiting for a replica slot may go

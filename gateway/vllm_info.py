@@ -19,6 +19,7 @@ INFO = "vllm:cache_config_info"
 class CacheInfo:
     block_size: int
     num_blocks: int  # KV blocks of block_size tokens the replica holds
+    hash_algo: str | None = None  # --prefix-caching-hash-algo, when the replica says
 
 
 def parse_cache_config(text: str) -> CacheInfo | None:
@@ -38,5 +39,5 @@ def parse_cache_config(text: str) -> CacheInfo | None:
             except (KeyError, ValueError):
                 continue
             if block_size > 0 and blocks > 0:
-                return CacheInfo(block_size, blocks)
+                return CacheInfo(block_size, blocks, labels.get("prefix_caching_hash_algo"))
     return None

@@ -69,8 +69,9 @@ class EnginePrompt:
     def hashes(self, endpoint: str, body: Mapping[str, Any], salt: str) -> tuple[int, ...]:
         """Event-form hashes of the request's full blocks (empty when not reproducible)."""
         ids = self.token_ids(endpoint, body)
-        if not ids:
-            return ()
+        return self.hashes_of(ids, salt) if ids else ()
+
+    def hashes_of(self, ids: list[int], salt: str) -> tuple[int, ...]:
         return block_hashes(
             ids, self.block_size, salt=salt or None, seed=self.hash_seed, max_blocks=self.max_blocks
         )

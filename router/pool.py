@@ -145,9 +145,14 @@ class PoolRouter:
         engine: tuple[int, ...] = ()
         approx: dict[str, int] = {}
         if self.policy.needs_prefix:
-            hashes = self._prefix(request, ctx)
+            # Precise mode tokenizes once, as the engine does, and its approximate index hashes those ids.
+            ids = None
+            if self.engine_prompt is not None and self.exact is not None:
+                ids = self.engine_prompt.token_ids(request.endpoint, request.body)
+            hashes = self._prefix(request, ctx, ids)
             ctx.matched_blocks = approx = self.index.match(hashes, now)
-            engine = self._precise(request, ctx, candidates, now)
+            if ids:
+                engine = self._precise(request, ctx, candidates, now, ids)
         pinned = self._pinned(request, candidates)
         replica, reason = (pinned, "explicit_pin") if pinned is not None else self.policy.pick(ctx)
         matched = min(ctx.matched_blocks.get(replica.id, 0) * self.cfg.block_size, ctx.prompt_tokens)
@@ -228,10 +233,16 @@ class PoolRouter:
         self.exact = exact
 
     # -- internals ------------------------------------------------------------------------------------
-    def _prefix(self, request: RouteRequest, ctx: PickContext) -> tuple[int, ...]:
+    def _prefix(
+        self, request: RouteRequest, ctx: PickContext, ids: list[int] | None = None
+    ) -> tuple[int, ...]:
         cfg = self.cfg
-        prompt = render_prompt(request.endpoint, request.body)
-        tokens: Tokens = from_ids(prompt) if isinstance(prompt, list) else self.tokenizer.encode(prompt)
+        tokens: Tokens
+        if ids:
+            tokens = from_ids(ids)
+        else:
+            prompt = render_prompt(request.endpoint, request.body)
+            tokens = from_ids(prompt) if isinstance(prompt, list) else self.tokenizer.encode(prompt)
         root = root_hash(request.model, request.tenant_salt)
         hashes = block_hashes(tokens, root, cfg.block_size, cfg.max_prefix_tokens)
         ctx.route_key = route_key(tokens, hashes, root, cfg.block_size, cfg.route_key_tokens)
@@ -240,7 +251,12 @@ class PoolRouter:
         return hashes
 
     def _precise(
-        self, request: RouteRequest, ctx: PickContext, candidates: Sequence[ReplicaState], now: float
+        self,
+        request: RouteRequest,
+        ctx: PickContext,
+        candidates: Sequence[ReplicaState],
+        now: float,
+        ids: list[int],
     ) -> tuple[int, ...]:
         """Engine hashes of the prompt, and each live replica's match from its events instead of the
         approximate guess (in ``block_size`` units). Replicas without events keep the approximate match."""
@@ -250,7 +266,7 @@ class PoolRouter:
         live = [r.id for r in candidates if exact.is_live(r.id)]
         if not live:
             return ()
-        engine = engine_prompt.hashes(request.endpoint, request.body, request.tenant_salt)
+        engine = engine_prompt.hashes_of(ids, request.tenant_salt)
         if not engine:
             return ()
         per = engine_prompt.block_size // self.cfg.block_size

@@ -65,12 +65,20 @@ def cbor(value: Any) -> bytes:
     raise TypeError(f"cannot CBOR-encode {type(value).__name__}")
 
 
+class _TokenCbor(dict[int, bytes]):
+    """Memo of each token id's CBOR encoding, filled on first use (bounded by the vocabulary)."""
+
+    def __missing__(self, token: int) -> bytes:
+        encoded = self[token] = cbor(token)
+        return encoded
+
+
+_TOKEN_CBOR = _TokenCbor()
+
+
 def _token_array(ids: Sequence[int]) -> bytes:
-    """``cbor(tuple(ids))`` for token ids, without a call per id for the common small ids."""
-    out = [_head(4, len(ids))]
-    for t in ids:
-        out.append(bytes((t,)) if 0 <= t < 24 else _head(0, t) if t >= 0 else _head(1, -1 - t))
-    return b"".join(out)
+    """``cbor(tuple(ids))`` for a block of token ids."""
+    return _head(4, len(ids)) + b"".join(map(_TOKEN_CBOR.__getitem__, ids))
 
 
 def sha256_cbor(value: Any) -> bytes:

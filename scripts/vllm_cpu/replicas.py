@@ -48,6 +48,7 @@ class ReplicaSpec:
     kv_events_endpoint: str | None = None  # the gateway's bound SUB socket, e.g. tcp://127.0.0.1:5557
     replay_port: int | None = None  # ROUTER socket for missed batches (bound by the replica)
     max_num_seqs: int = 16
+    dev_mode: bool = False  # VLLM_SERVER_DEV_MODE=1: POST /reset_prefix_cache (benchmarks reset between runs)
     extra_args: list[str] = field(default_factory=list)
 
     @property
@@ -144,6 +145,7 @@ def environment(spec: ReplicaSpec) -> dict[str, str]:
         VLLM_NO_USAGE_STATS="1",
         DO_NOT_TRACK="1",
         VLLM_LOGGING_LEVEL=os.environ.get("VLLM_LOGGING_LEVEL", "WARNING"),
+        VLLM_SERVER_DEV_MODE="1" if spec.dev_mode else "0",
         PATH=f"{VENV / 'bin'}:{env.get('PATH', '')}",
     )
     return env

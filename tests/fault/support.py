@@ -4,38 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
-from aiohttp import web
 
 from config.policy import Policy
-from gateway.app import create_app, runner_for
-from gateway.runtime import RUNTIME
-from tests.support.stack import TEST_SECRET, Gateway
+from tests.support.stack import gateway
 
 ADMIN_TOKEN = "admin-test-token"
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 
 
-@asynccontextmanager
-async def gateway_with(
-    policy: Policy, *, policy_path: str | None = None, resolver: Any = None
-) -> AsyncIterator[Gateway]:
-    app = create_app(policy, secret=TEST_SECRET, policy_path=policy_path)
-    if resolver is not None:
-        app[RUNTIME].resolver = resolver
-    runner = runner_for(app, policy)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    try:
-        yield Gateway(f"http://127.0.0.1:{port}", app, runner)
-    finally:
-        await runner.cleanup()
+def gateway_with(policy: Policy, *, policy_path: str | None = None, resolver: Any = None):  # type: ignore[no-untyped-def]
+    """The shared gateway fixture (tests.support.stack.gateway) with a policy file or a resolver."""
+    return gateway(policy, policy_path=policy_path, resolver=resolver)
 
 
 async def wait_for(cond: Callable[[], Any], timeout: float = 5.0, interval: float = 0.02) -> None:

@@ -14,6 +14,7 @@ from bench.sim.config import SimConfig
 from bench.sim.fleet import Fleet, start_replicas
 from config.policy import Policy
 from gateway.app import create_app, runner_for
+from gateway.runtime import RUNTIME
 from gateway.state import GatewayState, current_state
 
 TEST_SECRET = b"test-secret"
@@ -72,8 +73,13 @@ class Gateway:
 
 
 @asynccontextmanager
-async def gateway(policy: Policy, secret: bytes = TEST_SECRET) -> AsyncIterator[Gateway]:
-    app = create_app(policy, secret=secret)
+async def gateway(
+    policy: Policy, secret: bytes = TEST_SECRET, *, policy_path: str | None = None, resolver: Any = None
+) -> AsyncIterator[Gateway]:
+    """A gateway on a free loopback port; ``resolver`` replaces DNS for discovery tests."""
+    app = create_app(policy, secret=secret, policy_path=policy_path)
+    if resolver is not None:
+        app[RUNTIME].resolver = resolver
     runner = runner_for(app, policy)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)

@@ -210,6 +210,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--kb", type=int, default=10, help="prompt size in KB (results are scaled to 10 KB)")
     ap.add_argument("--rounds", type=int, default=200)
+    ap.add_argument("--write", action="store_true", help="write the table into docs/benchmarks.md")
     args = ap.parse_args()
     rng = random.Random(7)
     n = args.kb * 1024
@@ -224,6 +225,7 @@ def main() -> None:
     }
     print(f"PII detection cost, {args.kb} KB texts, {args.rounds} rounds, scaled to µs per 10 KB")
     print(f"{'text':<24}{'findings':>9}{'detect p50':>12}{'p90':>9}{'mask p50':>11}{'p90':>9}")
+    rows = []
     for name, text in cases.items():
         findings = len(detect(text))
         body = {"messages": [{"role": "user", "content": text}]}
@@ -232,6 +234,32 @@ def main() -> None:
         print(
             f"{name:<24}{findings:>9}{d50 * scale:>12.0f}{d90 * scale:>9.0f}{m50 * scale:>11.0f}{m90 * scale:>9.0f}"
         )
+        rows.append(
+            [
+                name,
+                findings,
+                f"{d50 * scale:.0f}",
+                f"{d90 * scale:.0f}",
+                f"{m50 * scale:.0f}",
+                f"{m90 * scale:.0f}",
+            ]
+        )
+    if args.write:
+        import sys
+
+        from bench.report import table, write_section
+
+        cmd = "python -m bench.pii_cost " + " ".join(sys.argv[1:])
+        md = (
+            "## PII detection cost\n\n"
+            f"Command: `{cmd.strip()}`: {args.kb} KB texts, {args.rounds} rounds, µs per 10 KB of prompt. "
+            "`detect` finds every kind; `mask` also builds the placeholder copy of a request body (the "
+            "work of `pii: mask`). A request without PII in `pii: bypass` mode pays one `detect`.\n\n"
+            + table(
+                ["text", "findings", "detect p50 µs", "detect p90 µs", "mask p50 µs", "mask p90 µs"], rows
+            )
+        )
+        write_section("pii", md)
 
 
 if __name__ == "__main__":

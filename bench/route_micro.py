@@ -54,23 +54,16 @@ def make_requests(rng: random.Random, conversations: int, tokens: int) -> list[R
     return out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--replicas", type=int, default=16)
-    ap.add_argument("--tokens", type=int, default=8192)
-    ap.add_argument("--iters", type=int, default=2000)
-    ap.add_argument("--policy", default="prefix_affinity")
-    ap.add_argument("--cold", action="store_true", help="measure never-seen prompts (no match anywhere)")
-    args = ap.parse_args()
-
+def measure(replicas_n: int, tokens: int, iters: int, policy: str, cold: bool) -> dict[str, object]:
+    """Median and p99 (µs) of ``iters`` decisions, with warm indexes."""
     rng = random.Random(1)
-    cfg = RoutingConfig(policy=args.policy, seed=1)
+    cfg = RoutingConfig(policy=policy, seed=1)
     replicas = [
         ReplicaState(id=f"r{i}", url=f"http://127.0.0.1:{9000 + i}", kv_capacity_blocks=30000)
-        for i in range(args.replicas)
+        for i in range(replicas_n)
     ]
     router = PoolRouter(replicas, cfg)
-    warm = make_requests(rng, 200, args.tokens)
+    warm = make_requests(rng, 200, tokens)
     # Warm every index with 200 conversations, 32 in flight at a time so that load spreads them.
     window: list = []
     for req in warm:
@@ -89,7 +82,7 @@ def main() -> None:
         ]
         follow.append(RouteRequest("chat", "m", {**req.body, "messages": msgs}, tenant_salt="tenant-a"))
 
-    if args.cold:  # a unique first message: nothing matches, every decision is a CHWBL placement
+    if cold:  # a unique first message: nothing matches, every decision is a CHWBL placement
         follow = [
             RouteRequest(
                 "chat",
@@ -97,13 +90,13 @@ def main() -> None:
                 {**req.body, "messages": [{"role": "user", "content": f"cold {i}"}, *req.body["messages"]]},
                 tenant_salt="tenant-a",
             )
-            for i, req in enumerate(follow * (args.iters // len(follow) + 1))
+            for i, req in enumerate(follow * (iters // len(follow) + 1))
         ]
 
     samples: list[float] = []
     reasons: dict[str, int] = {}
     matched = 0
-    for i in range(args.iters):
+    for i in range(iters):
         req = follow[i % len(follow)]
         t0 = time.perf_counter_ns()
         d = router.route(req)
@@ -113,15 +106,81 @@ def main() -> None:
         reasons[d.reason] = reasons.get(d.reason, 0) + 1
         matched += d.matched_tokens
     samples.sort()
-    median = statistics.median(samples)
-    p99 = samples[int(0.99 * (len(samples) - 1))]
-    print(
-        f"policy={args.policy} replicas={args.replicas} prompt_tokens={d.prompt_tokens} "
-        f"hashed_blocks={len(d.block_hashes)} iters={args.iters} cold={args.cold}"
+    return {
+        "policy": policy,
+        "cold": cold,
+        "prompt_tokens": d.prompt_tokens,
+        "blocks": len(d.block_hashes),
+        "median": statistics.median(samples),
+        "p99": samples[int(0.99 * (len(samples) - 1))],
+        "reasons": reasons,
+        "matched": matched / iters,
+        "entries": router.stats().index.entries,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--replicas", type=int, default=16)
+    ap.add_argument("--tokens", type=int, default=8192)
+    ap.add_argument("--iters", type=int, default=2000)
+    ap.add_argument("--policy", default="prefix_affinity")
+    ap.add_argument("--cold", action="store_true", help="measure never-seen prompts (no match anywhere)")
+    ap.add_argument(
+        "--write",
+        action="store_true",
+        help="measure warm and cold prefix_affinity, chwbl and round_robin; write docs/benchmarks.md",
     )
-    print(f"route() median {median:.1f} us  p99 {p99:.1f} us  (target median <= 100 us)")
-    print(f"reasons {reasons}  mean matched tokens {matched / args.iters:.0f}")
-    print(f"index {router.stats().index.entries} entries")
+    args = ap.parse_args()
+    variants = (
+        [("prefix_affinity", False), ("prefix_affinity", True), ("chwbl", False), ("round_robin", False)]
+        if args.write
+        else [(args.policy, args.cold)]
+    )
+    rows = []
+    for policy, cold in variants:
+        r = measure(args.replicas, args.tokens, args.iters, policy, cold)
+        print(
+            f"policy={policy} replicas={args.replicas} prompt_tokens={r['prompt_tokens']} "
+            f"hashed_blocks={r['blocks']} iters={args.iters} cold={cold}"
+        )
+        print(f"route() median {r['median']:.1f} us  p99 {r['p99']:.1f} us  (target median <= 100 us)")
+        print(f"reasons {r['reasons']}  mean matched tokens {r['matched']:.0f}")
+        print(f"index {r['entries']} entries")
+        rows.append(
+            [
+                policy,
+                "never-seen prompt" if cold else "follow-up turn",
+                r["prompt_tokens"],
+                r["blocks"],
+                f"{r['median']:.1f}",
+                f"{r['p99']:.1f}",
+                f"{r['matched']:.0f}",
+            ]
+        )
+    if args.write:
+        from bench.report import table, write_section
+
+        cmd = "python bench/route_micro.py " + " ".join(sys.argv[1:])
+        md = (
+            "## One routing decision\n\n"
+            f"Command: `{cmd.strip()}`. Render + tokenize (approx) + hash + match + pick + speculative "
+            f"index insert, {args.replicas} replicas with warm indexes (200 conversations), {args.iters} "
+            "decisions each; target: median <= 100 µs for prefix_affinity on an 8k-token prompt.\n\n"
+            + table(
+                [
+                    "policy",
+                    "request",
+                    "prompt tokens",
+                    "hashed blocks",
+                    "median µs",
+                    "p99 µs",
+                    "mean matched tokens",
+                ],
+                rows,
+            )
+        )
+        write_section("route-micro", md)
 
 
 if __name__ == "__main__":

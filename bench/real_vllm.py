@@ -1,11 +1,12 @@
 """Round-robin vs approximate vs precise prefix routing, on two real vLLM CPU replicas under eviction.
 
-    python -m bench.real_vllm [--requests 300] [--docs 14] [--concurrency 4] [--kv-bytes 16M] [--write]
+    python -m bench.real_vllm [--workloads docs14x1k docs6x3k] [--requests 300] [--repeat 2]
+        [--concurrency 4] [--kv-bytes 16M] [--write]
 
 Needs ``scripts/vllm_cpu/setup.sh`` (once). Starts two vLLM CPU replicas of the tiny model (one core
 each, ``--block-size 32``, a small KV cache: ``--kv-cache-memory-bytes 16M`` = 256 blocks = 8,192
-tokens each), publishing KV-cache events to the gateway's socket with replay buffers. The workload:
-``--docs`` long shared system prompts ("documents", ~1,150 tokens each) asked random short questions,
+tokens each), publishing KV-cache events to the gateway's socket with replay buffers. A workload: long
+shared system prompts ("documents": 14 of ~1,150 tokens, or 6 of ~2,900) asked random short questions,
 by tenants that share one salt group per document, closed loop with ``--concurrency`` clients; the
 documents together exceed what one replica holds and about fill both, so where a document goes decides
 whether it is still cached. Each policy runs on the same seeded request sequence, after
@@ -83,6 +84,9 @@ WORDS = [
     "reef",
 ]
 SETUPS = ("round_robin", "approximate", "approximate_nocap", "precise")
+# name -> (documents, words per document): ~1.2k-token documents that about fill the fleet's cache, and
+# ~2.9k-token ones (prefill costs more) that exceed it.
+WORKLOADS = {"docs14x1k": (14, 400), "docs6x3k": (6, 1000)}
 
 
 @dataclass
@@ -102,9 +106,9 @@ class RunResult:
         return self.hits / self.queries if self.queries else 0.0
 
 
-def documents(n: int, seed: int) -> list[str]:
+def documents(n: int, seed: int, words: int = 400) -> list[str]:
     rng = random.Random(seed)
-    return [f"Document {i}. " + " ".join(rng.choice(WORDS) for _ in range(400)) for i in range(n)]
+    return [f"Document {i}. " + " ".join(rng.choice(WORDS) for _ in range(words)) for i in range(n)]
 
 
 def plan(n_requests: int, n_docs: int, seed: int) -> list[tuple[int, str]]:
@@ -246,7 +250,23 @@ async def run_setup(
         return res
 
 
-def report(results: list[RunResult], args: argparse.Namespace, capacity: int, doc_tokens: int) -> str:
+def merge(runs: list[RunResult]) -> RunResult:
+    """Repeats of one setup pooled: summed counters, all TTFTs."""
+    out = RunResult(runs[0].name, 0, 0, [], 0, 0, {}, 0, 0.0)
+    for r in runs:
+        out.hits += r.hits
+        out.queries += r.queries
+        out.ttft += r.ttft
+        out.cached_tokens += r.cached_tokens
+        out.prompt_tokens += r.prompt_tokens
+        out.errors += r.errors
+        out.wall_s += r.wall_s
+        for k, v in r.per_replica.items():
+            out.per_replica[k] = out.per_replica.get(k, 0) + v
+    return out
+
+
+def report_table(name: str, results: list[RunResult], docs: int, doc_tokens: int, capacity: int) -> str:
     rows = []
     for r in results:
         rows.append(
@@ -261,34 +281,44 @@ def report(results: list[RunResult], args: argparse.Namespace, capacity: int, do
                 f"{r.wall_s:.1f}",
             ]
         )
-    cmd = (
-        f"python -m bench.real_vllm --requests {args.requests} --docs {args.docs} "
-        f"--concurrency {args.concurrency} --kv-bytes {args.kv_bytes} --write"
-    )
     head = (
-        "## Real vLLM: round-robin vs approximate vs precise prefix routing\n\n"
-        f"`{cmd}` on {platform.machine()}, {platform.python_version()}, two vllm-cpu 0.32.0 replicas "
-        f"(tiny Llama, dummy weights, one core each, block size {BLOCK}, KV cache {args.kv_bytes} = "
-        f"{capacity} blocks = {capacity * BLOCK} tokens each). {args.docs} documents of about {doc_tokens} "
-        f"tokens each (about {args.docs * doc_tokens} tokens in all, against {2 * capacity * BLOCK} tokens of "
-        f"KV cache in the fleet), {args.requests} streamed requests, {args.concurrency} concurrent clients, "
-        "the same seeded sequence for each row; prefix caches reset before each row.\n\n"
-        "Hit rate: the replicas' own `vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total` "
-        "(tokens, both replicas). TTFT: first content byte at the client, ms. Cached: "
-        "`usage.prompt_tokens_details.cached_tokens` / prompt tokens.\n\n"
+        f"### Workload {name}: {docs} documents of about {doc_tokens} tokens "
+        f"({docs * doc_tokens} tokens in all, {2 * capacity * BLOCK} tokens of KV cache in the fleet)\n\n"
     )
     return head + table(
         [
             "routing",
             "hit rate",
-            "TTFT p50",
-            "TTFT p90",
+            "TTFT p50 ms",
+            "TTFT p90 ms",
             "cached (usage)",
             "requests r0 / r1",
             "errors",
             "wall s",
         ],
         rows,
+    )
+
+
+def report_head(args: argparse.Namespace, capacity: int) -> str:
+    cmd = (
+        f"python -m bench.real_vllm --workloads {' '.join(args.workloads)} --requests {args.requests} "
+        f"--repeat {args.repeat} --concurrency {args.concurrency} --kv-bytes {args.kv_bytes} --write"
+    )
+    return (
+        "## Real vLLM: round-robin vs approximate vs precise prefix routing\n\n"
+        f"`{cmd}` on {platform.machine()}, Python {platform.python_version()}, 2 cores shared with the "
+        f"gateway and the clients. Two vllm-cpu 0.32.0 replicas (tiny Llama, dummy weights, one core each, "
+        f"block size {BLOCK}, KV cache {args.kv_bytes} = {capacity} blocks = {capacity * BLOCK} tokens each). "
+        f"Per row: {args.requests} streamed chat requests × {args.repeat} repeats (rows interleaved), "
+        f"{args.concurrency} concurrent clients, the same seeded sequence (random document, short random "
+        "question, one tenant group per document), prefix caches reset (`POST /reset_prefix_cache`) "
+        "before each run.\n\n"
+        "Hit rate: the replicas' own `vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total` "
+        "(tokens, both replicas, all repeats). TTFT: first content chunk at the client, pooled over the "
+        "repeats. Cached: `usage.prompt_tokens_details.cached_tokens` / prompt tokens. `approximate`: the "
+        "index bounded by each replica's real capacity; `approximate_nocap`: the default bound (8,192 "
+        "blocks), so it never forgets what a replica evicted; `precise`: KV events.\n\n"
     )
 
 
@@ -313,22 +343,31 @@ async def amain(args: argparse.Namespace) -> int:
         async with aiohttp.ClientSession() as s, s.get(replicas[0].url + "/metrics") as resp:
             info = parse_cache_config(await resp.text())
         assert info is not None and info.block_size == BLOCK, info
-        docs = documents(args.docs, args.seed)
         from tokenizers import Tokenizer
 
         tok = Tokenizer.from_file(str(R.MODEL_DIR / "tokenizer.json"))
-        doc_tokens = round(sum(len(tok.encode(d).ids) for d in docs) / len(docs))
-        requests = plan(args.requests, args.docs, args.seed)
-        results = []
-        for setup in args.setups:
-            res = await run_setup(setup, replicas, bind, info.num_blocks, docs, requests, args.concurrency)
-            print(
-                f"{setup:12s} hit {100 * res.hit_rate:5.1f} %  ttft p50 {1000 * percentile(res.ttft, 50):6.0f} ms"
-                f"  p90 {1000 * percentile(res.ttft, 90):6.0f} ms  per replica {res.per_replica}  errors {res.errors}",
-                flush=True,
-            )
-            results.append(res)
-        md = report(results, args, info.num_blocks, doc_tokens)
+        sections = [report_head(args, info.num_blocks)]
+        for wname in args.workloads:
+            n_docs, words = WORKLOADS[wname]
+            docs = documents(n_docs, args.seed, words)
+            doc_tokens = round(sum(len(tok.encode(d).ids) for d in docs) / len(docs))
+            requests = plan(args.requests, n_docs, args.seed)
+            runs: dict[str, list[RunResult]] = {k: [] for k in args.setups}
+            for rep in range(args.repeat):
+                for setup in args.setups:
+                    res = await run_setup(
+                        setup, replicas, bind, info.num_blocks, docs, requests, args.concurrency
+                    )
+                    runs[setup].append(res)
+                    print(
+                        f"{wname} #{rep} {setup:18s} hit {100 * res.hit_rate:5.1f} %"
+                        f"  ttft p50 {1000 * percentile(res.ttft, 50):5.0f} ms"
+                        f"  p90 {1000 * percentile(res.ttft, 90):5.0f} ms  {res.per_replica}  errors {res.errors}",
+                        flush=True,
+                    )
+            merged = [merge(runs[k]) for k in args.setups]
+            sections.append(report_table(wname, merged, n_docs, doc_tokens, info.num_blocks))
+        md = "\n\n".join(sections)
         print(md)
         if args.write:
             write_section("real-vllm", md)
@@ -340,13 +379,14 @@ async def amain(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--requests", type=int, default=300)
-    ap.add_argument("--docs", type=int, default=14)
+    ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
+    ap.add_argument("--requests", type=int, default=300, help="requests per run")
+    ap.add_argument("--repeat", type=int, default=2, help="runs per (workload, setup), interleaved")
     ap.add_argument("--concurrency", type=int, default=4)
     ap.add_argument("--kv-bytes", default="16M")
     ap.add_argument("--seed", type=int, default=3)
     ap.add_argument("--setups", nargs="+", default=list(SETUPS), choices=SETUPS)
-    ap.add_argument("--write", action="store_true", help="write the table into docs/benchmarks.md")
+    ap.add_argument("--write", action="store_true", help="write the tables into docs/benchmarks.md")
     args = ap.parse_args(argv)
     return asyncio.run(amain(args))
 

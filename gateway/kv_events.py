@@ -111,15 +111,25 @@ class Listener:
     trackers: dict[bytes, SeqTracker] = field(default_factory=dict)
     stats: dict[str, ApplyStats] = field(default_factory=dict)
     routes: dict[bytes, Route] = field(default_factory=dict)
-    _state_id: int = 0
+    _signature: int = 0
     replay_timeout_s: float = 1.0
 
     # -- the pools this socket serves (re-read after a reload) -------------------------------------------
     def refresh(self) -> None:
+        """Re-read the pools when the state (reload) or a pool's replicas (discovery) changed."""
         state = current_state(self.app)
-        if id(state) == self._state_id:
+        signature = hash(
+            (
+                id(state),
+                *(
+                    (name, id(p.router), *(r.id for r in p.router.replicas))
+                    for name, p in state.pools.items()
+                ),
+            )
+        )
+        if signature == self._signature:
             return
-        self._state_id = id(state)
+        self._signature = signature
         routes: dict[bytes, Route] = {}
         for name, pool in state.pools.items():
             rc = pool.cfg.routing

@@ -245,3 +245,29 @@ async def test_bind_conflict_leaves_the_gateway_routing_approximately(model_dir)
     finally:
         squatter.close(0)
         ctx.term()
+
+
+async def test_a_reload_reattaches_the_same_exact_index_to_the_new_router(model_dir, frames):
+    from gateway.reload import swap_policy
+
+    bind = f"tcp://127.0.0.1:{free_port()}"
+    ctx = zmq.asyncio.Context()
+    async with gateway(precise_policy(model_dir, bind)) as gw:
+        pub = await connected_pub(ctx, bind)
+        try:
+            await publish(pub, b"topic-r1", 0, frames[0][1])
+            old_router = gw.state.pools["sim-llama"].router
+            exact = old_router.exact
+            await wait_for(lambda: exact.stats().held.get("r1", 0) > 0)
+            changed = precise_policy(model_dir, bind)
+            changed.models[0].routing.load_factor = 2.0  # a routing change: the pool gets a new router
+            await swap_policy(gw.app, changed)
+            new_router = gw.state.pools["sim-llama"].router
+            assert new_router is not old_router
+            await wait_for(lambda: new_router.exact is exact)  # the events so far are kept
+            await publish(pub, b"topic-r1", 1, frames[1][1])
+            want = expected_held([frames[0][1], frames[1][1]])
+            await wait_for(lambda: exact.stats().held.get("r1") == len(want))
+        finally:
+            pub.close(0)
+            ctx.term()

@@ -1,5 +1,8 @@
 """Two real vLLM CPU replicas of the tiny model (session scope) and the gateway in front of them.
 
+The replicas have a small KV cache (8,192 tokens each): every test uses fresh prompts well within it,
+and the eviction test fills it on purpose.
+
 Opt-in: ``scripts/vllm_cpu/run_tests.sh`` (sets up the venv and the model if needed). The replicas
 publish KV-cache events to the gateway's bound SUB socket (topics ``r0``/``r1``) and keep a replay
 buffer, so a gateway started after them catches up from sequence 0.
@@ -21,6 +24,7 @@ from tests.support.stack import Gateway, gateway
 pytestmark = pytest.mark.real_vllm
 
 BLOCK = 32
+KV_BYTES = "16M"  # 256 blocks = 8,192 tokens per replica: small enough to evict on purpose
 KEYS = {"tenant-a": "key-a-0123456789", "tenant-b": "key-b-0123456789"}
 
 
@@ -43,6 +47,7 @@ def fleet() -> Iterator[Fleet]:
             port=free_port(),
             core=i,
             block_size=BLOCK,
+            kv_bytes=KV_BYTES,
             kv_events_endpoint=bind,
             replay_port=free_port(),
         )

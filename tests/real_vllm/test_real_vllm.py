@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import uuid
 
 import aiohttp
@@ -14,6 +15,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.vllm_info import parse_cache_config
+from router.blocks import block_hashes, root_hash
+from router.tokenizers import from_ids
 from scripts.vllm_cpu import replicas as R
 from tests.real_vllm.conftest import BLOCK, KEYS
 
@@ -196,3 +199,38 @@ async def test_a_new_gateway_catches_up_from_the_replicas_replay_buffers(gw):
     assert exact.is_live("r0") and exact.is_live("r1")
     # Earlier tests (earlier gateways) filled the replicas: this gateway knows those blocks already.
     assert sum(exact.stats().held.values()) > 0
+
+
+async def test_evictions_reach_the_exact_index_and_precise_routing_stops_claiming_them(gw):
+    router = gw.state.pools[R.SERVED_NAME].router
+    system = system_prompt(300)
+    _, headers = await post(gw.url, chat(system, "before"))
+    rid = headers["x-gateway-replica"]
+    replica_url = router.replica(rid).url
+    hashes = router.engine_prompt.hashes(
+        "chat", chat(system, "before"), gw.state.tenants.salt_for("tenant-a")
+    )
+    for _ in range(100):
+        if all(router.exact.holds(rid, h) for h in hashes):
+            break
+        await asyncio.sleep(0.05)
+    assert hashes and all(router.exact.holds(rid, h) for h in hashes)
+    # Traffic the gateway never sees (sent to the replica directly) evicts the prefix.
+    async with aiohttp.ClientSession() as s:
+        for i in range(8):  # ~1,500 tokens each: more than the replica's 8,192-token cache
+            body = chat(system_prompt(520), f"flood {i}", cache_salt="someone-else")
+            async with s.post(replica_url + "/v1/chat/completions", json=body) as r:
+                assert r.status == 200
+    for _ in range(100):
+        if not any(router.exact.holds(rid, h) for h in hashes):
+            break
+        await asyncio.sleep(0.05)
+    assert not any(router.exact.holds(rid, h) for h in hashes)  # BlockRemoved events applied
+    # The approximate index still believes the replica holds it; the precise decision does not.
+    salt = gw.state.tenants.salt_for("tenant-a")
+    ids = router.engine_prompt.token_ids("chat", chat(system, "after"))
+    approx = block_hashes(from_ids(ids), root_hash(R.SERVED_NAME, salt), BLOCK, router.cfg.max_prefix_tokens)
+    assert router.index.match(approx, time.monotonic()).get(rid, 0) >= len(hashes) - 1
+    answer, again = await post(gw.url, chat(system, "after"))
+    assert again["x-gateway-prefix-match"].startswith("0/")
+    assert answer["usage"]["prompt_tokens_details"]["cached_tokens"] == 0  # and the replica agrees

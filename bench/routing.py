@@ -27,6 +27,7 @@ import asyncio
 import contextlib
 import json
 import math
+import os
 import platform
 import random
 import sys
@@ -123,6 +124,7 @@ class RunResult:
     reasons: dict[str, int] = field(default_factory=dict)
     predicted_cached: int = 0
     reported_cached: int = 0
+    loadavg: float = 0.0  # the machine's 1-minute load average at the end of the run (2 cores shared)
 
     @staticmethod
     def imbalance(values: list[float] | list[int]) -> float:
@@ -399,6 +401,7 @@ async def run_one(
         reasons=reasons,
         predicted_cached=int(prom_sum(gw_metrics, "prefix_gateway_prefix_predicted_tokens_total")),
         reported_cached=int(prom_sum(gw_metrics, "prefix_gateway_prefix_reported_cached_tokens_total")),
+        loadavg=os.getloadavg()[0],
     )
 
 
@@ -435,7 +438,7 @@ async def main_async(args: argparse.Namespace) -> tuple[list[RunResult], dict[st
                         f"(oracle {r.oracle_hit:.3f}) ttft mean={r.ttft_mean * 1000:.0f}ms "
                         f"p99={r.ttft_p99 * 1000:.0f}ms p99reuse={r.ttft_p99_reusable * 1000:.0f}ms rps={r.rps:.1f} imb={r.req_imbalance:.2f}/"
                         f"{r.busy_imbalance:.2f} peak={r.inflight_peak_ratio:.2f} arr>bound={r.arrival_over_bound:.3f} "
-                        f"arrpeak={r.arrival_peak_ratio:.2f} reasons={r.reasons}",
+                        f"arrpeak={r.arrival_peak_ratio:.2f} load={r.loadavg:.1f} reasons={r.reasons}",
                         flush=True,
                     )
     meta = {

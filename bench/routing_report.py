@@ -33,7 +33,7 @@ def workload_table(results: Sequence[Any]) -> str:
         "policy", "ok / sent", "fleet hit", "oracle hit", "hit / oracle", "TTFT mean ms", "TTFT p99 ms",
         "p99 reusable ms",
         "req/s", "imbalance req", "imbalance busy", "in-flight peak max/mean", "arrivals over bound",
-        "index predicted / replica cached", "routing reasons",
+        "index predicted / replica cached", "load avg", "routing reasons",
     ]  # fmt: skip
     rows = []
     for r in results:
@@ -54,6 +54,7 @@ def workload_table(results: Sequence[Any]) -> str:
                 f"{r.inflight_peak_ratio:.2f}",
                 _pct(r.arrival_over_bound),
                 f"{r.predicted_cached / r.reported_cached:.2f}" if r.reported_cached else "-",
+                f"{r.loadavg:.1f}",
                 reasons or "-",
             ]
         )
@@ -131,8 +132,8 @@ def findings(results: Sequence[Any], ablation: str, slots: int) -> list[str]:
         ll = _by(results, "no_sharing", "least_load")
         if ns is not None and ll is not None:
             text += (
-                f" On no_sharing it is the whole p99 TTFT gap to least_load: {_ms(ns[0].ttft_p99)} ms with "
-                f"scraping, {_ms(ns[1].ttft_p99)} ms without, least_load {_ms(ll.ttft_p99)} ms."
+                f" p99 TTFT on no_sharing: {_ms(ns[0].ttft_p99)} ms with scraping, {_ms(ns[1].ttft_p99)} ms "
+                f"without, least_load {_ms(ll.ttft_p99)} ms."
             )
         out.append(text)
     spills = [
@@ -223,7 +224,7 @@ def markdown(results: Sequence[Any], meta: dict[str, Any], with_plots: bool = Fa
         "`vllm:e2e_request_latency_seconds_sum`: queue + prefill + decode; it reports no GPU busy time); "
         "*in-flight peak* = the largest max/mean of running + waiting requests per replica over samples "
         "taken every 0.2 s at the replicas (samples with at least one request per replica on average); "
-        "*arrivals over bound* = share of requests whose replica, at the moment they were sent, held more than `ceil(c x total in flight / n)` requests (client-side records: send and end times and the `x-gateway-replica` header); *index predicted / replica cached* = the gateway's `prefix_gateway_prefix_predicted_tokens_total` over `prefix_gateway_prefix_reported_cached_tokens_total` (above 1: its index believes in blocks the replicas no longer hold); *routing reasons* = the gateway's `prefix_gateway_routing_decisions_total{reason}`.",
+        "*arrivals over bound* = share of requests whose replica, at the moment they were sent, held more than `ceil(c x total in flight / n)` requests (client-side records: send and end times and the `x-gateway-replica` header); *index predicted / replica cached* = the gateway's `prefix_gateway_prefix_predicted_tokens_total` over `prefix_gateway_prefix_reported_cached_tokens_total` (above 1: its index believes in blocks the replicas no longer hold); *load avg* = the machine's 1-minute load average at the end of the run (2 cores shared with other work: above ~3, CPU contention inflates latencies and makes p99 noisy); *routing reasons* = the gateway's `prefix_gateway_routing_decisions_total{reason}`.",
         "",
     ]
     wls = list(dict.fromkeys(r.workload for r in results))

@@ -270,11 +270,11 @@ def hot_prefix(
 
 # name -> (generator, keyword arguments that set its size for a default and for a --quick run)
 SIZES: dict[str, tuple[Callable[..., Workload], dict[str, Any], dict[str, Any]]] = {
-    "shared_system": (shared_system_prompts, {"requests": 220}, {"requests": 70}),
-    "multi_turn": (multi_turn_chat, {"conversations": 28}, {"conversations": 10, "active": 8}),
-    "agent_loop": (agent_loop, {"agents": 18}, {"agents": 7, "active": 6}),
-    "no_sharing": (no_sharing, {"requests": 180}, {"requests": 60}),
-    "hot_prefix": (hot_prefix, {"requests": 180}, {"requests": 60}),
+    "shared_system": (shared_system_prompts, {"requests": 200}, {"requests": 70}),
+    "multi_turn": (multi_turn_chat, {"conversations": 26}, {"conversations": 10, "active": 8}),
+    "agent_loop": (agent_loop, {"agents": 16}, {"agents": 7, "active": 6}),
+    "no_sharing": (no_sharing, {"requests": 160}, {"requests": 60}),
+    "hot_prefix": (hot_prefix, {"requests": 160}, {"requests": 60}),
 }
 
 

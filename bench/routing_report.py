@@ -154,6 +154,22 @@ def findings(results: Sequence[Any], ablation: str, slots: int) -> list[str]:
             "replica holding its whole history although that replica would not queue it; the spilled "
             "turn prefills everything again and its later turns stick to the new replica."
         )
+    idle = [  # a replica with less than a quarter of the mean number of requests
+        r
+        for r in results
+        if r.policy == "prefix_affinity"
+        and r.per_replica_requests
+        and 4 * len(r.per_replica_requests) * min(r.per_replica_requests) < r.ok
+    ]
+    if idle:
+        parts = ", ".join(f"{r.workload} {r.per_replica_requests}" for r in idle)
+        out.append(
+            "**A replica left (nearly) idle under one hot prefix.** Requests per replica under "
+            f"prefix_affinity: {parts}. Every request of a hot prefix has the same route key, so spills walk "
+            "the ring in the same order; the last replica of that order gets work only when all the others "
+            "are at the bound, which the rounding up of `ceil(c x (total + 1) / n)` rarely allows at a few "
+            "requests in flight: the fleet runs on n - 1 replicas."
+        )
     return out
 
 

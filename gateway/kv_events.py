@@ -26,10 +26,12 @@ import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+import aiohttp
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from gateway.state import current_state
+from gateway.vllm_info import parse_cache_config
 from router.exact_index import ExactIndex
 from router.kv_events import (
     ApplyStats,
@@ -111,6 +113,7 @@ class Listener:
     trackers: dict[bytes, SeqTracker] = field(default_factory=dict)
     stats: dict[str, ApplyStats] = field(default_factory=dict)
     routes: dict[bytes, Route] = field(default_factory=dict)
+    mismatched: set[str] = field(default_factory=set)  # replicas whose hashes can never match ours
     _signature: int = 0
     replay_timeout_s: float = 1.0
 
@@ -159,12 +162,46 @@ class Listener:
         finally:
             self.close()
 
+    async def inspect(self, timeout_s: float = 2.0) -> None:
+        """Once at start: each replica's ``vllm:cache_config_info``. A replica whose block size or hash
+        algorithm differs from the pool's routing can never match the gateway's hashes: an error is
+        logged and its events are ignored (it is routed approximately). Its KV capacity bounds the
+        approximate index when the policy gives none."""
+        state = current_state(self.app)
+        targets = []
+        for route in self.routes.values():
+            pool = state.pools[route.pool]
+            replica = pool.router.replica(route.replica_id)
+            if replica is not None:
+                targets.append((pool, replica))
+        texts = await asyncio.gather(
+            *(_metrics_text(state.upstream.session, r.url, timeout_s) for _, r in targets)
+        )
+        for (pool, r), text in zip(targets, texts, strict=True):
+            info = parse_cache_config(text) if text else None
+            if info is None:
+                continue
+            rc = pool.cfg.routing
+            problems = []
+            if info.block_size != rc.engine_block_size:
+                problems.append(f"block size {info.block_size}, engine_block_size {rc.engine_block_size}")
+            if info.hash_algo is not None and info.hash_algo != rc.hash_algo:
+                problems.append(f"hash algo {info.hash_algo}, hash_algo {rc.hash_algo}")
+            if problems:
+                self.mismatched.add(r.id)
+                log.error(
+                    "kv events: replica cannot be matched precisely, routing it approximately",
+                    extra={"event": "kv_events_mismatch", "replica": r.id, "problems": problems},
+                )
+            if r.kv_capacity_blocks is None:
+                pool.router.set_capacity(r.id, max(1, info.num_blocks * info.block_size // rc.block_size))
+
     async def catch_up(self) -> None:
         """At start, ask each replica with a replay socket for its whole buffer (concurrently, each
         bounded by ``replay_timeout_s``): what it stored before this gateway bound is then known before
         the first request, and the replica is live without waiting for its next event."""
         metrics = kv_event_metrics(current_state(self.app).metrics.registry)
-        todo = [(t, r) for t, r in self.routes.items() if r.replay]
+        todo = [(t, r) for t, r in self.routes.items() if r.replay and r.replica_id not in self.mismatched]
         results = await asyncio.gather(*(self.replay(r, t, 0, None) for t, r in todo))
         for (topic, route), batches in zip(todo, results, strict=True):
             if batches is None:
@@ -185,6 +222,9 @@ class Listener:
         route = self.routes.get(topic)
         if route is None:
             metrics.errors.labels("unknown_topic").inc()
+            return
+        if route.replica_id in self.mismatched:
+            metrics.errors.labels("mismatched_replica").inc()
             return
         try:
             batch = decode_batch(frames[2])
@@ -272,6 +312,14 @@ class Listener:
             self.sock.close(0)
 
 
+async def _metrics_text(session: aiohttp.ClientSession, url: str, timeout_s: float) -> str | None:
+    try:
+        async with session.get(url + "/metrics", timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+            return await resp.text() if resp.status == 200 else None
+    except (aiohttp.ClientError, TimeoutError, OSError, UnicodeDecodeError):
+        return None
+
+
 _LISTENERS: weakref.WeakKeyDictionary[web.Application, list[Listener]] = weakref.WeakKeyDictionary()
 
 
@@ -312,6 +360,7 @@ async def start_kv_events(app: web.Application) -> list[Listener]:
             continue
         listener = Listener(app, bind, ctx, sock)
         listener.refresh()
+        await listener.inspect()
         await listener.catch_up()
         listeners.append(listener)
         app[RUNTIME].start_task(f"kv_events:{bind}", listener.run())

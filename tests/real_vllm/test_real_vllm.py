@@ -156,8 +156,9 @@ async def test_scraping_real_metrics_and_learning_kv_capacity(gw, fleet):
     async with aiohttp.ClientSession() as s, s.get(fleet.url(0) + "/metrics") as resp:
         info = parse_cache_config(await resp.text())
     assert info is not None and info.block_size == BLOCK and info.num_blocks > 0
-    assert router.set_capacity("r0", info.num_blocks)
-    assert router.index.stats().replicas == 2
+    assert info.hash_algo == "sha256_cbor"
+    # The precise pool's listener read the same at startup and bounded the index by it.
+    assert [r.kv_capacity_blocks for r in router.replicas] == [info.num_blocks, info.num_blocks]
 
 
 async def test_precise_hashes_equal_the_real_replicas_events(gw):

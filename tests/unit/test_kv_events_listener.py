@@ -271,3 +271,51 @@ async def test_a_reload_reattaches_the_same_exact_index_to_the_new_router(model_
         finally:
             pub.close(0)
             ctx.term()
+
+
+@pytest.mark.parametrize("engine_block_size", [32, 64])
+async def test_replicas_cache_config_is_checked_and_gives_capacity(model_dir, frames, engine_block_size):
+    from aiohttp import web
+
+    recorded = (FIXTURES / "cache_config_info.prom").read_text()  # block size 32, sha256_cbor, 256 blocks
+
+    async def metrics(_: web.Request) -> web.Response:
+        return web.Response(text=recorded, content_type="text/plain")
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    bind = f"tcp://127.0.0.1:{free_port()}"
+    policy = precise_policy(model_dir, bind)
+    policy.models[0].replicas[1].url = f"http://127.0.0.1:{port}"  # r1 answers /metrics
+    policy.models[0].routing.engine_block_size = engine_block_size
+    ctx = zmq.asyncio.Context()
+    try:
+        async with gateway(policy) as gw:
+            router = gw.state.pools["sim-llama"].router
+            pub = await connected_pub(ctx, bind)
+            try:
+                await publish(pub, b"topic-r1", 0, frames[0][1])
+                registry = gw.state.metrics.registry
+                if engine_block_size == 32:
+                    assert router.replica("r1").kv_capacity_blocks == 256  # learnt: 256 blocks of 32
+                    await wait_for(lambda: router.exact.stats().held.get("r1", 0) > 0)
+                else:  # 32-token blocks can never match 64-token hashes: events ignored, approximate
+                    assert router.replica("r1").kv_capacity_blocks == 256  # 8,192 tokens / 32-token blocks
+                    await wait_for(
+                        lambda: (
+                            registry.get_sample_value(
+                                "prefix_gateway_kv_event_errors_total", {"kind": "mismatched_replica"}
+                            )
+                            == 1
+                        )
+                    )
+                    assert not router.exact.is_live("r1")
+            finally:
+                pub.close(0)
+    finally:
+        ctx.term()
+        await runner.cleanup()

@@ -211,7 +211,7 @@ class Listener:
             tracker = self.trackers.setdefault(topic, SeqTracker())
             for seq, batch in batches:
                 self.apply(route, index, batch)
-                tracker.advance(seq)
+                tracker.advance(seq, batch.ts)
             metrics.gaps.labels(route.replica_id, "caught_up").inc()
 
     async def handle(self, frames: list[bytes], metrics: KvEventMetrics) -> None:
@@ -233,15 +233,16 @@ class Listener:
             return
         index = self.indexes[route.pool]
         tracker = self.trackers.setdefault(topic, SeqTracker())
-        verdict = tracker.check(seq)
+        verdict = tracker.check(seq, batch.ts)
         rid = route.replica_id
         if verdict is SeqVerdict.DUPLICATE:
             return
         if verdict is SeqVerdict.RESTART:
             index.purge(rid)
             metrics.gaps.labels(rid, "restart").inc()
-        elif verdict is SeqVerdict.GAP or (verdict is SeqVerdict.FIRST and seq > 0 and route.replay):
-            start = 0 if tracker.expected is None else tracker.expected
+        if seq > 0 and verdict is not SeqVerdict.APPLY and (verdict is SeqVerdict.GAP or route.replay):
+            # Missed batches: after a gap, before the first batch seen, or of a restarted replica.
+            start = tracker.expected if verdict is SeqVerdict.GAP and tracker.expected is not None else 0
             missed = await self.replay(route, topic, start, seq) if route.replay else None
             if missed is None:
                 if verdict is SeqVerdict.GAP:
@@ -252,7 +253,7 @@ class Listener:
                     self.apply(route, index, b)
                 metrics.gaps.labels(rid, "replayed").inc()
         self.apply(route, index, batch)
-        tracker.advance(seq)
+        tracker.advance(seq, batch.ts)
         metrics.batches.labels(rid).inc()
         metrics.blocks.labels(rid).set(index.stats().held.get(rid, 0))
 

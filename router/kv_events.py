@@ -145,19 +145,26 @@ class SeqVerdict(Enum):
     APPLY = "apply"  # the next batch in order
     FIRST = "first"  # first batch seen from this topic (seq > 0: earlier batches were missed)
     GAP = "gap"  # batches between expected and this one were lost
-    RESTART = "restart"  # the sequence went back: the publisher (the replica) restarted
+    RESTART = "restart"  # the sequence went back with a newer time stamp: the replica restarted
     DUPLICATE = "duplicate"  # already applied (a replay overlapping live batches)
 
 
 @dataclass(slots=True)
 class SeqTracker:
-    """Expected next sequence number of one topic."""
+    """Expected next sequence number of one topic, and the time stamp of the last batch applied.
+
+    Live batches arrive in order on the SUB socket, so a sequence number below the expected one is
+    either a batch already applied (live batches queued while a replay was served) or the first batches
+    of a restarted publisher, whose numbering starts again at 0 (its batch 0 may itself be lost). The
+    batch time stamp tells them apart: a restarted replica publishes later than anything applied.
+    """
 
     expected: int | None = None
+    last_ts: float = float("-inf")
     gaps: int = 0
     restarts: int = 0
 
-    def check(self, seq: int) -> SeqVerdict:
+    def check(self, seq: int, ts: float) -> SeqVerdict:
         if self.expected is None:
             return SeqVerdict.FIRST
         if seq == self.expected:
@@ -165,13 +172,14 @@ class SeqTracker:
         if seq > self.expected:
             self.gaps += 1
             return SeqVerdict.GAP
-        if seq == 0:
+        if ts > self.last_ts:
             self.restarts += 1
             return SeqVerdict.RESTART
         return SeqVerdict.DUPLICATE
 
-    def advance(self, seq: int) -> None:
+    def advance(self, seq: int, ts: float) -> None:
         self.expected = seq + 1
+        self.last_ts = max(self.last_ts, ts)
 
 
 # -- applying --------------------------------------------------------------------------------------------

@@ -100,13 +100,16 @@ def test_three_frames_and_bytes_hashes_and_cleared():
 # -- sequence numbers -------------------------------------------------------------------------------------
 def test_seq_tracker_verdicts():
     t = SeqTracker()
-    assert t.check(5) is SeqVerdict.FIRST
-    t.advance(5)
-    assert t.check(6) is SeqVerdict.APPLY
-    t.advance(6)
-    assert t.check(9) is SeqVerdict.GAP and t.gaps == 1
-    assert t.check(3) is SeqVerdict.DUPLICATE
-    assert t.check(0) is SeqVerdict.RESTART and t.restarts == 1
+    assert t.check(5, ts=100.0) is SeqVerdict.FIRST
+    t.advance(5, ts=100.0)
+    assert t.check(6, ts=101.0) is SeqVerdict.APPLY
+    t.advance(6, ts=101.0)
+    assert t.check(9, ts=102.0) is SeqVerdict.GAP and t.gaps == 1
+    # Behind the expected number: an old batch (already applied) or a restarted replica (newer).
+    assert t.check(3, ts=99.0) is SeqVerdict.DUPLICATE
+    assert t.check(0, ts=101.0) is SeqVerdict.DUPLICATE
+    assert t.check(0, ts=200.0) is SeqVerdict.RESTART and t.restarts == 1
+    assert t.check(2, ts=200.0) is SeqVerdict.RESTART  # its batches 0 and 1 were lost
 
 
 # -- the exact index --------------------------------------------------------------------------------------

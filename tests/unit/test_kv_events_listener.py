@@ -11,8 +11,10 @@ import base64
 import gzip
 import json
 import shutil
+import time
 from pathlib import Path
 
+import msgpack
 import pytest
 import zmq
 import zmq.asyncio
@@ -39,6 +41,13 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         shutil.copyfileobj(src, dst)
     shutil.copy(FIXTURES / "tokenizer_config.json", d / "tokenizer_config.json")
     return d
+
+
+def with_ts(payload: bytes, ts: float) -> bytes:
+    """A recorded batch re-stamped (as if published at ``ts``)."""
+    raw = msgpack.unpackb(payload, raw=False, strict_map_key=False)
+    raw[0] = ts
+    return msgpack.packb(raw)
 
 
 def expected_held(payloads: list[bytes]) -> set[int]:
@@ -135,9 +144,14 @@ async def test_a_gap_without_replay_purges_and_a_restart_purges(model_dir, frame
             await wait_for(lambda: exact.stats().purges.get("r1") == 1)
             # After the purge only what the batch after the gap stored is held.
             assert exact.stats().held["r1"] == len(expected_held([frames[4][1]]))
-            await publish(pub, b"topic-r1", 0, frames[1][1])  # back to 0: the replica restarted
+            # An old batch again (seq and time stamp behind): a duplicate, ignored.
+            await publish(pub, b"topic-r1", 0, frames[0][1])
+            # The replica restarted: numbering from 0 again, later time stamps; its batch 0 was lost.
+            await publish(pub, b"topic-r1", 1, with_ts(frames[1][1], time.time()))
             await wait_for(lambda: exact.stats().purges.get("r1") == 2)
             assert exact.stats().held["r1"] == len(expected_held([frames[1][1]]))
+            registry = gw.state.metrics.registry
+            assert registry.get_sample_value("prefix_gateway_kv_event_batches_total", {"replica": "r1"}) == 3
         finally:
             pub.close(0)
             ctx.term()

@@ -105,3 +105,20 @@ async def test_scraped_replica_load_reaches_the_router() -> None:
         assert router.replicas[0].load() >= 3
         for t in tasks:
             (await t).close()
+
+
+async def test_kv_capacity_is_learnt_from_replica_metrics_unless_the_policy_sets_it() -> None:
+    async with sim_fleet(2, kv_capacity_blocks=300) as fleet:
+        policy = policy_for(
+            fleet.urls, routing={"policy": "prefix_affinity"}, scrape={"interval_s": 0.1, "timeout_s": 0.5}
+        )
+        policy.models[0].replicas[1].kv_capacity_blocks = 77  # the policy's word wins for r1
+        async with gateway(policy) as gw:
+            router = gw.state.pools["sim-llama"].router
+            for _ in range(50):
+                if router.replicas[0].kv_capacity_blocks == 300:
+                    break
+                await asyncio.sleep(0.05)
+            # The simulator's blocks are 16 tokens, as the router's: 300 blocks either way.
+            assert router.replicas[0].kv_capacity_blocks == 300
+            assert router.replicas[1].kv_capacity_blocks == 77

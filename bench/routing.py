@@ -298,8 +298,10 @@ async def drive(
 def gateway_policy(
     urls: list[str], sim: SimSettings, policy: str, seed: int, scrape: bool = True, load_factor: float = 1.25
 ) -> dict[str, Any]:
-    """The YAML policy of one run: the replicas with their real KV capacity, the routing policy."""
+    """The YAML policy of one run: the replicas with their real KV capacity, the routing policy, and
+    ``min_spill_in_flight`` at the replicas' batch size, as an operator sets it to ``--max-num-seqs``."""
     return {
+        "billing": {"ledger": {"path": ":memory:"}},
         "scrape": {"enabled": scrape},
         "version": 1,
         "server": {"host": "127.0.0.1", "port": 8080},
@@ -311,7 +313,12 @@ def gateway_policy(
                     {"url": u, "id": f"r{i}", "kv_capacity_blocks": sim.kv_capacity_blocks}
                     for i, u in enumerate(urls)
                 ],
-                "routing": {"policy": policy, "seed": seed, "load_factor": load_factor},
+                "routing": {
+                    "policy": policy,
+                    "seed": seed,
+                    "load_factor": load_factor,
+                    "min_spill_in_flight": sim.max_num_seqs,
+                },
             }
         ],
         "tenancy": {"allow_anonymous": True},

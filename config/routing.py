@@ -106,6 +106,20 @@ class RoutingConfig(BaseModel):
     max_queued_prefill_tokens: int = Field(
         65536, ge=1, description="a replica with more uncached prefill tokens queued is saturated"
     )
+    min_spill_in_flight: int = Field(
+        0,
+        ge=0,
+        le=100_000,
+        description="prefix_affinity: a replica holding the prefix is saturated only above max(bound, this); "
+        "set it to the replicas' batch size (vLLM --max-num-seqs)",
+    )
+    hot_window: int = Field(
+        64,
+        ge=0,
+        le=100_000,
+        description="prefix_affinity: decisions over which a prefix carrying more than 1/n of them is hot "
+        "and replicated to a less loaded replica (0: never)",
+    )
     index_ttl_s: float | None = Field(None, gt=0, description="forget index entries older than this")
     default_kv_capacity_blocks: int = Field(
         8192, ge=1, le=16_777_216, description="index bound of a replica whose KV capacity is unknown"

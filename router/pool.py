@@ -129,6 +129,7 @@ class PoolRouter:
         if r is None:
             return False
         r.reported_running, r.reported_waiting, r.reported_kv_usage = running, waiting, kv_usage
+        r.in_flight_at_report = r.in_flight
         r.reported_at = self.clock() if now is None else now
         return True
 
@@ -150,6 +151,7 @@ class PoolRouter:
             if self.engine_prompt is not None and self.exact is not None:
                 ids = self.engine_prompt.token_ids(request.endpoint, request.body)
             hashes = self._prefix(request, ctx, ids)
+            ctx.block_hashes = hashes
             ctx.matched_blocks = approx = self.index.match(hashes, now)
             if ids:
                 engine = self._precise(request, ctx, candidates, now, ids)

@@ -26,11 +26,18 @@ class ReplicaState:
     reported_waiting: float | None = None
     reported_kv_usage: float | None = None
     reported_at: float | None = None  # router clock time of the last report
+    in_flight_at_report: int = 0  # our own in-flight count when that report was read
 
     def load(self) -> float:
-        """Load used for balancing: our own in-flight count, or the replica's report when it is larger.
+        """Load used for balancing: our own in flight now, plus what the replica's last report shows of
+        everyone else's (the report minus our own in flight at the time it was read).
 
-        Another gateway pod's requests show only in the report; ours show at once in ``in_flight``.
+        A report is up to a scrape interval old; taken as a whole (``max(ours, report)``) it keeps counting
+        requests of ours that finished since, which overstates the load exactly where a single gateway
+        sends its traffic and breaks the bounded-load guarantee (``python -m bench.routing``, scrape
+        ablation). Only the other pods' part needs the report: ours is exact at decision time.
         """
+        if self.reported_running is None and self.reported_waiting is None:
+            return float(self.in_flight)
         reported = (self.reported_running or 0.0) + (self.reported_waiting or 0.0)
-        return max(float(self.in_flight), reported)
+        return self.in_flight + max(0.0, reported - self.in_flight_at_report)

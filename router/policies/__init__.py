@@ -35,6 +35,8 @@ def make_policy(cfg: RoutingConfig) -> RoutingPolicy:
             min_match_fraction=cfg.min_match_fraction,
             affinity_ratio=cfg.affinity_ratio,
             max_queued_prefill_tokens=cfg.max_queued_prefill_tokens,
+            min_spill_in_flight=cfg.min_spill_in_flight,
+            hot_window=cfg.hot_window,
             seed=cfg.seed,
         )
     if cfg.policy == "session":

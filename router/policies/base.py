@@ -24,6 +24,7 @@ class PickContext:
     block_size: int = 16
     hashed_tokens: int = 0  # tokens of the prompt a match can cover (min(prompt, max_prefix_tokens))
     matched_blocks: Mapping[str, int] = field(default_factory=dict)
+    block_hashes: Sequence[int] = ()  # the prompt's chained block hashes (router blocks)
 
 
 class RoutingPolicy(Protocol):

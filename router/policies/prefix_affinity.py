@@ -9,11 +9,22 @@
    prefix (else to all unsaturated ones), the first of them along the ring from the route key, so a
    hot prefix grows onto the same second replica from every gateway process.
 4. No useful match anywhere: CHWBL placement of the route key (deterministic for equal loads).
+
+Two refinements, both measured with ``python -m bench.routing``:
+- ``min_spill_in_flight``: a member of the affinity set is saturated only above
+  ``max(bound, min_spill_in_flight)``. At low load the bound is 2–3 requests, inside a replica's batch;
+  leaving then re-prefills a whole conversation on another replica for nothing. Set it to the replicas'
+  batch size (vLLM ``--max-num-seqs``); 0 keeps the plain bound.
+- Hot prefixes replicate: when one prefix (the deepest matched block) carries more than 1/n of the last
+  ``hot_window`` affinity decisions and a replica outside its affinity set is less loaded than the
+  chosen member, the request goes there (``hot_replicate``), which then learns the prefix. Spills alone
+  walk the ring in one order, so the last replica on it idled under a single hot prefix.
 """
 
 from __future__ import annotations
 
 import random
+from collections import Counter, deque
 from collections.abc import Sequence
 
 from router.policies.base import PickContext
@@ -34,9 +45,14 @@ class PrefixAffinity:
         min_match_fraction: float = 0.1,
         affinity_ratio: float = 0.9,
         max_queued_prefill_tokens: int = 65536,
+        min_spill_in_flight: int = 0,
+        hot_window: int = 64,
         seed: int | None = None,
     ) -> None:
         self.ring = HashRing(virtual_nodes)
+        self.min_spill_in_flight = min_spill_in_flight
+        self._recent: deque[int] = deque(maxlen=hot_window) if hot_window > 0 else deque(maxlen=0)
+        self._counts: Counter[int] = Counter()
         self.load_factor = load_factor
         self.min_match_fraction = min_match_fraction
         self.affinity_ratio = affinity_ratio
@@ -53,16 +69,26 @@ class PrefixAffinity:
 
         bound = load_bound(sum(r.load() for r in cands), len(cands), self.load_factor)
         cap = self.max_queued_prefill_tokens
+        member_bound = max(bound, self.min_spill_in_flight)
 
-        def fits(r: ReplicaState) -> bool:
-            return r.load() + 1 <= bound and r.queued_prefill_tokens <= cap
+        def fits(r: ReplicaState, limit: int = bound) -> bool:
+            return r.load() + 1 <= limit and r.queued_prefill_tokens <= cap
 
         floor = self.affinity_ratio * best
-        members = [r for r in cands if matched.get(r.id, 0) >= floor and fits(r)]
+        members = [r for r in cands if matched.get(r.id, 0) >= floor and fits(r, member_bound)]
         if members:
             low = min(r.load() for r in members)
             tied = [r for r in members if r.load() == low]
-            return (tied[0] if len(tied) == 1 else self._rng.choice(tied)), "affinity"
+            chosen = tied[0] if len(tied) == 1 else self._rng.choice(tied)
+            if ctx.block_hashes and self._is_hot(
+                ctx.block_hashes[min(best, len(ctx.block_hashes)) - 1], cands
+            ):
+                outside = [r for r in cands if matched.get(r.id, 0) < floor and fits(r)]
+                if outside:
+                    least = min(r.load() for r in outside)
+                    if least < chosen.load():
+                        return self._rng.choice([r for r in outside if r.load() == least]), "hot_replicate"
+            return chosen, "affinity"
         allowed = [r for r in cands if fits(r)]
         # Spill where the most of the prefix survives: the unsaturated replicas with the longest useful
         # match (e.g. a shared system prompt), else all of them; the ring order picks among those.
@@ -74,6 +100,20 @@ class PrefixAffinity:
         ):
             allowed = [r for r in allowed if matched.get(r.id, 0) >= self.affinity_ratio * best_left]
         return self._place(ctx, allowed, "saturated_spill")
+
+    def _is_hot(self, key: int, cands: Sequence[ReplicaState]) -> bool:
+        """Count this affinity decision's prefix; hot when it carries more than 1/n of the window."""
+        window = self._recent
+        if window.maxlen == 0:
+            return False
+        if len(window) == window.maxlen:
+            old = window[0]
+            self._counts[old] -= 1
+            if not self._counts[old]:
+                del self._counts[old]
+        window.append(key)
+        self._counts[key] += 1
+        return len(window) >= len(cands) and self._counts[key] * len(cands) > len(window)
 
     def _place(
         self, ctx: PickContext, allowed: Sequence[ReplicaState], reason: str

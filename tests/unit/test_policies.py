@@ -305,3 +305,76 @@ def test_everyone_saturated_falls_back_to_least_load():
         r.in_flight = 3 - i  # r2 is the least loaded
     d = router.route(req)
     assert d.reason == "all_saturated" and d.replica.id == "r2"
+
+
+def _pool(n: int, **cfg):  # type: ignore[no-untyped-def]
+    from config.routing import RoutingConfig
+    from router.pool import PoolRouter
+    from router.replica import ReplicaState
+
+    replicas = [ReplicaState(id=f"r{i}", url=f"http://r{i}") for i in range(n)]
+    return PoolRouter(replicas, RoutingConfig(policy="prefix_affinity", seed=3, **cfg)), replicas
+
+
+def _chat(system: str, user: str) -> dict:
+    return {"messages": [{"role": "system", "content": system}, {"role": "user", "content": user}]}
+
+
+def test_a_hot_prefix_replicates_to_every_replica_instead_of_leaving_one_idle() -> None:
+    from router.types import RouteRequest
+
+    system = "One very popular system prompt. " * 40
+
+    def spread(hot_window: int) -> tuple[dict[str, int], dict[str, int]]:
+        router, replicas = _pool(4, hot_window=hot_window)
+        counts = {r.id: 0 for r in replicas}
+        reasons: dict[str, int] = {}
+        held = []
+        for i in range(300):  # one hot prefix, 6 requests in flight
+            d = router.route(RouteRequest("chat", "m", _chat(system, f"question {i}"), "s"))
+            counts[d.replica.id] += 1
+            reasons[d.reason] = reasons.get(d.reason, 0) + 1
+            held.append(d)
+            if len(held) > 6:
+                router.release(held.pop(0))
+        return counts, reasons
+
+    plain, _ = spread(0)
+    assert min(plain.values()) == 0  # spills walk the ring in one order: the last replica idles
+    counts, reasons = spread(64)
+    assert reasons.get("hot_replicate", 0) >= 1
+    assert max(counts.values()) / (sum(counts.values()) / 4) <= 1.1, counts
+
+
+def test_hot_window_zero_turns_replication_off() -> None:
+    from router.types import RouteRequest
+
+    router, _ = _pool(4, hot_window=0)
+    system = "Another hot prompt. " * 40
+    reasons = set()
+    for i in range(100):
+        d = router.route(RouteRequest("chat", "m", _chat(system, f"q{i}"), "s"))
+        reasons.add(d.reason)
+        router.release(d)
+    assert "hot_replicate" not in reasons
+
+
+def test_min_spill_in_flight_keeps_a_conversation_on_its_replica_at_low_load() -> None:
+    from router.types import RouteRequest
+
+    history = "A long conversation so far. " * 80
+
+    def spills(min_spill: int) -> int:
+        router, replicas = _pool(4, min_spill_in_flight=min_spill, hot_window=0)
+        first = router.route(RouteRequest("chat", "m", _chat(history, "turn 0"), "s"))
+        home = first.replica
+        home.in_flight += 2  # two more requests of its own conversation running there: 3 in flight
+        moved = 0
+        for i in range(1, 6):
+            d = router.route(RouteRequest("chat", "m", _chat(history, f"turn {i}"), "s"))
+            moved += d.replica is not home
+            router.release(d)
+        return moved
+
+    assert spills(0) > 0  # the plain bound (ceil(1.25 x 4 / 4) = 2) pushes it away
+    assert spills(4) == 0  # within the batch size of 4 it stays

@@ -238,3 +238,17 @@ def test_explicit_pin_wins_until_the_pinned_replica_is_saturated() -> None:
     replicas[2].in_flight = 0
     replicas[2].healthy = False
     assert router.route(req).replica.id != "r2"
+
+
+def test_load_adds_only_other_pods_share_of_a_report() -> None:
+    from router.replica import ReplicaState
+
+    r = ReplicaState(id="r", url="http://r")
+    r.in_flight = 3
+    assert r.load() == 3  # no report: our own count
+    r.reported_running, r.reported_waiting, r.in_flight_at_report = 5.0, 2.0, 3
+    assert r.load() == 3 + 4  # 7 reported, 3 of them ours at the time: 4 belong to other pods
+    r.in_flight = 1  # two of ours finished since the report: they no longer count
+    assert r.load() == 1 + 4
+    r.reported_running, r.reported_waiting = 2.0, 0.0  # report below our own count: no one else
+    assert r.load() == 1

@@ -20,20 +20,25 @@ The header guard uses aiohttp internals (``_waiter``, ``_request_count``, ``_loo
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError, LineTooLong
 from aiohttp.web_protocol import RequestHandler
 
 from gateway.errors import GatewayError, error_response
 from gateway.runtime import RUNTIME
 
+log = logging.getLogger("prefix_gateway")
+
 
 class GuardedHandler(RequestHandler):
-    __slots__ = ("_head_count", "_head_timeout", "_head_timer")
+    __slots__ = ("_field_limit", "_head_count", "_head_timeout", "_head_timer")
 
     def __init__(self, manager: web.Server, *, head_timeout_s: float, **kwargs: Any):
         super().__init__(manager, **kwargs)
+        self._field_limit = kwargs.get("max_field_size", 8190)
         self._head_timeout = head_timeout_s
         self._head_timer: asyncio.TimerHandle | None = None
         self._head_count = 0
@@ -52,6 +57,45 @@ class GuardedHandler(RequestHandler):
         if self._request_count == self._head_count and waiter is not None and not waiter.done():
             # Still waiting for the head that started arriving ``head_timeout_s`` ago.
             self.force_close()
+
+    def handle_error(
+        self,
+        request: Any,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        """Errors the HTTP parser raises before any handler runs (a header over ``max_header_bytes``,
+        a malformed request): an OpenAI-format answer, and one log line that carries neither the
+        request's bytes nor a traceback (aiohttp's own echoes part of the offending header)."""
+        if isinstance(exc, LineTooLong):
+            err = GatewayError(
+                431,
+                f"request line or a header field is longer than the limit of {self._field_limit} bytes",
+                code="header_too_large",
+            )
+        elif isinstance(exc, HttpProcessingError):
+            err = GatewayError(400, "malformed HTTP request", code="bad_http_request")
+        else:
+            err = GatewayError(
+                status,
+                "internal gateway error" if status >= 500 else "bad request",
+                code="internal_error" if status >= 500 else "bad_http_request",
+            )
+        log.warning(
+            "request refused by the HTTP parser",
+            extra={
+                "event": "bad_http",
+                "status": err.status,
+                "error": type(exc).__name__,
+                "peer": getattr(request, "remote", None),
+            },
+        )
+        if request.writer.output_size > 0:
+            raise ConnectionError("response already started; cannot send the error")
+        resp = error_response(err)
+        resp.force_close()
+        return resp
 
     def connection_lost(self, exc: BaseException | None) -> None:
         if self._head_timer is not None:

@@ -365,7 +365,7 @@ def test_min_spill_in_flight_keeps_a_conversation_on_its_replica_at_low_load() -
     history = "A long conversation so far. " * 80
 
     def spills(min_spill: int) -> int:
-        router, replicas = _pool(4, min_spill_in_flight=min_spill, hot_window=0)
+        router, _ = _pool(4, min_spill_in_flight=min_spill, hot_window=0)
         first = router.route(RouteRequest("chat", "m", _chat(history, "turn 0"), "s"))
         home = first.replica
         home.in_flight += 2  # two more requests of its own conversation running there: 3 in flight

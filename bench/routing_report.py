@@ -121,12 +121,13 @@ def findings(results: Sequence[Any], ablation: str, slots: int) -> list[str]:
         on = ", ".join(f"{r.workload} {_pct(r.arrival_over_bound)}" for r, _ in pairs)
         off = ", ".join(f"{r.workload} {_pct(a.arrival_over_bound)}" for r, a in pairs)
         text = (
-            "**Scraped load breaks the load bound.** Requests sent to a replica already holding more than "
+            "**Scraped load and the bound.** Requests sent to a replica already holding more than "
             f"`ceil(c x total / n)`: with the replicas' scraped load (the default) {on}; with scraping "
-            f"off {off}. `ReplicaState.load()` is `max(own in-flight, scraped running + waiting)`; with one "
-            "gateway the scrape (every 1 s) is older than most requests (0.3-1 s), so it keeps a replica "
-            "looking busy after its requests ended, inflates the total the bound is computed from, and lets "
-            "other replicas take more than their share."
+            f"off {off}. A replica's load is the gateway's own in-flight count plus what its last report "
+            "shows beyond the gateway's own in-flight count when that report was read (other pods' share), "
+            "so a report up to a scrape interval old no longer keeps finished requests counted. Arrivals "
+            "over the bound on multi_turn and agent_loop are the batch allowance of the next finding, by "
+            "design."
         )
         ns = next(((r, a) for r, a in pairs if r.workload == "no_sharing"), None)
         ll = _by(results, "no_sharing", "least_load")
@@ -148,11 +149,12 @@ def findings(results: Sequence[Any], ablation: str, slots: int) -> list[str]:
             for r in spills
         )
         out.append(
-            "**Spills at low load lose long prefixes.** `saturated_spill` decisions of prefix_affinity: "
+            "**Staying home within the batch.** `saturated_spill` decisions of prefix_affinity: "
             f"{parts}. With a few requests in flight per replica the integral bound `ceil(c x (total + 1) "
-            f"/ n)` is 2-3 requests, within a replica's {slots} batch slots, so a conversation or agent leaves the "
-            "replica holding its whole history although that replica would not queue it; the spilled "
-            "turn prefills everything again and its later turns stick to the new replica."
+            f"/ n)` is 2-3 requests, within a replica's {slots} batch slots; the runs set "
+            f"`min_spill_in_flight: {slots}` (the replicas' `--max-num-seqs`), so a conversation or agent "
+            "leaves the replica holding its history only when that replica would queue it. A hot prefix "
+            "keeps the plain bound and replicates to less loaded replicas instead (`hot_replicate`)."
         )
     idle = [  # a replica with less than a quarter of the mean number of requests
         r

@@ -14,7 +14,8 @@ Two refinements, both measured with ``python -m bench.routing``:
 - ``min_spill_in_flight``: a member of the affinity set is saturated only above
   ``max(bound, min_spill_in_flight)``. At low load the bound is 2–3 requests, inside a replica's batch;
   leaving then re-prefills a whole conversation on another replica for nothing. Set it to the replicas'
-  batch size (vLLM ``--max-num-seqs``); 0 keeps the plain bound.
+  batch size (vLLM ``--max-num-seqs``); 0 keeps the plain bound. Not for a hot prefix: it is shared,
+  cheap to prefill elsewhere, and keeps the plain bound.
 - Hot prefixes replicate: when one prefix (the deepest matched block) carries more than 1/n of the last
   ``hot_window`` affinity decisions and a replica outside its affinity set is less loaded than the
   chosen member, the request goes there (``hot_replicate``), which then learns the prefix. Spills alone
@@ -69,7 +70,11 @@ class PrefixAffinity:
 
         bound = load_bound(sum(r.load() for r in cands), len(cands), self.load_factor)
         cap = self.max_queued_prefill_tokens
-        member_bound = max(bound, self.min_spill_in_flight)
+        hot = bool(ctx.block_hashes) and self._is_hot(
+            ctx.block_hashes[min(best, len(ctx.block_hashes)) - 1], cands
+        )
+        # A shared hot prefix is cheap to re-prefill elsewhere: only a private one may exceed the bound.
+        member_bound = bound if hot else max(bound, self.min_spill_in_flight)
 
         def fits(r: ReplicaState, limit: int = bound) -> bool:
             return r.load() + 1 <= limit and r.queued_prefill_tokens <= cap
@@ -80,9 +85,7 @@ class PrefixAffinity:
             low = min(r.load() for r in members)
             tied = [r for r in members if r.load() == low]
             chosen = tied[0] if len(tied) == 1 else self._rng.choice(tied)
-            if ctx.block_hashes and self._is_hot(
-                ctx.block_hashes[min(best, len(ctx.block_hashes)) - 1], cands
-            ):
+            if hot:
                 outside = [r for r in cands if matched.get(r.id, 0) < floor and fits(r)]
                 if outside:
                     least = min(r.load() for r in outside)

@@ -13,7 +13,7 @@ IMG_DIR = Path(__file__).resolve().parent.parent / "docs" / "img"
 REPO_PREFIX = "img"  # image links relative to docs/benchmarks.md
 
 
-_COLORS = {"prefix_affinity": "#dd8452", "prefix_affinity, no scrape": "#e8b48e"}
+_COLORS = {"prefix_affinity": "#dd8452", "prefix_affinity, min_spill 0": "#e8b48e"}
 
 
 def _pct(x: float) -> str:
@@ -118,43 +118,20 @@ def findings(results: Sequence[Any], ablation: str, slots: int) -> list[str]:
         if r.policy == "prefix_affinity" and _by(results, r.workload, ablation) is not None
     ]
     if pairs:
-        on = ", ".join(f"{r.workload} {_pct(r.arrival_over_bound)}" for r, _ in pairs)
-        off = ", ".join(f"{r.workload} {_pct(a.arrival_over_bound)}" for r, a in pairs)
-        text = (
-            "**Scraped load and the bound.** Requests sent to a replica already holding more than "
-            f"`ceil(c x total / n)`: with the replicas' scraped load (the default) {on}; with scraping "
-            f"off {off}. A replica's load is the gateway's own in-flight count plus what its last report "
-            "shows beyond the gateway's own in-flight count when that report was read (other pods' share), "
-            "so a report up to a scrape interval old no longer keeps finished requests counted. Arrivals "
-            "over the bound on multi_turn and agent_loop are the batch allowance of the next finding, by "
-            "design."
-        )
-        ns = next(((r, a) for r, a in pairs if r.workload == "no_sharing"), None)
-        ll = _by(results, "no_sharing", "least_load")
-        if ns is not None and ll is not None:
-            text += (
-                f" p99 TTFT on no_sharing: {_ms(ns[0].ttft_p99)} ms with scraping, {_ms(ns[1].ttft_p99)} ms "
-                f"without, least_load {_ms(ll.ttft_p99)} ms."
-            )
-        out.append(text)
-    spills = [
-        r
-        for r in results
-        if r.policy == "prefix_affinity" and r.workload in ("shared_system", "multi_turn", "agent_loop")
-    ]
-    if spills:
-        parts = ", ".join(
-            f"{r.workload} {r.reasons.get('saturated_spill', 0)} of {r.ok} "
-            f"(hit {_pct(r.hit_vs_oracle)} of the oracle)"
-            for r in spills
+        rows = "; ".join(
+            f"{r.workload} hit {_pct(r.hit_vs_oracle)} vs {_pct(a.hit_vs_oracle)} of the oracle, p99 TTFT "
+            f"{_ms(r.ttft_p99)} vs {_ms(a.ttft_p99)} ms, arrivals over the bound {_pct(r.arrival_over_bound)} "
+            f"vs {_pct(a.arrival_over_bound)}"
+            for r, a in pairs
         )
         out.append(
-            "**Staying home within the batch.** `saturated_spill` decisions of prefix_affinity: "
-            f"{parts}. With a few requests in flight per replica the integral bound `ceil(c x (total + 1) "
-            f"/ n)` is 2-3 requests, within a replica's {slots} batch slots; the runs set "
-            f"`min_spill_in_flight: {slots}` (the replicas' `--max-num-seqs`), so a conversation or agent "
-            "leaves the replica holding its history only when that replica would queue it. A hot prefix "
-            "keeps the plain bound and replicates to less loaded replicas instead (`hot_replicate`)."
+            f"**The batch allowance, measured.** prefix_affinity with `min_spill_in_flight: {slots}` (the "
+            "replicas' batch size) vs the policy's default 0: "
+            f"{rows}. The allowance lets a replica holding a private prefix take requests up to its batch "
+            "size although the bound `ceil(c x (total + 1) / n)` is 2-3 at a few requests in flight; a hot "
+            "prefix keeps the plain bound either way. A replica's load is the gateway's own in-flight count "
+            "plus what its last scraped report shows beyond the gateway's own in-flight count when it was "
+            "read (other pods' share)."
         )
     idle = [  # a replica with less than a quarter of the mean number of requests
         r
@@ -259,7 +236,7 @@ def markdown(results: Sequence[Any], meta: dict[str, Any], with_plots: bool = Fa
             table(["workload", "target", "measured", "result"], rows),
             "",
         ]
-    notes = findings(results, meta.get("ablation_name", "prefix_affinity, no scrape"), sim["max_num_seqs"])
+    notes = findings(results, meta.get("ablation_name", "prefix_affinity, min_spill 0"), sim["max_num_seqs"])
     if notes:
         lines += ["### Findings", ""] + [f"- {n}" for n in notes] + [""]
     if with_plots:

@@ -20,6 +20,11 @@ from cache.pii import ChunkUnmasker
 from cache.sse import DONE, SSEParser, StreamAssembler
 
 
+def _may_carry_usage(event: str) -> bool:
+    """Cheap test before parsing: OpenAI-style servers put ``"usage": null`` in every chunk."""
+    return '"usage"' in event and '"usage":null' not in event and '"usage": null' not in event
+
+
 def is_usage_only(chunk: Any) -> bool:
     """The final usage chunk of a stream: ``choices`` empty and ``usage`` set."""
     return isinstance(chunk, dict) and chunk.get("choices") == [] and chunk.get("usage") is not None
@@ -57,7 +62,7 @@ class StreamTap:
                 if self.publish is not None:
                     self.publish(DONE)
                 continue
-            needs_json = self.assembler is not None or self.unmasker is not None or '"usage"' in event
+            needs_json = self.assembler is not None or self.unmasker is not None or _may_carry_usage(event)
             chunk: Any = None
             if needs_json:
                 try:

@@ -171,10 +171,19 @@ async def test_a_live_explicit_entry_pins_routing_to_its_replica() -> None:
 
 async def test_explicit_entry_gauges_are_exported() -> None:
     async with sim_fleet(1) as fleet, gateway(billing_policy(fleet.urls)) as gw, aiohttp.ClientSession() as s:
-        body = {"model": "sim-llama", "max_tokens": 2, "messages": [
-            {"role": "system", "content": [
-                {"type": "text", "text": LONG_SYSTEM, "cache_control": {"type": "ephemeral"}}]},
-            {"role": "user", "content": "q"}]}
+        body = {
+            "model": "sim-llama",
+            "max_tokens": 2,
+            "messages": [
+                {
+                    "role": "system",
+                    "content": [
+                        {"type": "text", "text": LONG_SYSTEM, "cache_control": {"type": "ephemeral"}}
+                    ],
+                },
+                {"role": "user", "content": "q"},
+            ],
+        }
         await post(s, gw.url, body)
         await post(s, gw.url, body)
         async with s.get(gw.url + "/metrics") as r:

@@ -178,8 +178,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from bench.sim import SimConfig, start_replicas
 
     policy = load_policy(example_path("local"))
-    if args.port is not None:
-        policy = policy.model_copy(update={"server": policy.server.model_copy(update={"port": args.port})})
+    server = {"access_log": args.verbose} | ({"port": args.port} if args.port is not None else {})
+    policy = policy.model_copy(update={"server": policy.server.model_copy(update=server)})
     configure_logging("warning" if not args.verbose else "info")
 
     async def main() -> int:

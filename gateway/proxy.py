@@ -201,6 +201,7 @@ async def _relay_whole(
     data = await state.upstream.read_all(resp)
     router.release_prefill(decision)
     outcome.status = resp.status
+    outcome.first_byte_s = time.perf_counter() - outcome.started  # a whole answer goes out at once
     headers = _relay_headers(resp, outcome, decision)
     if resp.status == 200 and relay.parse_whole and data[:1] == b"{":
         try:

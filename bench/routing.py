@@ -18,7 +18,9 @@ in flight per replica at each request's arrival (client records) and sampled fro
 0.2 s, and the gateway's routing reasons. prefix_affinity runs with ``min_spill_in_flight`` at the
 replicas' batch size (as an operator sets it to ``--max-num-seqs``); without ``--quick`` it also runs
 once more with the policy's default, 0 (``--no-ablation`` skips it), which shows what that allowance
-trades: hit rate and TTFT against the strict load bound.
+trades: hit rate and TTFT against the strict load bound, and once with ``--workers 2`` (two gateway
+processes on one port, each with its own in-flight counts and prefix index: what N workers cost in hit
+rate).
 """
 
 from __future__ import annotations
@@ -53,6 +55,8 @@ POLICIES = ["round_robin", "least_load", "consistent_hash", "chwbl", "prefix_aff
 QUICK_POLICIES = ["round_robin", "least_load", "prefix_affinity"]
 WORKLOADS = list(workloads.SIZES)
 ABLATION = "prefix_affinity, min_spill 0"  # the same policy with the default min_spill_in_flight
+WORKERS = 2
+WORKERS_ROW = f"prefix_affinity, {WORKERS} workers"  # N processes, each with its own view
 
 # Offered load, requests/s at speed 1: sized for a busy but not overloaded fleet of 4 x 4 slots when
 # prefixes are reused (each request holds a slot for ~0.35 s cached, up to ~1.2 s uncached).
@@ -345,11 +349,13 @@ async def run_one(
     load_factor: float,
     scrape: bool = True,
     min_spill: int | None = None,
+    workers: int = 1,
 ) -> RunResult:
     tag = (
         f"{wl.name}-{policy}"
         + ("" if scrape else "-noscrape")
         + ("" if min_spill is None else f"-ms{min_spill}")
+        + ("" if workers == 1 else f"-w{workers}")
     )
     cfg_path = workdir / f"gw-{tag}.yaml"
     cfg_path.write_text(
@@ -358,7 +364,7 @@ async def run_one(
     await reset_fleet(session, urls)
     gw: Proc = await asyncio.to_thread(
         start_gateway,
-        ["--config", str(cfg_path)],
+        ["--config", str(cfg_path), *(["--workers", str(workers)] if workers > 1 else [])],
         env={"PREFIX_GATEWAY_SECRET": "routing-bench"},
         log_path=str(workdir / f"gw-{tag}.log"),
     )
@@ -441,18 +447,20 @@ async def main_async(args: argparse.Namespace) -> tuple[list[RunResult], dict[st
     t_start = time.perf_counter()
     with running(sim_proc):
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
-            runs: list[tuple[str, int | None]] = [(p, None) for p in args.policies]
+            runs: list[tuple[str, int | None, int]] = [(p, None, 1) for p in args.policies]
             if args.ablation and "prefix_affinity" in args.policies:
-                runs.append(("prefix_affinity", 0))
+                runs += [("prefix_affinity", 0, 1), ("prefix_affinity", None, WORKERS)]
             for wl in wls:
                 rate = args.rate_scale * RATES[wl.name] / sim.speed
-                for policy, min_spill in runs:
+                for policy, min_spill, workers in runs:
                     r = await run_one(
                         session, urls, sim, wl, oracles[wl.name], policy, rate, args.seed, workdir, args.load_factor,
-                        scrape=not args.no_scrape, min_spill=min_spill,
+                        scrape=not args.no_scrape, min_spill=min_spill, workers=workers,
                     )  # fmt: skip
                     if min_spill is not None:
                         r.policy = ABLATION
+                    elif workers > 1:
+                        r.policy = WORKERS_ROW
                     results.append(r)
                     print(
                         f"{wl.name:14s} {policy:16s} ok={r.ok}/{r.requests} hit={r.fleet_hit:.3f} "

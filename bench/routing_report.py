@@ -13,7 +13,11 @@ IMG_DIR = Path(__file__).resolve().parent.parent / "docs" / "img"
 REPO_PREFIX = "img"  # image links relative to docs/benchmarks.md
 
 
-_COLORS = {"prefix_affinity": "#dd8452", "prefix_affinity, min_spill 0": "#e8b48e"}
+_COLORS = {
+    "prefix_affinity": "#dd8452",
+    "prefix_affinity, min_spill 0": "#e8b48e",
+    "prefix_affinity, 2 workers": "#c44e52",
+}
 
 
 def _pct(x: float) -> str:
@@ -132,6 +136,25 @@ def findings(results: Sequence[Any], ablation: str, slots: int) -> list[str]:
             "prefix keeps the plain bound either way. A replica's load is the gateway's own in-flight count "
             "plus what its last scraped report shows beyond the gateway's own in-flight count when it was "
             "read (other pods' share)."
+        )
+    workers = [
+        (r, _by(results, r.workload, "prefix_affinity, 2 workers"))
+        for r in results
+        if r.policy == "prefix_affinity"
+    ]
+    workers = [(r, w) for r, w in workers if w is not None and r.oracle_hit > 0]
+    if workers:
+        rows = "; ".join(
+            f"{r.workload} {_pct(w.hit_vs_oracle)} vs {_pct(r.hit_vs_oracle)} of the oracle "
+            f"(p99 TTFT {_ms(w.ttft_p99)} vs {_ms(r.ttft_p99)} ms)"
+            for r, w in workers
+        )
+        out.append(
+            "**What two worker processes cost.** `--workers 2` (one port, SO_REUSEPORT; each process has its "
+            "own in-flight counts and prefix index, and the kernel spreads connections between them) vs "
+            f"one process: {rows}. Cold prefixes still land alike (CHWBL on the same ring in both); what is "
+            "lost is each process's view of what the other sent. Its routing-reasons column counts one "
+            "worker only (`/metrics` answers from whichever process takes the connection)."
         )
     idle = [  # a replica with less than a quarter of the mean number of requests
         r

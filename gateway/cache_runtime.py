@@ -55,8 +55,7 @@ class RedisErrorLog:
             if now - self._last.get(component, -1e9) >= self.interval_s:
                 self._last[component] = now
                 log.warning(
-                    "redis call failed; failing %s",
-                    "open",
+                    "redis call failed (the cache fails open; the limiter as tenant_limits.fail_mode says)",
                     extra={
                         "event": "redis_error",
                         "component": component,

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import redis.asyncio as aioredis
 
-from cache.billing import ExplicitOutcome, ModelPrices, RequestUsage, Rules, bill
-from cache.explicit import MemoryExplicitRegistry, RedisExplicitRegistry
-from cache.ledger_redis import RedisLedger
-from cache.ledger_sqlite import SqliteLedger
-from cache.markers import find_markers, strip_markers
+from cache.billing.explicit import MemoryExplicitRegistry, RedisExplicitRegistry
+from cache.billing.ledger_redis import RedisLedger
+from cache.billing.ledger_sqlite import SqliteLedger
+from cache.billing.markers import find_markers, strip_markers
+from cache.billing.pricing import ExplicitOutcome, ModelPrices, RequestUsage, Rules, bill
 
 PRICES = ModelPrices(3_000_000, 15_000_000)
 

@@ -44,8 +44,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from bench.procs import free_port
 from bench.report import percentile, table, write_section
 from config.policy import Policy
-from gateway.app import create_app, runner_for
-from gateway.vllm_info import parse_cache_config
+from gateway.fleet.vllm_info import parse_cache_config
+from gateway.server.app import create_app, runner_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from scripts.vllm_cpu import replicas as R

@@ -7,7 +7,7 @@ a map tagged by ``type``: ``BlockStored`` (``block_hashes``, ``parent_block_hash
 (``block_hashes``, ``medium``) and ``AllBlocksCleared``. Hashes are 64-bit integers by default, or
 32-byte digests (``VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0``), which are folded to the same integers.
 
-Pure: no sockets here (``gateway.kv_events`` owns them). Events carry token ids, which this module
+Pure: no sockets here (``gateway.fleet.kv_events`` owns them). Events carry token ids, which this module
 never logs or keeps.
 """
 

@@ -55,7 +55,7 @@ class PoolRouter:
         self._by_id: dict[str, ReplicaState] = {}
         self.decisions = 0
         self.precise_decisions = 0
-        # Precise mode: the exact index (fed by gateway.kv_events) and the engine's own prompt hashing.
+        # Precise mode: the exact index (fed by gateway.fleet.kv_events) and the engine's own prompt hashing.
         self.exact: ExactIndex | None = None
         self.engine_prompt: EnginePrompt | None = None
         if cfg.index == "precise" and cfg.tokenizer.path and cfg.engine_block_size:

@@ -7,7 +7,7 @@ import aiohttp
 from prometheus_client import CollectorRegistry
 
 from config.policy import Policy
-from gateway.discovery import resolve_dns
+from gateway.fleet.discovery import resolve_dns
 from tests.fault.support import chat, gateway_with, post, wait_for
 from tests.support.stack import sim_fleet
 

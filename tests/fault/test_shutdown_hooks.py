@@ -8,9 +8,9 @@ import asyncio
 import aiohttp
 from aiohttp import web
 
-from gateway.app import create_app, runner_for
-from gateway.runtime import add_shutdown_hook
-from gateway.state import current_state
+from gateway.process.runtime import add_shutdown_hook
+from gateway.process.state import current_state
+from gateway.server.app import create_app, runner_for
 from tests.fault.support import chat
 from tests.support.stack import TEST_SECRET, policy_for, sim_fleet
 

@@ -91,7 +91,7 @@ def test_metric_labels_match_what_the_gateway_exports() -> None:
     from prometheus_client import Counter, Histogram
     from prometheus_client.metrics import MetricWrapperBase
 
-    from gateway.metrics import GatewayMetrics
+    from gateway.observability.metrics import GatewayMetrics
 
     checked = 0
     for metric in vars(GatewayMetrics()).values():

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 import pytest
 import redis.asyncio as aioredis
 
-from cache.explicit import MemoryExplicitRegistry, RedisExplicitRegistry
+from cache.billing.explicit import MemoryExplicitRegistry, RedisExplicitRegistry
 
 
 @pytest.fixture

@@ -10,10 +10,10 @@ from datetime import UTC, datetime
 import pytest
 import redis.asyncio as aioredis
 
-from cache.billing import ExplicitOutcome, LineItem, ModelPrices, RequestUsage, Rules, bill
-from cache.ledger import DAY_MS, aggregate, day_of
-from cache.ledger_redis import RedisLedger
-from cache.ledger_sqlite import SqliteLedger
+from cache.billing.ledger import DAY_MS, aggregate, day_of
+from cache.billing.ledger_redis import RedisLedger
+from cache.billing.ledger_sqlite import SqliteLedger
+from cache.billing.pricing import ExplicitOutcome, LineItem, ModelPrices, RequestUsage, Rules, bill
 
 PRICES = {
     "llama": ModelPrices(3_000_000, 15_000_000, "USD", "v1"),
@@ -228,7 +228,7 @@ async def test_redis_trimmed_stream_refuses_partial_days(redis_client):
     assert await redis_client.xlen(led.stream_key) < 400  # trimmed
     # whole days still exact, from the counters
     assert await led.query(group_by=("day",)) == aggregate(items, group_by=("day",))
-    from cache.ledger import LedgerRangeUnavailable
+    from cache.billing.ledger import LedgerRangeUnavailable
 
     with pytest.raises(LedgerRangeUnavailable):
         await led.query(since=DAY0 / 1000 + 3600)

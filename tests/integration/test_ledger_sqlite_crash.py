@@ -16,14 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from cache.ledger_sqlite import SqliteLedger
+from cache.billing.ledger_sqlite import SqliteLedger
 
 ROOT = Path(__file__).resolve().parents[2]
 
 CHILD = r"""
 import asyncio, sys
-from cache.billing import ModelPrices, RequestUsage, Rules, bill
-from cache.ledger_sqlite import SqliteLedger
+from cache.billing.pricing import ModelPrices, RequestUsage, Rules, bill
+from cache.billing.ledger_sqlite import SqliteLedger
 
 async def main(path, sync):
     led = await SqliteLedger.open(path, synchronous=sync)

@@ -7,7 +7,7 @@ import hashlib
 import aiohttp
 import pytest
 
-from gateway.tenancy import derive_salt
+from gateway.pipeline.tenant import derive_salt
 from tests.support.stack import TEST_SECRET, gateway, policy_for, sim_fleet, sim_requests
 
 KEY_A, KEY_B = "sk-a", "sk-b"

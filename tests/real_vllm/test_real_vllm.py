@@ -14,7 +14,7 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.vllm_info import parse_cache_config
+from gateway.fleet.vllm_info import parse_cache_config
 from router.blocks import block_hashes, root_hash
 from router.tokenizers import from_ids
 from scripts.vllm_cpu import replicas as R

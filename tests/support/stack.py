@@ -13,9 +13,9 @@ from aiohttp import web
 from bench.sim.config import SimConfig
 from bench.sim.fleet import Fleet, start_replicas
 from config.policy import Policy
-from gateway.app import create_app, runner_for
-from gateway.runtime import RUNTIME
-from gateway.state import GatewayState, current_state
+from gateway.process.runtime import RUNTIME
+from gateway.process.state import GatewayState, current_state
+from gateway.server.app import create_app, runner_for
 
 TEST_SECRET = b"test-secret"
 

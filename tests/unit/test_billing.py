@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from cache.billing import (
+from cache.billing.pricing import (
     KINDS,
     ExplicitOutcome,
     LineItem,

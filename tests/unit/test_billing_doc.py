@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from cache.billing import KINDS, ExplicitOutcome, ModelPrices, RequestUsage, Rules, bill
-from cache.ledger import aggregate
-from cache.ledger_sqlite import SqliteLedger
+from cache.billing.ledger import aggregate
+from cache.billing.ledger_sqlite import SqliteLedger
+from cache.billing.pricing import KINDS, ExplicitOutcome, ModelPrices, RequestUsage, Rules, bill
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "billing.md"
 PRICES = ModelPrices(3_000_000, 15_000_000, "USD", "2026-11")  # as stated in the document

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cache.explicit import MemoryExplicitRegistry
+from cache.billing.explicit import MemoryExplicitRegistry
 
 
 class Clock:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry
 
 from config.policy import BreakerConfig, RoutingConfig
-from gateway.breaker import Breaker
-from gateway.ops_metrics import OpsMetrics
-from gateway.replica_health import FleetHealth, base_url_of
+from gateway.observability.ops_metrics import OpsMetrics
+from gateway.upstream.breaker import Breaker
+from gateway.upstream.health import FleetHealth, base_url_of
 from router.pool import PoolRouter
 from router.replica import ReplicaState
 

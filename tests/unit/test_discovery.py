@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from config.policy import DiscoveryConfig, ModelPoolConfig, RoutingConfig
-from gateway.discovery import discovered_states, pool_replicas, resolve_dns
+from gateway.fleet.discovery import discovered_states, pool_replicas, resolve_dns
 from router.pool import PoolRouter
 from router.types import RouteRequest
 

@@ -19,7 +19,7 @@ import pytest
 import zmq
 import zmq.asyncio
 
-from gateway.kv_events import listeners_of
+from gateway.fleet.kv_events import listeners_of
 from router.kv_events import Removed, Stored, decode_batch
 from tests.support.ports import free_port
 from tests.support.stack import gateway, policy_for
@@ -262,7 +262,7 @@ async def test_bind_conflict_leaves_the_gateway_routing_approximately(model_dir)
 
 
 async def test_a_reload_reattaches_the_same_exact_index_to_the_new_router(model_dir, frames):
-    from gateway.reload import swap_policy
+    from gateway.process.reload import swap_policy
 
     bind = f"tcp://127.0.0.1:{free_port()}"
     ctx = zmq.asyncio.Context()

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cache.markers import (
+from cache.billing.markers import (
     InvalidMarker,
     MarkerError,
     MarkerPosition,

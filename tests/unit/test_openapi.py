@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from gateway.app import create_app
+from gateway.server.app import create_app
 from tests.support.stack import TEST_SECRET, policy_for
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "openapi.yaml"

@@ -11,7 +11,7 @@ from multidict import CIMultiDict
 
 from config.policy import TenancyConfig
 from gateway.errors import GatewayError
-from gateway.tenancy import TenantResolver, derive_salt
+from gateway.pipeline.tenant import TenantResolver, derive_salt
 
 SECRET = b"s3cret"
 KEY_A = "sk-tenant-a"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gateway.vllm_info import CacheInfo, parse_cache_config
+from gateway.fleet.vllm_info import CacheInfo, parse_cache_config
 
 RECORDED = Path(__file__).resolve().parent.parent / "fixtures" / "kv_events" / "cache_config_info.prom"
 

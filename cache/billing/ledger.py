@@ -1,0 +1,239 @@
+"""Billing ledger: the interface both stores implement, and the query/report maths they share.
+
+A ledger keeps one row per (tenant, request id): ``record`` returns True when the row was inserted,
+False when that request was already recorded (a retried write never counts twice). ``query`` sums rows
+by any of ``tenant``, ``model``, ``day`` (UTC) and ``source``, over ``[since, until)``.
+
+Implementations: ``cache.billing.ledger_sqlite.SqliteLedger`` (embedded, one file) and
+``cache.billing.ledger_redis.RedisLedger`` (shared by pods). ``open_ledger`` builds the configured one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
+from typing import TYPE_CHECKING, Protocol
+
+from cache.billing.pricing import KINDS, KindCounts, LineItem
+
+if TYPE_CHECKING:
+    import redis.asyncio as aioredis
+
+    from config.billing import LedgerConfig
+
+GROUP_KEYS: tuple[str, ...] = ("tenant", "model", "day", "source")
+DAY_MS = 86_400_000
+
+TimeArg = datetime | float | int | None
+
+
+class LedgerRangeUnavailable(Exception):
+    """The asked period needs line items the ledger no longer keeps (e.g. a trimmed Redis stream)."""
+
+
+@dataclass(frozen=True, slots=True)
+class UsageRow:
+    """Sums over the rows of one group. Group fields not in ``group_by`` are None."""
+
+    tenant: str | None
+    model: str | None
+    day: str | None
+    source: str | None
+    requests: int
+    tokens: KindCounts
+    micros: KindCounts
+    cost_micros: int
+    cost_without_cache_micros: int
+
+    @property
+    def saved_micros(self) -> int:
+        return self.cost_without_cache_micros - self.cost_micros
+
+    @property
+    def saving_rate(self) -> float:
+        """Share of the no-cache cost that caching saved (0.0 when nothing was priced)."""
+        if self.cost_without_cache_micros <= 0:
+            return 0.0
+        return self.saved_micros / self.cost_without_cache_micros
+
+    @property
+    def input_tokens_computed(self) -> int:
+        """Input tokens the fleet prefilled or read from its KV cache (upstream requests only)."""
+        t = self.tokens
+        return t.uncached + t.implicit_hit + t.explicit_create + t.explicit_hit
+
+    @property
+    def served_tokens(self) -> int:
+        """Tokens answered from the response cache or a coalesced leader: no GPU work for them."""
+        return self.tokens.served_input + self.tokens.served_output
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "tenant": self.tenant,
+            "model": self.model,
+            "day": self.day,
+            "source": self.source,
+            "requests": self.requests,
+            "tokens": self.tokens.as_dict(),
+            "micros": self.micros.as_dict(),
+            "cost_micros": self.cost_micros,
+            "cost_without_cache_micros": self.cost_without_cache_micros,
+            "saved_micros": self.saved_micros,
+            "saving_rate": self.saving_rate,
+        }
+
+
+@dataclass(slots=True)
+class Sums:
+    """Mutable accumulator behind a ``UsageRow``."""
+
+    requests: int = 0
+    tokens: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
+    micros: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
+    cost_micros: int = 0
+    cost_without_cache_micros: int = 0
+
+    def add_item(self, item: LineItem) -> None:
+        self.requests += 1
+        for k in KINDS:
+            self.tokens[k] += getattr(item.tokens, k)
+            self.micros[k] += getattr(item.micros, k)
+        self.cost_micros += item.total_micros
+        self.cost_without_cache_micros += item.cost_without_cache_micros
+
+    def add(self, other: Sums) -> None:
+        self.requests += other.requests
+        for k in KINDS:
+            self.tokens[k] += other.tokens[k]
+            self.micros[k] += other.micros[k]
+        self.cost_micros += other.cost_micros
+        self.cost_without_cache_micros += other.cost_without_cache_micros
+
+
+GroupKey = tuple[str | None, str | None, str | None, str | None]  # tenant, model, day, source
+
+
+def check_group_by(group_by: Sequence[str]) -> tuple[str, ...]:
+    if isinstance(group_by, str):
+        group_by = (group_by,)
+    bad = [g for g in group_by if g not in GROUP_KEYS]
+    if bad:
+        raise ValueError(f"group_by accepts {GROUP_KEYS}, got {bad}")
+    return tuple(group_by)
+
+
+def group_key(group_by: Sequence[str], tenant: str, model: str, day: str, source: str) -> GroupKey:
+    return (
+        tenant if "tenant" in group_by else None,
+        model if "model" in group_by else None,
+        day if "day" in group_by else None,
+        source if "source" in group_by else None,
+    )
+
+
+def rows_from_sums(acc: dict[GroupKey, Sums]) -> list[UsageRow]:
+    """Rows sorted by their group key (None first)."""
+
+    def order(k: GroupKey) -> tuple[str, ...]:
+        return tuple("" if v is None else v for v in k)
+
+    return [
+        UsageRow(
+            tenant=key[0],
+            model=key[1],
+            day=key[2],
+            source=key[3],
+            requests=s.requests,
+            tokens=KindCounts.from_mapping(s.tokens),
+            micros=KindCounts.from_mapping(s.micros),
+            cost_micros=s.cost_micros,
+            cost_without_cache_micros=s.cost_without_cache_micros,
+        )
+        for key, s in sorted(acc.items(), key=lambda kv: order(kv[0]))
+    ]
+
+
+def to_ms(t: TimeArg) -> int | None:
+    """A datetime (naive = UTC) or epoch seconds to epoch milliseconds."""
+    if t is None:
+        return None
+    if isinstance(t, datetime):
+        if t.tzinfo is None:
+            t = t.replace(tzinfo=UTC)
+        return int(t.timestamp() * 1000)
+    return int(t * 1000)
+
+
+def day_of(ts_ms: int) -> str:
+    """UTC calendar day of an epoch-ms time, ``YYYY-MM-DD``."""
+    return datetime.fromtimestamp(ts_ms / 1000, tz=UTC).date().isoformat()
+
+
+def day_number(day: str) -> int:
+    """Days since 1970-01-01 of a ``YYYY-MM-DD`` day."""
+    return (date.fromisoformat(day) - date(1970, 1, 1)).days
+
+
+def in_range(ts_ms: int, since_ms: int | None, until_ms: int | None) -> bool:
+    return (since_ms is None or ts_ms >= since_ms) and (until_ms is None or ts_ms < until_ms)
+
+
+def aggregate(
+    items: Iterable[LineItem],
+    *,
+    tenant: str | None = None,
+    model: str | None = None,
+    since: TimeArg = None,
+    until: TimeArg = None,
+    group_by: Sequence[str] = ("tenant", "model"),
+) -> list[UsageRow]:
+    """The reference query over line items in memory (the Redis stream path uses it; tests compare)."""
+    gb = check_group_by(group_by)
+    since_ms, until_ms = to_ms(since), to_ms(until)
+    acc: dict[GroupKey, Sums] = {}
+    for it in items:
+        if tenant is not None and it.tenant != tenant:
+            continue
+        if model is not None and it.model != model:
+            continue
+        if not in_range(it.ts_ms, since_ms, until_ms):
+            continue
+        acc.setdefault(group_key(gb, it.tenant, it.model, day_of(it.ts_ms), it.source), Sums()).add_item(it)
+    return rows_from_sums(acc)
+
+
+class Ledger(Protocol):
+    async def record(self, item: LineItem) -> bool: ...
+
+    async def query(
+        self,
+        tenant: str | None = None,
+        model: str | None = None,
+        since: TimeArg = None,
+        until: TimeArg = None,
+        group_by: Sequence[str] = ("tenant", "model"),
+    ) -> list[UsageRow]: ...
+
+    async def close(self) -> None: ...
+
+
+async def open_ledger(
+    cfg: LedgerConfig, redis_client: aioredis.Redis | None = None, key_prefix: str = "pgw"
+) -> Ledger:
+    """The ledger the policy asks for. ``kind: redis`` needs the gateway's Redis client."""
+    if cfg.kind == "redis":
+        if redis_client is None:
+            raise ValueError("billing.ledger.kind is 'redis' but no Redis is configured (redis.url)")
+        from cache.billing.ledger_redis import RedisLedger
+
+        return RedisLedger(
+            redis_client,
+            key_prefix=key_prefix,
+            stream_maxlen=cfg.stream_maxlen,
+            counters_ttl_days=cfg.counters_ttl_days,
+            idempotency_ttl_s=cfg.idempotency_ttl_s,
+        )
+    from cache.billing.ledger_sqlite import SqliteLedger
+
+    return await SqliteLedger.open(cfg.path, synchronous=cfg.synchronous)

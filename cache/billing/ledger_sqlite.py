@@ -1,0 +1,312 @@
+"""Embedded billing ledger: SQLite in WAL mode, one writer thread with group commit.
+
+Why one thread: the stdlib ``sqlite3`` module blocks, and SQLite allows one writer at a time anyway. All
+statements run on a dedicated thread that owns the connection; the event loop only enqueues work and
+awaits a future. Consecutive ``record`` calls waiting in the queue are committed in one transaction (up
+to ``batch_max``), so durability costs one fsync per batch, not per request.
+
+Durability (``synchronous``):
+- ``full`` (default): in WAL mode SQLite fsyncs the WAL at every commit. Once ``record`` has returned,
+  the row survives a process kill *and* a power loss / kernel panic.
+- ``normal``: the WAL is fsynced only at checkpoints. A committed row survives a process kill (it is
+  in the OS page cache, which outlives the process) but the last transactions may be lost on power
+  loss. Cheaper; fine when the host is not the last line of defence.
+Either way a crash loses at most the requests whose ``record`` had not returned yet (in flight), never
+a completed one, because ``record`` resolves only after COMMIT returned.
+
+Idempotency: PRIMARY KEY (tenant, request_id) with INSERT OR IGNORE. Scoping the id by tenant means a
+client that reuses another tenant's request id cannot suppress that tenant's billing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import queue
+import sqlite3
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from cache.billing.ledger import (
+    GroupKey,
+    Sums,
+    TimeArg,
+    UsageRow,
+    check_group_by,
+    day_of,
+    rows_from_sums,
+    to_ms,
+)
+from cache.billing.pricing import KINDS, LineItem
+
+_KIND_COLS = [f"t_{k}" for k in KINDS] + [f"m_{k}" for k in KINDS]
+
+_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS line_items (
+    tenant TEXT NOT NULL,
+    request_id TEXT NOT NULL,
+    model TEXT NOT NULL,
+    ts_ms INTEGER NOT NULL,
+    day TEXT NOT NULL,
+    source TEXT NOT NULL,
+    cached_source TEXT NOT NULL,
+    currency TEXT NOT NULL,
+    price_version TEXT NOT NULL,
+    reported_cached_tokens INTEGER NOT NULL,
+    {", ".join(f"{c} INTEGER NOT NULL" for c in _KIND_COLS)},
+    total_micros INTEGER NOT NULL,
+    cost_without_cache_micros INTEGER NOT NULL,
+    PRIMARY KEY (tenant, request_id)
+);
+CREATE INDEX IF NOT EXISTS line_items_ts ON line_items (ts_ms);
+CREATE INDEX IF NOT EXISTS line_items_tenant_ts ON line_items (tenant, ts_ms);
+"""
+
+_COLS = [
+    "tenant",
+    "request_id",
+    "model",
+    "ts_ms",
+    "day",
+    "source",
+    "cached_source",
+    "currency",
+    "price_version",
+    "reported_cached_tokens",
+    *_KIND_COLS,
+    "total_micros",
+    "cost_without_cache_micros",
+]
+_INSERT = f"INSERT OR IGNORE INTO line_items ({', '.join(_COLS)}) VALUES ({', '.join('?' * len(_COLS))})"
+
+
+def _row_values(it: LineItem) -> tuple[Any, ...]:
+    return (
+        it.tenant,
+        it.request_id,
+        it.model,
+        it.ts_ms,
+        day_of(it.ts_ms),
+        it.source,
+        it.cached_source,
+        it.currency,
+        it.price_version,
+        it.reported_cached_tokens,
+        *(getattr(it.tokens, k) for k in KINDS),
+        *(getattr(it.micros, k) for k in KINDS),
+        it.total_micros,
+        it.cost_without_cache_micros,
+    )
+
+
+_STOP = object()
+
+
+class SqliteLedger:
+    """Use ``await SqliteLedger.open(path)``; ``await close()`` when done."""
+
+    def __init__(self, path: str, synchronous: str = "full", batch_max: int = 256):
+        if synchronous not in ("full", "normal"):
+            raise ValueError("synchronous must be 'full' or 'normal'")
+        self.path = path
+        self.synchronous = synchronous
+        self.batch_max = batch_max
+        self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._ready = threading.Event()
+        self._open_error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="billing-ledger-sqlite", daemon=True)
+        self._closed = False
+        self.commits = 0  # transactions committed (batches), for tests and metrics
+
+    @classmethod
+    async def open(cls, path: str, synchronous: str = "full", batch_max: int = 256) -> SqliteLedger:
+        ledger = cls(path, synchronous, batch_max)
+        ledger._thread.start()
+        await asyncio.to_thread(ledger._ready.wait, 30.0)
+        if ledger._open_error is not None:
+            raise ledger._open_error
+        if not ledger._ready.is_set():
+            raise TimeoutError(f"SQLite ledger at {path} did not open within 30 s")
+        return ledger
+
+    # ----------------------------------------------------------------------------- writer thread
+
+    def _connect(self) -> sqlite3.Connection:
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(self.path, isolation_level=None)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute(f"PRAGMA synchronous={self.synchronous.upper()}")
+        conn.execute("PRAGMA busy_timeout=5000")
+        conn.executescript(_SCHEMA)
+        return conn
+
+    def _run(self) -> None:
+        try:
+            conn = self._connect()
+        except BaseException as exc:
+            self._open_error = exc
+            self._ready.set()
+            return
+        self._ready.set()
+        try:
+            pending: Any = None
+            while True:
+                job = pending if pending is not None else self._jobs.get()
+                pending = None
+                if job is _STOP:
+                    return
+                if job[0] == "call":
+                    self._do_call(conn, job)
+                    continue
+                batch = [job]
+                while len(batch) < self.batch_max:
+                    try:
+                        nxt = self._jobs.get_nowait()
+                    except queue.Empty:
+                        break
+                    if nxt is _STOP or nxt[0] != "record":
+                        pending = nxt
+                        break
+                    batch.append(nxt)
+                self._do_records(conn, batch)
+        finally:
+            conn.close()
+
+    @staticmethod
+    def _resolve(loop: asyncio.AbstractEventLoop, fut: asyncio.Future[Any], result: Any, exc: Any) -> None:
+        def done() -> None:
+            if fut.done():
+                return
+            if exc is not None:
+                fut.set_exception(exc)
+            else:
+                fut.set_result(result)
+
+        with contextlib.suppress(RuntimeError):  # loop closed: nobody is waiting any more
+            loop.call_soon_threadsafe(done)
+
+    def _do_call(self, conn: sqlite3.Connection, job: tuple[Any, ...]) -> None:
+        _, fn, loop, fut = job
+        try:
+            self._resolve(loop, fut, fn(conn), None)
+        except Exception as exc:
+            self._resolve(loop, fut, None, exc)
+
+    def _insert_many(self, conn: sqlite3.Connection, items: Sequence[LineItem]) -> list[bool]:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            inserted = [conn.execute(_INSERT, _row_values(it)).rowcount == 1 for it in items]
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        self.commits += 1
+        return inserted
+
+    def _do_records(self, conn: sqlite3.Connection, batch: list[tuple[Any, ...]]) -> None:
+        try:
+            results = self._insert_many(conn, [j[1] for j in batch])
+        except Exception as exc:
+            if len(batch) == 1:
+                _, _, loop, fut = batch[0]
+                self._resolve(loop, fut, None, exc)
+                return
+            # One bad item must not fail its neighbours: retry each in its own transaction.
+            for _, item, loop, fut in batch:
+                try:
+                    self._resolve(loop, fut, self._insert_many(conn, [item])[0], None)
+                except Exception as exc1:
+                    self._resolve(loop, fut, None, exc1)
+            return
+        for (_, _, loop, fut), ok in zip(batch, results, strict=True):
+            self._resolve(loop, fut, ok, None)
+
+    # ------------------------------------------------------------------------------- async API
+
+    def _submit(self, job_kind: str, payload: Any) -> asyncio.Future[Any]:
+        if self._closed:
+            raise RuntimeError("ledger is closed")
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
+        self._jobs.put((job_kind, payload, loop, fut))
+        return fut
+
+    async def record(self, item: LineItem) -> bool:
+        """Insert the line item; False if (tenant, request_id) was already recorded."""
+        return await self._submit("record", item)
+
+    async def call(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
+        """Run ``fn(connection)`` on the ledger thread (reports, maintenance)."""
+        return await self._submit("call", fn)
+
+    async def query(
+        self,
+        tenant: str | None = None,
+        model: str | None = None,
+        since: TimeArg = None,
+        until: TimeArg = None,
+        group_by: Sequence[str] = ("tenant", "model"),
+    ) -> list[UsageRow]:
+        gb = check_group_by(group_by)
+        where, args = [], []
+        if tenant is not None:
+            where.append("tenant = ?")
+            args.append(tenant)
+        if model is not None:
+            where.append("model = ?")
+            args.append(model)
+        since_ms, until_ms = to_ms(since), to_ms(until)
+        if since_ms is not None:
+            where.append("ts_ms >= ?")
+            args.append(since_ms)
+        if until_ms is not None:
+            where.append("ts_ms < ?")
+            args.append(until_ms)
+        cols = [g for g in ("tenant", "model", "day", "source") if g in gb]
+        sums = ", ".join(
+            [
+                "COUNT(*)",
+                *(f"SUM({c})" for c in _KIND_COLS),
+                "SUM(total_micros)",
+                "SUM(cost_without_cache_micros)",
+            ]
+        )
+        sql = f"SELECT {', '.join([*cols, sums])} FROM line_items"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        if cols:
+            sql += " GROUP BY " + ", ".join(cols)
+
+        def run(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
+            return conn.execute(sql, args).fetchall()
+
+        acc: dict[GroupKey, Sums] = {}
+        n = len(KINDS)
+        for r in await self.call(run):
+            keyvals = dict(zip(cols, r[: len(cols)], strict=True))
+            vals = r[len(cols) :]
+            if vals[0] == 0:  # an ungrouped query over no rows yields one row of NULLs
+                continue
+            key: GroupKey = (
+                keyvals.get("tenant"),
+                keyvals.get("model"),
+                keyvals.get("day"),
+                keyvals.get("source"),
+            )
+            s = Sums(requests=int(vals[0]))
+            s.tokens = {k: int(vals[1 + i] or 0) for i, k in enumerate(KINDS)}
+            s.micros = {k: int(vals[1 + n + i] or 0) for i, k in enumerate(KINDS)}
+            s.cost_micros = int(vals[1 + 2 * n] or 0)
+            s.cost_without_cache_micros = int(vals[2 + 2 * n] or 0)
+            acc[key] = s
+        return rows_from_sums(acc)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._jobs.put(_STOP)
+        await asyncio.to_thread(self._thread.join, 30.0)

@@ -1,0 +1,259 @@
+"""``prefix-gateway`` command line: serve, check-config, sim, demo."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+
+from config import PolicyError, load_policy
+from config.loader import example_path
+from config.policy import ModelPoolConfig, Policy
+from config.routing import PolicyName
+from gateway.observability.logs import configure_logging
+
+log = logging.getLogger("prefix_gateway")
+
+POLICY_NAMES = list(PolicyName.__args__)  # type: ignore[attr-defined]
+
+
+def run_async(main: Callable[[], Awaitable[int]]) -> int:
+    """Run on uvloop when it is installed (it is faster), else on asyncio's own loop."""
+    try:
+        import uvloop
+
+        factory = uvloop.new_event_loop
+    except ImportError:  # pragma: no cover - uvloop is optional
+        factory = None
+    with asyncio.Runner(loop_factory=factory) as runner:
+        return runner.run(main())
+
+
+async def wait_for_signal(on_hup: Callable[[], None] | None = None) -> None:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    if on_hup is not None:
+        loop.add_signal_handler(signal.SIGHUP, on_hup)
+    await stop.wait()
+
+
+async def serve_until_signal(
+    policy: Policy,
+    on_started: Callable[[str], None] | None = None,
+    *,
+    policy_path: str | None = None,
+    reuse_port: bool = False,
+) -> int:
+    """Serve until SIGTERM/SIGINT, then drain: stop accepting at once (and /ready answers 503), let
+    requests in flight finish within ``server.drain_timeout_s``, run the shutdown hooks, exit 0.
+    SIGHUP reloads the policy file."""
+    from gateway.process.reload import reload_app
+    from gateway.process.state import current_state
+    from gateway.server.app import serve
+
+    runner, url = await serve(policy, policy_path=policy_path, reuse_port=reuse_port)
+    log.info("gateway listening", extra={"event": "listening", "url": url})
+    if on_started:
+        on_started(url)
+    reloads: set[asyncio.Task[object]] = set()
+
+    def on_hup() -> None:
+        task = asyncio.ensure_future(reload_app(runner.app, source="sighup"))
+        reloads.add(task)
+        task.add_done_callback(reloads.discard)
+
+    await wait_for_signal(on_hup)
+    state = current_state(runner.app)
+    state.draining = True
+    log.info("draining", extra={"event": "draining", "timeout_s": policy.server.drain_timeout_s})
+    await runner.cleanup()
+    log.info("stopped", extra={"event": "stopped"})
+    return 0
+
+
+def cmd_check_config(args: argparse.Namespace) -> int:
+    try:
+        policy = load_policy(args.file)
+    except PolicyError as err:
+        print(err.render(), file=sys.stderr)
+        return 1
+
+    def fleet(m: ModelPoolConfig) -> str:
+        found = f" + DNS {m.discovery.dns}:{m.discovery.port}" if m.discovery else ""
+        return f"{len(m.replicas)} replicas{found}"
+
+    models = ", ".join(f"{m.name} ({fleet(m)}, {m.routing.policy})" for m in policy.models)
+    print(f"{args.file}: OK: {models}")
+    return 0
+
+
+def policy_for_serve(args: argparse.Namespace) -> Policy:
+    if args.config and args.replica:
+        raise SystemExit("give either --config or --replica, not both")
+    if args.config:
+        policy = load_policy(args.config)
+    elif args.replica:
+        from gateway.cli.quickstart import DiscoveryError, policy_from_flags
+
+        try:
+            policy = policy_from_flags(
+                args.replica,
+                model=args.model,
+                routing_policy=args.policy or "prefix_affinity",
+                host=args.host or "127.0.0.1",
+                port=8080 if args.port is None else args.port,
+                backend=args.backend,
+            )
+        except DiscoveryError as exc:
+            raise SystemExit(f"error: {exc}") from None
+        return policy
+    else:
+        raise SystemExit("give --config FILE, or one --replica URL per replica (see --help)")
+    updates: dict[str, object] = {}
+    if args.host:
+        updates["host"] = args.host
+    if args.port is not None:
+        updates["port"] = args.port
+    if updates:
+        policy = policy.model_copy(update={"server": policy.server.model_copy(update=updates)})
+    if args.policy:
+        models = [
+            m.model_copy(update={"routing": m.routing.model_copy(update={"policy": args.policy})})
+            for m in policy.models
+        ]
+        policy = policy.model_copy(update={"models": models})
+    return policy
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    try:
+        policy = policy_for_serve(args)
+    except PolicyError as err:
+        print(err.render(), file=sys.stderr)
+        return 1
+    configure_logging(policy.server.log_level)
+    workers = args.workers or 1
+    if workers > 1:
+        if policy.server.port == 0:
+            raise SystemExit("--workers needs a fixed --port (every worker listens on it)")
+        from gateway.process.workers import supervise
+
+        return supervise(worker_argv(args._argv), workers)
+    return run_async(
+        lambda: serve_until_signal(policy, policy_path=args.config, reuse_port=bool(args.reuse_port))
+    )
+
+
+def worker_argv(argv: list[str]) -> list[str]:
+    """The parent's ``serve`` arguments for one worker: without ``--workers``, with ``--reuse-port``."""
+    out: list[str] = []
+    skip = False
+    for a in argv:
+        if skip:
+            skip = False
+            continue
+        if a == "--workers":
+            skip = True
+            continue
+        if a.startswith("--workers="):
+            continue
+        out.append(a)
+    return [*out, "--reuse-port"]
+
+
+def cmd_sim(args: argparse.Namespace) -> int:
+    from bench.sim import cli as sim_cli
+
+    return sim_cli.run(args)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Three simulated replicas and the gateway in one process, with the embedded local policy."""
+    from bench.sim import SimConfig, start_replicas
+
+    policy = load_policy(example_path("local"))
+    server = {"access_log": args.verbose} | ({"port": args.port} if args.port is not None else {})
+    policy = policy.model_copy(update={"server": policy.server.model_copy(update=server)})
+    configure_logging("warning" if not args.verbose else "info")
+
+    async def main() -> int:
+        pool = policy.models[0]
+        fleet = await start_replicas([SimConfig() for _ in pool.replicas], base_port=args.base_port)
+        replicas = [
+            r.model_copy(update={"url": url}) for r, url in zip(pool.replicas, fleet.urls, strict=True)
+        ]
+        demo_policy = policy.model_copy(update={"models": [pool.model_copy(update={"replicas": replicas})]})
+        try:
+
+            def started(url: str) -> None:
+                model = policy.models[0].name
+                print(f"prefix-gateway listening on {url} in front of {len(fleet.urls)} simulated replicas:")
+                for u in fleet.urls:
+                    print(f"  replica {u}")
+                print("try:")
+                print(
+                    f"  curl -s {url}/v1/chat/completions -H 'Content-Type: application/json' "
+                    f'-d \'{{"model": "{model}", "messages": [{{"role": "user", "content": "Hello"}}]}}\''
+                )
+                print(f"metrics: {url}/metrics   stop: Ctrl-C", flush=True)
+
+            return await serve_until_signal(demo_policy, started)
+        finally:
+            with contextlib.suppress(Exception):
+                await fleet.stop()
+
+    return run_async(main)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="prefix-gateway", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the gateway")
+    serve.add_argument("--config", help="YAML policy file")
+    serve.add_argument(
+        "--replica", action="append", metavar="URL", help="quick start: a replica base URL (repeat)"
+    )
+    serve.add_argument("--model", help="quick start: model name (default: ask the replicas' /v1/models)")
+    serve.add_argument("--backend", choices=["vllm", "sglang", "openai"], default="vllm", help="quick start")
+    serve.add_argument("--policy", choices=POLICY_NAMES, help="routing policy for every model")
+    serve.add_argument("--host")
+    serve.add_argument("--port", type=int)
+    serve.add_argument(
+        "--workers", type=int, default=1, help="worker processes sharing the port (SO_REUSEPORT)"
+    )
+    serve.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)
+    serve.set_defaults(func=cmd_serve)
+
+    check = sub.add_parser("check-config", help="validate a policy file and explain any error")
+    check.add_argument("file")
+    check.set_defaults(func=cmd_check_config)
+
+    sim = sub.add_parser("sim", help="run simulated vLLM-like replicas")
+    from bench.sim import cli as sim_cli
+
+    sim_cli.add_arguments(sim)
+    sim.set_defaults(func=cmd_sim)
+
+    from gateway.admin.usage import add_usage_command
+
+    add_usage_command(sub)
+
+    demo = sub.add_parser("demo", help="gateway + 3 simulated replicas with the embedded local policy")
+    demo.add_argument("--port", type=int, help="gateway port (default 8080)")
+    demo.add_argument("--base-port", type=int, default=9100, help="first simulator port")
+    demo.add_argument("--verbose", action="store_true", help="print the JSON logs")
+    demo.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    args._argv = list(sys.argv[1:] if argv is None else argv)
+    return int(args.func(args) or 0)

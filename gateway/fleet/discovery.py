@@ -1,0 +1,149 @@
+"""Replica discovery: the static list of the policy, plus DNS names resolved periodically.
+
+A pool with ``discovery: {dns: NAME, port: P}`` resolves NAME every ``interval_s`` (``loop.getaddrinfo``,
+so ``/etc/hosts`` and the cluster DNS both work; a Kubernetes headless service answers one address per
+ready pod). Each address becomes a replica ``ip:port`` beside the static ones. A change reaches the
+router through ``PoolRouter.set_replicas``, which keeps the counters and prefix index of replicas that
+stay; consistent hashing moves only the keys of the replicas that came or went.
+
+A failed resolution keeps the last known set (a DNS blip must not empty a pool; replicas that really
+died are ejected by the health checks). The resolver is a plain async function, injectable in tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import socket
+from collections.abc import Awaitable, Callable, Iterable
+
+from aiohttp import web
+
+from config.policy import DiscoveryConfig, ModelPoolConfig
+from gateway.fleet.pools import Pool, replica_states
+from gateway.observability.ops_metrics import ops_metrics
+from gateway.process.runtime import RUNTIME
+from gateway.process.state import GatewayState, current_state
+from router.replica import ReplicaState
+
+log = logging.getLogger("prefix_gateway")
+
+Resolver = Callable[[str, int], Awaitable[list[str]]]
+
+
+async def resolve_dns(host: str, port: int) -> list[str]:
+    """Addresses of ``host`` (IPv4 and IPv6, TCP), unique, in the resolver's order."""
+    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    seen: dict[str, None] = {}
+    for _family, _type, _proto, _canon, sockaddr in infos:
+        seen.setdefault(str(sockaddr[0]), None)
+    return list(seen)
+
+
+def _host_part(address: str) -> str:
+    try:
+        return f"[{address}]" if ipaddress.ip_address(address).version == 6 else address
+    except ValueError:
+        return address
+
+
+def discovered_states(cfg: DiscoveryConfig, addresses: Iterable[str], backend: str) -> list[ReplicaState]:
+    out = []
+    for a in addresses:
+        host = _host_part(a)
+        out.append(
+            ReplicaState(
+                id=f"{host}:{cfg.port}",
+                url=f"{cfg.scheme}://{host}:{cfg.port}",
+                kind=backend,
+                kv_capacity_blocks=cfg.kv_capacity_blocks,
+            )
+        )
+    return out
+
+
+def pool_replicas(pool_cfg: ModelPoolConfig, addresses: Iterable[str]) -> list[ReplicaState]:
+    """The static replicas of a pool, then the discovered ones not already listed (by id)."""
+    static = replica_states(pool_cfg)
+    if pool_cfg.discovery is None:
+        return static
+    ids = {r.id for r in static}
+    dynamic = [
+        r for r in discovered_states(pool_cfg.discovery, addresses, pool_cfg.backend) if r.id not in ids
+    ]
+    return static + dynamic
+
+
+def apply_addresses(state: GatewayState, pool: Pool, addresses: list[str]) -> tuple[set[str], set[str]]:
+    """Give the pool's router its static + discovered replicas; returns (added ids, removed ids)."""
+    router = pool.router
+    before = {r.id for r in router.replicas}
+    wanted = pool_replicas(pool.cfg, addresses)
+    after = {r.id for r in wanted}
+    if before == after:
+        return set(), set()
+    router.set_replicas(wanted)
+    if state.fleet is not None:
+        state.fleet.attach(p.router for p in state.pools.values())
+    return after - before, before - after
+
+
+async def refresh_pool(app: web.Application, model: str, resolver: Resolver) -> bool:
+    """Resolve one pool's name once and apply the answer; False when resolution failed."""
+    state = current_state(app)
+    pool = state.pools.get(model)
+    if pool is None or pool.cfg.discovery is None:
+        return False
+    cfg = pool.cfg.discovery
+    metrics = ops_metrics(state.metrics.registry)
+    try:
+        addresses = await resolver(cfg.dns, cfg.port)
+    except (OSError, UnicodeError, ValueError) as exc:
+        metrics.discovery_errors.labels(model).inc()
+        log.warning(
+            "discovery failed; keeping the last known replicas",
+            extra={"event": "discovery_error", "model": model, "error": type(exc).__name__},
+        )
+        return False
+    state = current_state(app)  # a reload may have happened while resolving
+    pool = state.pools.get(model)
+    if pool is None or pool.cfg.discovery != cfg:
+        return False
+    app[RUNTIME].discovered[model] = (cfg, addresses)
+    added, removed = apply_addresses(state, pool, addresses)
+    if added or removed:
+        metrics.discovery_changes.labels(model, "added").inc(len(added))
+        metrics.discovery_changes.labels(model, "removed").inc(len(removed))
+        log.info(
+            "discovery changed the replicas",
+            extra={"event": "discovery", "model": model, "added": sorted(added), "removed": sorted(removed)},
+        )
+    return True
+
+
+async def discovery_loop(app: web.Application, model: str, resolver: Resolver) -> None:
+    """Re-resolve one pool's name every ``interval_s`` (read afresh, so a reload's value applies)."""
+    while True:
+        await refresh_pool(app, model, resolver)
+        pool = current_state(app).pools.get(model)
+        if pool is None or pool.cfg.discovery is None:
+            return
+        await asyncio.sleep(pool.cfg.discovery.interval_s)
+
+
+def start_discovery(app: web.Application, resolver: Resolver | None = None, restart: bool = False) -> None:
+    """Start one loop per pool that has discovery (``restart``: restart them all, resolving at once);
+    stop the loops of pools that no longer have it."""
+    rt = app[RUNTIME]
+    resolver = resolver or rt.resolver or resolve_dns
+    state = current_state(app)
+    wanted = {name for name, pool in state.pools.items() if pool.cfg.discovery is not None}
+    for key in [k for k in rt.tasks if k.startswith("discovery:")]:
+        if key.removeprefix("discovery:") not in wanted:
+            rt.tasks.pop(key).cancel()
+    for name in wanted:
+        key = f"discovery:{name}"
+        task = rt.tasks.get(key)
+        if restart or task is None or task.done():
+            rt.start_task(key, discovery_loop(app, name, resolver))

@@ -1,0 +1,393 @@
+"""The gateway's KV-event listener: one bound ZMQ SUB socket per endpoint, feeding each precise pool's
+exact index (``router.exact_index``) from its replicas' vLLM KV-cache events.
+
+vLLM connects its PUB socket to a ``tcp://host:port`` endpoint, so the gateway binds and every replica
+connects, each under its own topic (``routing.kv_events.topics``, default the replica id). Per topic the
+sequence numbers are checked: a gap asks the replica's replay socket (``routing.kv_events.replay``) for
+the missed batches; when that is not configured or does not answer in time, the replica's entries are
+purged (the router uses its approximate index for it until its next batch). A sequence that restarts
+from 0 means the replica restarted: purge, then follow. On the first batch of a topic with a replay
+socket the listener also asks for everything from 0, to learn what the replica stored before the
+gateway bound its socket.
+
+Lifecycle: ``start_kv_events(app)`` at the end of startup, ``stop_kv_events(app)`` at cleanup. The
+listener reads the current state at every message, so a policy reload keeps the indexes (per pool
+name) and re-attaches them to the new routers; changing ``kv_events.bind`` needs a restart. With several
+worker processes only the first binds; the others log it and route approximately.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import weakref
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import aiohttp
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from gateway.fleet.vllm_info import parse_cache_config
+from gateway.process.state import current_state
+from router.exact_index import ExactIndex
+from router.kv_events import (
+    ApplyStats,
+    Batch,
+    DecodeError,
+    SeqTracker,
+    SeqVerdict,
+    apply_events,
+    decode_batch,
+)
+
+try:  # the 'precise' extra; only needed when a pool routes precisely
+    import zmq
+    import zmq.asyncio
+except ImportError:  # pragma: no cover - the dev extra installs it
+    zmq = None  # type: ignore[assignment]
+
+log = logging.getLogger("prefix_gateway")
+NS = "prefix_gateway"
+END_SEQ = -1
+_POLL_MS = 1000
+
+
+class KvEventMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.batches = Counter(
+            f"{NS}_kv_event_batches_total",
+            "KV-event batches applied per replica.",
+            ["replica"],
+            registry=registry,
+        )
+        self.gaps = Counter(
+            f"{NS}_kv_event_gaps_total",
+            "Sequence gaps per replica by outcome (replayed, purged, restart).",
+            ["replica", "outcome"],
+            registry=registry,
+        )
+        self.errors = Counter(
+            f"{NS}_kv_event_errors_total",
+            "Frames that could not be decoded or had an unknown topic.",
+            ["kind"],
+            registry=registry,
+        )
+        self.blocks = Gauge(
+            f"{NS}_kv_event_blocks",
+            "Blocks each replica holds according to its events.",
+            ["replica"],
+            registry=registry,
+        )
+
+
+_METRICS: weakref.WeakKeyDictionary[CollectorRegistry, KvEventMetrics] = weakref.WeakKeyDictionary()
+
+
+def kv_event_metrics(registry: CollectorRegistry) -> KvEventMetrics:
+    m = _METRICS.get(registry)
+    if m is None:
+        m = _METRICS[registry] = KvEventMetrics(registry)
+    return m
+
+
+@dataclass(slots=True)
+class Route:
+    pool: str
+    replica_id: str
+    block_size: int | None
+    replay: str | None
+
+
+@dataclass
+class Listener:
+    """One bound SUB socket and everything it feeds."""
+
+    app: web.Application
+    bind: str
+    ctx: zmq.asyncio.Context
+    sock: zmq.asyncio.Socket
+    indexes: dict[str, ExactIndex] = field(default_factory=dict)  # pool name -> its exact index
+    trackers: dict[bytes, SeqTracker] = field(default_factory=dict)
+    stats: dict[str, ApplyStats] = field(default_factory=dict)
+    routes: dict[bytes, Route] = field(default_factory=dict)
+    mismatched: set[str] = field(default_factory=set)  # replicas whose hashes can never match ours
+    _signature: int = 0
+    replay_timeout_s: float = 1.0
+
+    # -- the pools this socket serves (re-read after a reload) -------------------------------------------
+    def refresh(self) -> None:
+        """Re-read the pools when the state (reload) or a pool's replicas (discovery) changed."""
+        state = current_state(self.app)
+        signature = hash(
+            (
+                id(state),
+                *(
+                    (name, id(p.router), *(r.id for r in p.router.replicas))
+                    for name, p in state.pools.items()
+                ),
+            )
+        )
+        if signature == self._signature:
+            return
+        self._signature = signature
+        routes: dict[bytes, Route] = {}
+        for name, pool in state.pools.items():
+            rc = pool.cfg.routing
+            if rc.index != "precise" or rc.kv_events is None or rc.kv_events.bind != self.bind:
+                continue
+            idx = self.indexes.get(name)
+            if idx is None:
+                idx = self.indexes[name] = ExactIndex(rc.kv_events.speculative_ttl_s)
+            idx.speculative_ttl_s = rc.kv_events.speculative_ttl_s
+            self.replay_timeout_s = rc.kv_events.replay_timeout_s
+            pool.router.attach_exact(idx)
+            for r in pool.router.replicas:
+                topic = rc.kv_events.topic_of(r.id).encode()
+                routes[topic] = Route(name, r.id, rc.engine_block_size, rc.kv_events.replay.get(r.id))
+        self.routes = routes
+
+    # -- the loop ----------------------------------------------------------------------------------------
+    async def run(self) -> None:
+        metrics = kv_event_metrics(current_state(self.app).metrics.registry)
+        try:
+            while True:
+                self.refresh()
+                if not await self.sock.poll(_POLL_MS):
+                    continue
+                frames = await self.sock.recv_multipart()
+                await self.handle(frames, metrics)
+        finally:
+            self.close()
+
+    async def inspect(self, timeout_s: float = 2.0) -> None:
+        """Once at start: each replica's ``vllm:cache_config_info``. A replica whose block size or hash
+        algorithm differs from the pool's routing can never match the gateway's hashes: an error is
+        logged and its events are ignored (it is routed approximately). Its KV capacity bounds the
+        approximate index when the policy gives none."""
+        state = current_state(self.app)
+        targets = []
+        for route in self.routes.values():
+            pool = state.pools[route.pool]
+            replica = pool.router.replica(route.replica_id)
+            if replica is not None:
+                targets.append((pool, replica))
+        texts = await asyncio.gather(
+            *(_metrics_text(state.upstream.session, r.url, timeout_s) for _, r in targets)
+        )
+        for (pool, r), text in zip(targets, texts, strict=True):
+            info = parse_cache_config(text) if text else None
+            if info is None:
+                continue
+            rc = pool.cfg.routing
+            problems = []
+            if info.block_size != rc.engine_block_size:
+                problems.append(f"block size {info.block_size}, engine_block_size {rc.engine_block_size}")
+            if info.hash_algo is not None and info.hash_algo != rc.hash_algo:
+                problems.append(f"hash algo {info.hash_algo}, hash_algo {rc.hash_algo}")
+            if problems:
+                self.mismatched.add(r.id)
+                log.error(
+                    "kv events: replica cannot be matched precisely, routing it approximately",
+                    extra={"event": "kv_events_mismatch", "replica": r.id, "problems": problems},
+                )
+            if r.kv_capacity_blocks is None:
+                pool.router.set_capacity(r.id, max(1, info.num_blocks * info.block_size // rc.block_size))
+
+    async def catch_up(self) -> None:
+        """At start, ask each replica with a replay socket for its whole buffer (concurrently, each
+        bounded by ``replay_timeout_s``): what it stored before this gateway bound is then known before
+        the first request, and the replica is live without waiting for its next event."""
+        metrics = kv_event_metrics(current_state(self.app).metrics.registry)
+        todo = [(t, r) for t, r in self.routes.items() if r.replay and r.replica_id not in self.mismatched]
+        results = await asyncio.gather(*(self.replay(r, t, 0, None) for t, r in todo))
+        for (topic, route), batches in zip(todo, results, strict=True):
+            if batches is None:
+                continue
+            index = self.indexes[route.pool]
+            index.mark_live(route.replica_id)
+            tracker = self.trackers.setdefault(topic, SeqTracker())
+            for seq, batch in batches:
+                self.apply(route, index, batch)
+                tracker.advance(seq, batch.ts)
+            metrics.gaps.labels(route.replica_id, "caught_up").inc()
+
+    async def handle(self, frames: list[bytes], metrics: KvEventMetrics) -> None:
+        if len(frames) != 3 or len(frames[1]) != 8:
+            metrics.errors.labels("frames").inc()
+            return
+        topic, seq = frames[0], int.from_bytes(frames[1], "big", signed=True)
+        route = self.routes.get(topic)
+        if route is None:
+            metrics.errors.labels("unknown_topic").inc()
+            return
+        if route.replica_id in self.mismatched:
+            metrics.errors.labels("mismatched_replica").inc()
+            return
+        try:
+            batch = decode_batch(frames[2])
+        except DecodeError:
+            metrics.errors.labels("decode").inc()
+            return
+        index = self.indexes[route.pool]
+        tracker = self.trackers.setdefault(topic, SeqTracker())
+        verdict = tracker.check(seq, batch.ts)
+        rid = route.replica_id
+        if verdict is SeqVerdict.DUPLICATE:
+            return
+        if verdict is SeqVerdict.RESTART:
+            index.purge(rid)
+            metrics.gaps.labels(rid, "restart").inc()
+        if seq > 0 and verdict is not SeqVerdict.APPLY and (verdict is SeqVerdict.GAP or route.replay):
+            # Missed batches: after a gap, before the first batch seen, or of a restarted replica.
+            start = tracker.expected if verdict is SeqVerdict.GAP and tracker.expected is not None else 0
+            missed = await self.replay(route, topic, start, seq) if route.replay else None
+            if missed is None:
+                if verdict is SeqVerdict.GAP:
+                    index.purge(rid)
+                    metrics.gaps.labels(rid, "purged").inc()
+            else:
+                for _, b in missed:
+                    self.apply(route, index, b)
+                metrics.gaps.labels(rid, "replayed").inc()
+        self.apply(route, index, batch)
+        tracker.advance(seq, batch.ts)
+        metrics.batches.labels(rid).inc()
+        metrics.blocks.labels(rid).set(index.stats().held.get(rid, 0))
+
+    def apply(self, route: Route, index: ExactIndex, batch: Batch) -> None:
+        stats = self.stats.setdefault(route.replica_id, ApplyStats())
+        before = stats.block_size_mismatch
+        apply_events(index, route.replica_id, batch.events, route.block_size, stats)
+        if stats.block_size_mismatch > before and before == 0:
+            log.warning(
+                "kv events: block size differs from engine_block_size",
+                extra={
+                    "event": "kv_events_block_size",
+                    "replica": route.replica_id,
+                    "seen": sorted(stats.block_sizes),
+                },
+            )
+
+    async def replay(
+        self, route: Route, topic: bytes, start: int, end: int | None
+    ) -> list[tuple[int, Batch]] | None:
+        """Batches ``start <= seq < end`` (``end`` None: all the replica buffered) from its replay socket,
+        in order, or None when incomplete or unanswered in time."""
+        assert route.replay is not None
+        dealer = self.ctx.socket(zmq.DEALER)
+        dealer.setsockopt(zmq.LINGER, 0)
+        got: dict[int, Batch] = {}
+        try:
+            dealer.connect(route.replay)
+            await dealer.send_multipart([b"", start.to_bytes(8, "big")])
+            deadline = time.monotonic() + self.replay_timeout_s
+            for _ in range(1_000_000):  # bounded: the publisher's buffer holds at most its buffer_steps
+                left = deadline - time.monotonic()
+                if left <= 0 or not await dealer.poll(int(left * 1000) + 1):
+                    return None
+                frames = await dealer.recv_multipart()
+                if len(frames) != 4:
+                    return None
+                _, t, seq_b, payload = frames
+                seq = int.from_bytes(seq_b, "big", signed=True)
+                if seq == END_SEQ:
+                    break
+                if t == topic and seq >= start and (end is None or seq < end):
+                    got[seq] = decode_batch(payload)
+        except (zmq.ZMQError, DecodeError):
+            return None
+        finally:
+            dealer.close(0)
+        seqs = sorted(got)
+        if end is not None and seqs != list(range(start, end)):
+            return None
+        if end is None and seqs and seqs != list(range(seqs[0], seqs[-1] + 1)):
+            return None
+        return [(s, got[s]) for s in seqs]
+
+    def close(self) -> None:
+        if not self.sock.closed:
+            self.sock.close(0)
+
+
+async def _metrics_text(session: aiohttp.ClientSession, url: str, timeout_s: float) -> str | None:
+    try:
+        async with session.get(url + "/metrics", timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+            return await resp.text() if resp.status == 200 else None
+    except (aiohttp.ClientError, TimeoutError, OSError, UnicodeDecodeError):
+        return None
+
+
+_LISTENERS: weakref.WeakKeyDictionary[web.Application, list[Listener]] = weakref.WeakKeyDictionary()
+
+
+def _binds(app: web.Application) -> Iterable[str]:
+    seen: list[str] = []
+    for pool in current_state(app).pools.values():
+        rc = pool.cfg.routing
+        if rc.index == "precise" and rc.kv_events is not None and rc.kv_events.bind not in seen:
+            seen.append(rc.kv_events.bind)
+    return seen
+
+
+async def start_kv_events(app: web.Application) -> list[Listener]:
+    """Bind a SUB socket per distinct ``kv_events.bind`` of the precise pools and start listening."""
+    from gateway.process.runtime import RUNTIME
+
+    listeners: list[Listener] = []
+    ctx: zmq.asyncio.Context | None = None
+    binds = list(_binds(app))
+    if binds and zmq is None:
+        raise RuntimeError(
+            "routing index 'precise' needs pyzmq and msgpack (pip install 'prefix-gateway[precise]')"
+        )
+    for bind in binds:
+        ctx = ctx or zmq.asyncio.Context()
+        sock = ctx.socket(zmq.SUB)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.RCVHWM, 100_000)
+        sock.setsockopt(zmq.SUBSCRIBE, b"")
+        try:
+            sock.bind(bind)
+        except zmq.ZMQError as exc:
+            sock.close(0)
+            log.warning(
+                "kv events: cannot bind, routing approximately",
+                extra={"event": "kv_events_bind_failed", "bind": bind, "error": str(exc)},
+            )
+            continue
+        listener = Listener(app, bind, ctx, sock)
+        listener.refresh()
+        await listener.inspect()
+        await listener.catch_up()
+        listeners.append(listener)
+        app[RUNTIME].start_task(f"kv_events:{bind}", listener.run())
+    if listeners:
+        _LISTENERS[app] = listeners
+    elif ctx is not None:
+        ctx.term()
+    return listeners
+
+
+async def stop_kv_events(app: web.Application) -> None:
+    """Stop listening (idempotent): cancel the loops, close the sockets."""
+    from gateway.process.runtime import RUNTIME
+
+    listeners = _LISTENERS.pop(app, [])
+    rt = app.get(RUNTIME)
+    for listener in listeners:
+        task = rt.tasks.pop(f"kv_events:{listener.bind}", None) if rt is not None else None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        listener.close()
+    if listeners:
+        listeners[0].ctx.term()
+
+
+def listeners_of(app: web.Application) -> list[Listener]:
+    return list(_LISTENERS.get(app, []))

@@ -1,0 +1,111 @@
+"""Scrape each replica's /metrics for its own view of its load.
+
+One gateway pod only sees its own share of the traffic; the replica's ``num_requests_running`` and
+``num_requests_waiting`` include every pod's. The router ignores a report older than a few seconds, so a
+replica whose scrape fails falls back to the gateway's own in-flight count.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+import aiohttp
+from aiohttp import web
+from prometheus_client.parser import text_string_to_metric_families
+
+from gateway.fleet.vllm_info import cache_info_of, is_cache_config
+from gateway.process.state import GatewayState, current_state
+from router.pool import PoolRouter
+from router.replica import ReplicaState
+
+log = logging.getLogger("prefix_gateway")
+
+# Our name → the replica metrics that carry it (vLLM's current and older names, SGLang's).
+RUNNING = ("vllm:num_requests_running", "sglang:num_running_reqs")
+WAITING = ("vllm:num_requests_waiting", "sglang:num_queue_reqs")
+KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage")
+
+
+SGLANG_CAPACITY = "sglang:max_total_num_tokens"
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaLoad:
+    running: float | None
+    waiting: float | None
+    kv_usage: float | None
+    kv_capacity_tokens: int | None = None  # what its KV cache holds, when the replica says
+
+
+def parse_load(text: str) -> ReplicaLoad:
+    """Sum each gauge over its label sets (several engines or models behind one endpoint), and read
+    the KV capacity (vLLM's ``cache_config_info`` labels, SGLang's ``max_total_num_tokens``)."""
+    totals: dict[str, float] = {}
+    capacity: int | None = None
+    wanted = set(RUNNING + WAITING + KV_USAGE + (SGLANG_CAPACITY,))
+    for family in text_string_to_metric_families(text):
+        if is_cache_config(family.name):
+            info = cache_info_of(family)
+            if info is not None:
+                capacity = info.num_blocks * info.block_size
+            continue
+        if family.name not in wanted:
+            continue
+        for sample in family.samples:
+            if sample.name == family.name:
+                totals[family.name] = totals.get(family.name, 0.0) + sample.value
+
+    def first(names: tuple[str, ...]) -> float | None:
+        return next((totals[n] for n in names if n in totals), None)
+
+    if capacity is None and SGLANG_CAPACITY in totals:
+        capacity = int(totals[SGLANG_CAPACITY])
+    return ReplicaLoad(first(RUNNING), first(WAITING), first(KV_USAGE), capacity)
+
+
+async def scrape_one(session: aiohttp.ClientSession, url: str, timeout_s: float) -> ReplicaLoad | None:
+    try:
+        async with session.get(url + "/metrics", timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+            if resp.status != 200:
+                return None
+            text = await resp.text()
+    except (aiohttp.ClientError, TimeoutError, OSError, UnicodeDecodeError):
+        return None
+    try:
+        return parse_load(text)
+    except ValueError:
+        return None
+
+
+def learn_capacity(router: PoolRouter, replica: ReplicaState, tokens: int | None, learned: set[str]) -> None:
+    """Bound the replica's index by its real KV capacity, unless the policy gave one."""
+    if not tokens or (replica.kv_capacity_blocks is not None and replica.id not in learned):
+        return
+    blocks = max(1, tokens // router.cfg.block_size)
+    if replica.kv_capacity_blocks != blocks:
+        router.set_capacity(replica.id, blocks)
+        learned.add(replica.id)
+        log.info(
+            "replica KV capacity learnt",
+            extra={"event": "kv_capacity", "replica": replica.id, "blocks": blocks},
+        )
+
+
+async def scrape_loop(app: web.Application, interval_s: float, timeout_s: float) -> None:
+    learned: set[str] = set()  # replicas whose index bound came from their own metrics, not the policy
+    while True:
+        state: GatewayState = current_state(app)
+        targets = [
+            (pool.router, r) for pool in state.pools.values() for r in pool.router.replicas if r.healthy
+        ]
+        loads = await asyncio.gather(
+            *(scrape_one(state.upstream.session, r.url, timeout_s) for _, r in targets),
+            return_exceptions=True,
+        )
+        for (router, replica), load in zip(targets, loads, strict=True):
+            if isinstance(load, ReplicaLoad):
+                router.update_reported(replica.id, load.running, load.waiting, load.kv_usage)
+                learn_capacity(router, replica, load.kv_capacity_tokens, learned)
+        await asyncio.sleep(interval_s)

@@ -1,0 +1,318 @@
+"""One verdict per replica from three independent inputs, written to ``ReplicaState.healthy``.
+
+The router reads a single flag, ``ReplicaState.healthy``. Three things may take a replica out of the
+routing set, and none may override another, so this module is the only writer of that flag:
+
+    healthy = active_ok and breaker.allows_routing and not drained
+
+- ``active_ok``: the active checker's verdict (``gateway.fleet.probes.health_loop``);
+- the circuit breaker (``gateway.upstream.breaker``), fed by real requests through ``ObservedUpstream``;
+- ``drained``: an operator's ``POST /admin/replicas/{id}/drain``.
+
+An *ejected* replica (active check failing, or breaker open) also loses its prefix-index entries: its
+KV cache is gone or unknown, so predicting hits there would be wrong; they are re-registered (empty)
+when it comes back. A drained replica keeps them: it is alive, only taking no new work.
+
+Records are keyed by the replica's base URL (one physical server may serve several pools), and
+labelled in metrics by replica id. The ``FleetHealth`` object outlives reloads: the new state's pools
+are attached to the same records, so a reload does not reset breakers or drains.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import orjson
+
+from config.policy import BreakerConfig
+from gateway.observability.ops_metrics import OpsMetrics
+from gateway.upstream.breaker import STATE_VALUE, Breaker, FailureKind
+from gateway.upstream.client import Upstream, UpstreamFailure
+from router.pool import PoolRouter
+from router.replica import ReplicaState
+
+log = logging.getLogger("prefix_gateway")
+
+
+@dataclass(slots=True)
+class ReplicaHealth:
+    url: str
+    replica_id: str
+    breaker: Breaker
+    active_ok: bool = True
+    drained: bool = False
+    members: list[tuple[PoolRouter, ReplicaState]] = field(default_factory=list)
+    timer: asyncio.TimerHandle | None = None
+
+    @property
+    def ejected(self) -> bool:
+        return not self.active_ok or self.breaker.state == "open"
+
+    @property
+    def routable(self) -> bool:
+        return self.active_ok and not self.drained and self.breaker.allows_routing
+
+
+def base_url_of(url: str) -> str:
+    """The replica base URL of a request URL (``base + /v1/...``)."""
+    head, sep, _ = url.rpartition("/v1/")
+    return head if sep else url
+
+
+class FleetHealth:
+    def __init__(
+        self,
+        cfg: BreakerConfig,
+        metrics: OpsMetrics,
+        healthy_gauge: Any = None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.cfg = cfg
+        self.metrics = metrics
+        self.healthy_gauge = healthy_gauge  # GatewayMetrics.replica_healthy (routable), if given
+        self.clock = clock
+        self._by_url: dict[str, ReplicaHealth] = {}
+
+    # -- membership -----------------------------------------------------------------------------------
+    def attach(self, routers: Iterable[PoolRouter]) -> None:
+        """Bind records to the replicas of these routers (at start, after a reload or a discovery
+        change). Known URLs keep their breaker, active verdict and drain; URLs gone are forgotten."""
+        members: dict[str, list[tuple[PoolRouter, ReplicaState]]] = {}
+        ids: dict[str, str] = {}
+        for router in routers:
+            for replica in router.replicas:
+                members.setdefault(replica.url, []).append((router, replica))
+                ids.setdefault(replica.url, replica.id)
+        for url in set(self._by_url) - set(members):
+            rec = self._by_url.pop(url)
+            if rec.timer is not None:
+                rec.timer.cancel()
+            self._forget_labels(rec.replica_id)
+        for url, group in members.items():
+            rec = self._by_url.get(url)
+            if rec is None:
+                rec = self._by_url[url] = ReplicaHealth(url, ids[url], Breaker(self.cfg))
+                self.metrics.breaker_state.labels(rec.replica_id).set(0)
+            rec.members = group
+            rec.breaker.cfg = self.cfg
+            self.apply(rec)
+
+    def reconfigure(self, cfg: BreakerConfig) -> None:
+        """A reloaded policy's breaker settings (applied from the next transition on)."""
+        self.cfg = cfg
+        for rec in self._by_url.values():
+            rec.breaker.cfg = cfg
+
+    def _forget_labels(self, replica_id: str) -> None:
+        """A replica gone for good (discovery, reload) leaves no stale series behind."""
+        for gauge in (self.metrics.breaker_state, self.metrics.routable, self.healthy_gauge):
+            if gauge is None:
+                continue
+            with contextlib.suppress(KeyError):
+                gauge.remove(replica_id)
+
+    def records(self) -> list[ReplicaHealth]:
+        return list(self._by_url.values())
+
+    def get(self, url: str) -> ReplicaHealth | None:
+        return self._by_url.get(url)
+
+    def by_id(self, replica_id: str) -> list[ReplicaHealth]:
+        return [r for r in self._by_url.values() if r.replica_id == replica_id or r.url == replica_id]
+
+    # -- the one place that writes ReplicaState.healthy -----------------------------------------------
+    def apply(self, rec: ReplicaHealth) -> None:
+        routable = rec.routable if self.cfg.enabled else (rec.active_ok and not rec.drained)
+        ejected = rec.ejected if self.cfg.enabled else not rec.active_ok
+        for router, replica in rec.members:
+            known = replica.id in router.index.replica_ids()
+            if ejected and known:
+                router.index.drop_replica(replica.id)
+            elif not ejected and not known:
+                router.index.add_replica(
+                    replica.id, replica.kv_capacity_blocks or router.cfg.default_kv_capacity_blocks
+                )
+            replica.healthy = routable
+        self.metrics.routable.labels(rec.replica_id).set(1 if routable else 0)
+        if self.healthy_gauge is not None:
+            self.healthy_gauge.labels(rec.replica_id).set(1 if routable else 0)
+
+    # -- inputs ---------------------------------------------------------------------------------------
+    def set_active(self, url: str, ok: bool) -> None:
+        rec = self._by_url.get(url)
+        if rec is None or rec.active_ok == ok:
+            return
+        rec.active_ok = ok
+        log.log(
+            logging.INFO if ok else logging.WARNING,
+            "replica healthy again" if ok else "replica ejected",
+            extra={"event": "replica_up" if ok else "replica_down", "replica": rec.replica_id},
+        )
+        self.apply(rec)
+
+    def set_drained(self, replica_id: str, drained: bool) -> list[ReplicaHealth]:
+        recs = self.by_id(replica_id)
+        for rec in recs:
+            rec.drained = drained
+            self.apply(rec)
+        return recs
+
+    def before_send(self, url: str) -> bool:
+        """False: refuse this attempt (breaker open, or a half-open probe already in flight)."""
+        rec = self._by_url.get(url)
+        if rec is None or not self.cfg.enabled:
+            return True
+        was = rec.breaker.allows_routing
+        ok = rec.breaker.dispatch()
+        if was != rec.breaker.allows_routing:
+            self.apply(rec)  # the probe is out: no more requests until it answers
+        return ok
+
+    def answered(self, url: str) -> None:
+        rec = self._by_url.get(url)
+        if rec is None or not self.cfg.enabled:
+            return
+        was = rec.breaker.allows_routing
+        if rec.breaker.answered():
+            self._transition(rec, "closed")
+        if was != rec.breaker.allows_routing:
+            self.apply(rec)
+
+    def abandoned(self, url: str) -> None:
+        rec = self._by_url.get(url)
+        if rec is not None and rec.breaker.probe_in_flight:
+            rec.breaker.probe_in_flight = False
+            self.apply(rec)
+
+    def completed(self, url: str) -> None:
+        rec = self._by_url.get(url)
+        if rec is not None:
+            rec.breaker.completed()
+
+    def failed(self, url: str, kind: FailureKind) -> None:
+        rec = self._by_url.get(url)
+        if rec is None or not self.cfg.enabled:
+            return
+        if rec.breaker.failure(kind, self.clock()):
+            self._transition(rec, "open")
+            self.apply(rec)
+            self._schedule(rec)
+
+    # -- timers ---------------------------------------------------------------------------------------
+    def _schedule(self, rec: ReplicaHealth) -> None:
+        if rec.timer is not None:
+            rec.timer.cancel()
+        delay = max(0.0, rec.breaker.open_until - self.clock())
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop (pure tests): the caller polls
+            rec.timer = None
+            return
+        rec.timer = loop.call_later(delay, self.poll, rec.url)
+
+    def poll(self, url: str) -> None:
+        """Open → half-open once the open period passed (called by the timer)."""
+        rec = self._by_url.get(url)
+        if rec is None:
+            return
+        rec.timer = None
+        if rec.breaker.poll(self.clock()):
+            self._transition(rec, "half_open")
+            self.apply(rec)
+        elif rec.breaker.state == "open":
+            self._schedule(rec)
+
+    def _transition(self, rec: ReplicaHealth, to: str) -> None:
+        self.metrics.breaker_state.labels(rec.replica_id).set(STATE_VALUE[to])
+        self.metrics.breaker_transitions.labels(rec.replica_id, to).inc()
+        log.log(
+            logging.WARNING if to == "open" else logging.INFO,
+            f"circuit breaker {to}",
+            extra={"event": f"breaker_{to}", "replica": rec.replica_id},
+        )
+
+    def close(self) -> None:
+        for rec in self._by_url.values():
+            if rec.timer is not None:
+                rec.timer.cancel()
+                rec.timer = None
+
+    def snapshot(self, rec: ReplicaHealth) -> dict[str, Any]:
+        b = rec.breaker
+        return {
+            "active_ok": rec.active_ok,
+            "drained": rec.drained,
+            "breaker": b.state,
+            "breaker_open_for_s": round(max(0.0, b.open_until - self.clock()), 3) if b.state == "open" else 0,
+            "consecutive_transport_failures": b.transport_failures,
+            "consecutive_status_failures": b.status_failures,
+        }
+
+
+@dataclass(slots=True)
+class ObservedUpstream(Upstream):
+    """The upstream client, reporting each attempt's outcome to the replica's breaker.
+
+    Sits where failures are seen, so the proxy's attempt loop needs no breaker code: a refused
+    attempt raises ``UpstreamFailure("breaker_open")`` before any byte is sent, which the loop retries
+    on another replica like any failure before the first byte.
+    """
+
+    fleet: FleetHealth | None = None
+
+    async def open(self, url: str, body: bytes, headers: dict[str, str]) -> aiohttp.ClientResponse:
+        fleet = self.fleet
+        if fleet is None:
+            return await Upstream.open(self, url, body, headers)
+        base = base_url_of(url)
+        if not fleet.before_send(base):
+            raise UpstreamFailure("breaker_open", "the replica's circuit breaker is open")
+        try:
+            resp = await Upstream.open(self, url, body, headers)
+        except UpstreamFailure:
+            fleet.failed(base, "transport")
+            raise
+        except BaseException:
+            fleet.abandoned(base)  # cancelled (client went away): no verdict, but free a probe slot
+            raise
+        if resp.status >= 500:
+            fleet.failed(base, "status")
+        else:
+            fleet.answered(base)
+        return resp
+
+    async def read_all(self, resp: aiohttp.ClientResponse) -> bytes:
+        """The whole body; a 200 JSON answer that does not parse is a failure of the replica (retried
+        elsewhere by the attempt loop, since nothing reached the client yet)."""
+        try:
+            data = await Upstream.read_all(self, resp)
+            if resp.status == 200 and resp.content_type == "application/json":
+                try:
+                    orjson.loads(data)
+                except orjson.JSONDecodeError:
+                    raise UpstreamFailure("protocol", "the replica answered invalid JSON") from None
+        except UpstreamFailure:
+            if self.fleet is not None:
+                self.fleet.failed(base_url_of(str(resp.url)), "transport")
+            raise
+        if self.fleet is not None and resp.status < 500:
+            self.fleet.completed(base_url_of(str(resp.url)))
+        return data
+
+    async def iter_chunks(self, resp: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in Upstream.iter_chunks(self, resp):
+                yield chunk
+        except UpstreamFailure:
+            if self.fleet is not None:
+                self.fleet.failed(base_url_of(str(resp.url)), "transport")
+            raise
+        if self.fleet is not None:
+            self.fleet.completed(base_url_of(str(resp.url)))

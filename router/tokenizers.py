@@ -30,6 +30,9 @@ class Tokens:
 
 class Tokenizer(Protocol):
     name: str
+    # Characters a token holds on average, to estimate a prompt's tokens before encoding it (e.g. the
+    # tenant limiter's reservation); never used where the real count is known.
+    chars_per_token: int
 
     def encode(self, text: str) -> Tokens: ...
 
@@ -48,6 +51,7 @@ class ApproxTokenizer:
         if bytes_per_token < 1:
             raise ValueError("bytes_per_token must be at least 1")
         self.bytes_per_token = bytes_per_token
+        self.chars_per_token = bytes_per_token
 
     def encode(self, text: str) -> Tokens:
         data = text.encode("utf-8", "surrogatepass")
@@ -58,6 +62,7 @@ class HFTokenizer:
     """The ``tokenizers`` library with a local ``tokenizer.json``, loaded at first use."""
 
     name = "hf"
+    chars_per_token = 4  # BPE vocabularies of current models average about 4 characters a token
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)

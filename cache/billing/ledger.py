@@ -5,7 +5,8 @@ False when that request was already recorded (a retried write never counts twice
 by any of ``tenant``, ``model``, ``day`` (UTC) and ``source``, over ``[since, until)``.
 
 Implementations: ``cache.billing.ledger_sqlite.SqliteLedger`` (embedded, one file) and
-``cache.billing.ledger_redis.RedisLedger`` (shared by pods). ``open_ledger`` builds the configured one.
+``cache.billing.ledger_redis.RedisLedger`` (shared by pods); ``cache.billing.ledgers.open_ledger`` builds
+the configured one.
 """
 
 from __future__ import annotations
@@ -13,14 +14,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from cache.billing.pricing import KINDS, KindCounts, LineItem
-
-if TYPE_CHECKING:
-    import redis.asyncio as aioredis
-
-    from config.billing import LedgerConfig
 
 GROUP_KEYS: tuple[str, ...] = ("tenant", "model", "day", "source")
 DAY_MS = 86_400_000
@@ -216,24 +212,3 @@ class Ledger(Protocol):
     ) -> list[UsageRow]: ...
 
     async def close(self) -> None: ...
-
-
-async def open_ledger(
-    cfg: LedgerConfig, redis_client: aioredis.Redis | None = None, key_prefix: str = "pgw"
-) -> Ledger:
-    """The ledger the policy asks for. ``kind: redis`` needs the gateway's Redis client."""
-    if cfg.kind == "redis":
-        if redis_client is None:
-            raise ValueError("billing.ledger.kind is 'redis' but no Redis is configured (redis.url)")
-        from cache.billing.ledger_redis import RedisLedger
-
-        return RedisLedger(
-            redis_client,
-            key_prefix=key_prefix,
-            stream_maxlen=cfg.stream_maxlen,
-            counters_ttl_days=cfg.counters_ttl_days,
-            idempotency_ttl_s=cfg.idempotency_ttl_s,
-        )
-    from cache.billing.ledger_sqlite import SqliteLedger
-
-    return await SqliteLedger.open(cfg.path, synchronous=cfg.synchronous)

@@ -7,12 +7,12 @@ from aiohttp import web
 
 from cache.keys import tenant_tag
 from gateway.errors import GatewayError
-from gateway.process.state import current_state
+from gateway.process.process import PROCESS
 
 
 async def purge(request: web.Request) -> web.Response:
     """Body ``{"tenant": "<id>"}`` (every entry of that tenant's salt) or ``{"key": "v1:..."}``."""
-    state = current_state(request.app)
+    state = request.app[PROCESS].state
     if state.cache is None:
         raise GatewayError(404, "the response cache is disabled in this policy", code="cache_disabled")
     try:

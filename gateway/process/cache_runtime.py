@@ -1,7 +1,8 @@
 """The response cache's moving parts for one gateway process: store, coalescer, buckets.
 
-Memory when the policy names no Redis (the embedded default), Redis when it does: then every gateway
-pod shares entries, coalescing leases and buckets. Redis failures are counted and logged (at most once
+Memory when the policy names no Redis (the embedded default), Redis when it does (the process's
+client, which this runtime uses and never closes): then every gateway pod shares entries, coalescing
+leases and buckets. Redis failures are counted and logged (at most once
 per interval) and fail open, except the tenant limiter, which follows ``tenant_limits.fail_mode``.
 """
 
@@ -16,7 +17,7 @@ import redis.asyncio as aioredis
 from cache.buckets import Buckets, KeyGate, MemoryBuckets, RedisBuckets, TenantLimiter
 from cache.coalesce import Coalescer
 from cache.store import MemoryStore, ResponseStore
-from cache.store_redis import RedisStore, connect
+from cache.store_redis import RedisStore
 from config.cache import CacheConfig
 from config.policy import Policy
 from gateway.observability.metrics import GatewayMetrics
@@ -31,13 +32,10 @@ class CacheRuntime:
     coalescer: Coalescer
     gate: KeyGate
     limiter: TenantLimiter
-    redis: aioredis.Redis | None
 
     async def close(self) -> None:
         await self.coalescer.close()
         await self.store.close()
-        if self.redis is not None:
-            await self.redis.aclose()
 
 
 class RedisErrorLog:
@@ -50,7 +48,7 @@ class RedisErrorLog:
 
     def hook(self, component: str):  # type: ignore[no-untyped-def]
         def on_error(op: str, exc: BaseException) -> None:
-            self.metrics.redis_errors.labels(component, op).inc()
+            self.metrics.child(self.metrics.redis_errors, component, op).inc()
             now = time.monotonic()
             if now - self._last.get(component, -1e9) >= self.interval_s:
                 self._last[component] = now
@@ -67,15 +65,17 @@ class RedisErrorLog:
         return on_error
 
 
-def build_cache_runtime(policy: Policy, metrics: GatewayMetrics) -> CacheRuntime:
+def build_cache_runtime(
+    policy: Policy, metrics: GatewayMetrics, redis: aioredis.Redis | None
+) -> CacheRuntime:
+    """The cache of ``policy``; ``redis`` is the process's client (None when the policy names none)."""
     cfg = policy.cache
     errors = RedisErrorLog(metrics)
-    use_redis = cfg.store == "redis" or (cfg.store == "auto" and policy.redis.url is not None)
     redis_client: aioredis.Redis | None = None
-    if use_redis:
-        if policy.redis.url is None:
+    if cfg.store == "redis" or (cfg.store == "auto" and redis is not None):
+        if redis is None:
             raise ValueError("cache.store is 'redis' but redis.url is not set")
-        redis_client = connect(policy.redis.url, policy.redis.socket_timeout_s, policy.redis.max_connections)
+        redis_client = redis
     prefix = policy.redis.key_prefix
     store: ResponseStore
     buckets: Buckets
@@ -122,4 +122,4 @@ def build_cache_runtime(policy: Policy, metrics: GatewayMetrics) -> CacheRuntime
         tokens_per_min=limits.tokens_per_min,
     )
     configs = {m.name: cfg.for_model(m.name) for m in policy.models}
-    return CacheRuntime(configs, store, coalescer, gate, limiter, redis_client)
+    return CacheRuntime(configs, store, coalescer, gate, limiter)

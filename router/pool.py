@@ -80,7 +80,8 @@ class PoolRouter:
         """Replace the fleet (discovery). Replicas that stay keep their counters and index entries.
 
         A staying replica keeps its ``ReplicaState`` object (decisions in flight point at it) and takes the
-        new url, kind, weight and capacity; a removed one is dropped from the index.
+        new url, kind, weight and capacity; a removed one is dropped from the index. ``healthy`` is not
+        copied: its one writer is the fleet's health (``gateway.upstream.health``).
         """
         ids = [r.id for r in replicas]
         if len(ids) != len(set(ids)):
@@ -95,7 +96,6 @@ class PoolRouter:
                     r.weight,
                     r.kv_capacity_blocks,
                 )
-                old.healthy = r.healthy
                 r = old
             new.append(r)
             self.index.add_replica(r.id, r.kv_capacity_blocks or self.cfg.default_kv_capacity_blocks)

@@ -175,6 +175,39 @@ def in_range(ts_ms: int, since_ms: int | None, until_ms: int | None) -> bool:
     return (since_ms is None or ts_ms >= since_ms) and (until_ms is None or ts_ms < until_ms)
 
 
+@dataclass(frozen=True, slots=True)
+class Query:
+    """One usage query, checked and converted once: what each ledger's ``query`` starts from."""
+
+    tenant: str | None
+    model: str | None
+    since_ms: int | None
+    until_ms: int | None
+    group_by: tuple[str, ...]
+
+    @classmethod
+    def of(
+        cls,
+        tenant: str | None = None,
+        model: str | None = None,
+        since: TimeArg = None,
+        until: TimeArg = None,
+        group_by: Sequence[str] = ("tenant", "model"),
+    ) -> Query:
+        return cls(tenant, model, to_ms(since), to_ms(until), check_group_by(group_by))
+
+    def selects(self, tenant: str, model: str) -> bool:
+        return (self.tenant is None or tenant == self.tenant) and (self.model is None or model == self.model)
+
+    def add(
+        self, acc: dict[GroupKey, Sums], item: LineItem, since_ms: int | None, until_ms: int | None
+    ) -> None:
+        """Count ``item`` in its group if the query (within ``[since_ms, until_ms)``) selects it."""
+        if self.selects(item.tenant, item.model) and in_range(item.ts_ms, since_ms, until_ms):
+            key = group_key(self.group_by, item.tenant, item.model, day_of(item.ts_ms), item.source)
+            acc.setdefault(key, Sums()).add_item(item)
+
+
 def aggregate(
     items: Iterable[LineItem],
     *,
@@ -184,18 +217,11 @@ def aggregate(
     until: TimeArg = None,
     group_by: Sequence[str] = ("tenant", "model"),
 ) -> list[UsageRow]:
-    """The reference query over line items in memory (the Redis stream path uses it; tests compare)."""
-    gb = check_group_by(group_by)
-    since_ms, until_ms = to_ms(since), to_ms(until)
+    """The reference query over line items in memory (tests compare the ledgers with it)."""
+    q = Query.of(tenant, model, since, until, group_by)
     acc: dict[GroupKey, Sums] = {}
     for it in items:
-        if tenant is not None and it.tenant != tenant:
-            continue
-        if model is not None and it.model != model:
-            continue
-        if not in_range(it.ts_ms, since_ms, until_ms):
-            continue
-        acc.setdefault(group_key(gb, it.tenant, it.model, day_of(it.ts_ms), it.source), Sums()).add_item(it)
+        q.add(acc, it, q.since_ms, q.until_ms)
     return rows_from_sums(acc)
 
 

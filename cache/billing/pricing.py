@@ -77,19 +77,22 @@ class ModelPrices:
     price_version: str = "default"
 
 
+_DEFAULT_RULES = RulesConfig()  # the documented rules: one source for their defaults
+
+
 @dataclass(frozen=True, slots=True)
 class Rules:
-    implicit_cached_pct: int = 20
-    implicit_min_tokens: int = 256
-    explicit_create_pct: int = 125
-    explicit_hit_pct: int = 10
-    explicit_ttl_s: float = 300.0
-    explicit_min_tokens: int = 1024
-    max_markers: int = 4
-    response_cache_input_pct: int = 0
-    response_cache_output_pct: int = 0
-    coalesced_input_pct: int = 0
-    coalesced_output_pct: int = 0
+    implicit_cached_pct: int = _DEFAULT_RULES.implicit_cached_pct
+    implicit_min_tokens: int = _DEFAULT_RULES.implicit_min_tokens
+    explicit_create_pct: int = _DEFAULT_RULES.explicit_create_pct
+    explicit_hit_pct: int = _DEFAULT_RULES.explicit_hit_pct
+    explicit_ttl_s: float = _DEFAULT_RULES.explicit_ttl_s
+    explicit_min_tokens: int = _DEFAULT_RULES.explicit_min_tokens
+    max_markers: int = _DEFAULT_RULES.max_markers
+    response_cache_input_pct: int = _DEFAULT_RULES.response_cache_input_pct
+    response_cache_output_pct: int = _DEFAULT_RULES.response_cache_output_pct
+    coalesced_input_pct: int = _DEFAULT_RULES.coalesced_input_pct
+    coalesced_output_pct: int = _DEFAULT_RULES.coalesced_output_pct
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,19 +26,19 @@ class AdvisorConfig(BaseModel):
         description="a sketch covers this long, then advice is kept and it restarts",
     )
     max_sketches: int = Field(
-        256,
+        128,
         ge=1,
         le=100_000,
         description="(tenant, model) pairs sketched at once; the least recent is dropped",
     )
     recent_blocks: int = Field(
-        16_384,
+        8192,
         ge=256,
         le=1 << 22,
         description="slots of a sketch's table of recent block hashes (rounded up to a power of two)",
     )
     top_chunks: int = Field(
-        1024,
+        512,
         ge=16,
         le=65_536,
         description="repeated chunks a sketch tracks (it holds at most twice this many entries)",

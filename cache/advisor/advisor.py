@@ -3,7 +3,7 @@
 Request path (phase 2 wires it after routing): ``if advisor.sampled(): advisor.observe(...)``. The
 unsampled path costs one random draw; a sampled observation is O(prompt) (about 150 µs for a
 1,400-token prompt on this machine, ``python -m bench.advisor``), so the average stays at a few µs at
-the default 2 % rate.
+the default 1 % rate.
 
 Memory is bounded by construction: at most ``max_sketches`` sketches (the least recently observed is
 dropped past it), each within ``SketchShape.memory_bound_bytes``; plus one price-free snapshot per

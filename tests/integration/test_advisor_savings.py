@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from dataclasses import replace
 
 import pytest
@@ -17,18 +16,6 @@ from cache.billing.pricing import ExplicitOutcome, ModelPrices, RequestUsage, Ru
 DAY0 = 1_790_000_000_000 - 1_790_000_000_000 % 86_400_000
 PRICES = ModelPrices(3_000_000, 15_000_000)
 RULES = Rules()
-
-
-@pytest.fixture(params=["sqlite", "redis"])
-async def ledger(request, tmp_path, redis_url) -> AsyncIterator[SqliteLedger | RedisLedger]:
-    if request.param == "sqlite":
-        led = await SqliteLedger.open(str(tmp_path / "ledger.db"))
-        yield led
-        await led.close()
-    else:
-        client = aioredis.from_url(redis_url)
-        yield RedisLedger(client, key_prefix="adv", stream_maxlen=10_000)
-        await client.aclose()
 
 
 def _bill(

@@ -7,7 +7,8 @@ after the previous cut (FastCDC's cut-point skipping and its hard maximum). Repe
 yields the same chunks wherever it sits, also after variable-length content: two prompts that differ
 before a span fall back into step at the span's first cut, one chunk in on average.
 
-Why this shape (measured on this machine, a 5,000-byte prompt, ``python -m bench.advisor --micro``):
+Why this shape (measured once while choosing it, on this 2-core machine, a 5,000-byte prompt; the
+whole observation's cost is ``python -m bench.advisor --micro``):
 - the hash is a windowed *sum* of table values rather than Gear's shift-and-add, because the sum is a
   prefix-sum difference that numpy computes for the whole prompt in a few calls: about 50 µs against
   about 1,000 µs for a Gear loop in Python;

@@ -1,8 +1,9 @@
 """Root model of the YAML policy.
 
 Each section lives beside its owner's concerns: routing in ``config/routing.py``, the response cache in
-``config/cache.py``, billing in ``config/billing.py``. Unknown keys are rejected everywhere so a typo
-in a policy is an error at load time, not a silently ignored setting.
+``config/cache.py``, billing in ``config/billing.py``, the layout advisor in ``config/advisor.py``.
+Unknown keys are rejected everywhere so a typo in a policy is an error at load time, not a silently
+ignored setting.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from typing import Literal
 
 from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from config.advisor import AdvisorConfig
 from config.billing import BillingConfig
 from config.cache import CacheConfig
 from config.routing import RoutingConfig
@@ -247,6 +249,7 @@ class Policy(_Strict):
     redis: RedisConfig = Field(default_factory=RedisConfig)
     cache: CacheConfig = Field(default_factory=CacheConfig)
     billing: BillingConfig = Field(default_factory=BillingConfig)
+    advisor: AdvisorConfig = Field(default_factory=AdvisorConfig)
 
     @model_validator(mode="after")
     def _unique_models(self) -> Policy:

@@ -15,6 +15,7 @@ from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, field_validator, 
 from config.advisor import AdvisorConfig
 from config.billing import BillingConfig
 from config.cache import CacheConfig
+from config.protocols import LoraConfig, ProtocolsConfig, TracingConfig
 from config.routing import RoutingConfig
 
 BackendKind = Literal["vllm", "sglang", "openai"]
@@ -170,6 +171,7 @@ class ModelPoolConfig(_Strict):
     replicas: list[ReplicaConfig] = Field(default_factory=list)
     discovery: DiscoveryConfig | None = Field(None, description="replicas from DNS, besides `replicas`")
     routing: RoutingConfig = Field(default_factory=RoutingConfig)
+    lora: LoraConfig = Field(default_factory=LoraConfig)
 
     @model_validator(mode="after")
     def _unique_replicas(self) -> ModelPoolConfig:
@@ -250,13 +252,16 @@ class Policy(_Strict):
     cache: CacheConfig = Field(default_factory=CacheConfig)
     billing: BillingConfig = Field(default_factory=BillingConfig)
     advisor: AdvisorConfig = Field(default_factory=AdvisorConfig)
+    protocols: ProtocolsConfig = Field(default_factory=ProtocolsConfig)
+    tracing: TracingConfig = Field(default_factory=TracingConfig)
 
     @model_validator(mode="after")
     def _unique_models(self) -> Policy:
         names = [m.name for m in self.models]
+        names += [a.name for m in self.models for a in m.lora.adapters]
         dup = {n for n in names if names.count(n) > 1}
         if dup:
-            raise ValueError(f"model names must be unique, repeated: {sorted(dup)}")
+            raise ValueError(f"model and adapter names must be unique, repeated: {sorted(dup)}")
         return self
 
     def pool(self, name: str) -> ModelPoolConfig | None:

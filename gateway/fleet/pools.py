@@ -18,10 +18,28 @@ class Pool:
     def name(self) -> str:
         return self.cfg.name
 
+    def adapters(self) -> set[str]:
+        """LoRA adapters of this model: those the policy names and those its replicas list."""
+        names = {a.name for a in self.cfg.lora.adapters}
+        for replica in self.router.replicas:
+            names.update(replica.adapters)
+        return names
+
     @property
     def sends_cache_salt(self) -> bool:
         """vLLM and SGLang isolate prefix-cache blocks by ``cache_salt``; an OpenAI backend rejects it."""
         return self.cfg.backend in ("vllm", "sglang")
+
+
+def find_pool(pools: dict[str, Pool], model: str) -> tuple[Pool | None, str | None]:
+    """The pool serving ``model`` and the adapter it names: (the pool, None) for a base model."""
+    pool = pools.get(model)
+    if pool is not None:
+        return pool, None
+    for pool in pools.values():
+        if model in pool.adapters():
+            return pool, model
+    return None, None
 
 
 def replica_states(cfg: ModelPoolConfig) -> list[ReplicaState]:

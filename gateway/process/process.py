@@ -2,8 +2,8 @@
 
 A ``Process`` owns the metrics registry, the lifecycle hooks, the fleet's health (breakers, active
 verdicts, drains), the Redis client and its pool (when the policy names Redis), the billing ledger,
-admission, the background tasks (health checks, load scrape, discovery, the policy file watch,
-KV events), the draining flag, and the current ``State``: the policy-derived part, which a reload
+admission, the background tasks (health checks, load scrape, LoRA adapters, discovery, the policy
+file watch, KV events), LoRA adapter loads in flight, the draining flag, and the current ``State``: the policy-derived part, which a reload
 swaps (``swap``).
 
 ``open`` and ``close`` run from the app's cleanup context (aiohttp ``cleanup_ctx``): every resource
@@ -26,6 +26,7 @@ from aiohttp import web
 from cache.store_redis import connect
 from config.policy import Policy
 from gateway.fleet import probes, scrape
+from gateway.fleet.adapters import AdapterLoader, adapters_loop
 from gateway.fleet.discovery import start_discovery
 from gateway.fleet.kv_events import Listener, start_kv_events, stop_kv_events
 from gateway.observability.metrics import GatewayMetrics
@@ -62,6 +63,7 @@ class Process:
     discovered: dict[str, tuple[Any, list[str]]] = field(default_factory=dict)
     kv_listeners: list[Listener] = field(default_factory=list)
     reload_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    adapter_loader: AdapterLoader = field(default_factory=AdapterLoader)  # LoRA loads in flight
     # Run in order after in-flight requests drained (or the drain period ended), before the upstream
     # session closes: e.g. flushing something. Exceptions are logged.
     shutdown_hooks: list[ShutdownHook] = field(default_factory=list)
@@ -143,7 +145,7 @@ class Process:
 
     def start_loops(self, policy: Policy) -> None:
         """(Re)start the loops whose settings come from the policy (they read ``self.state`` afresh)."""
-        for name in ("health", "scrape", "watch"):
+        for name in ("health", "scrape", "watch", "adapters"):
             task = self.tasks.pop(name, None)
             if task is not None:
                 task.cancel()
@@ -154,6 +156,8 @@ class Process:
             self.start_task(
                 "scrape", scrape.scrape_loop(self, policy.scrape.interval_s, policy.scrape.timeout_s)
             )
+        if any(m.lora.discover for m in policy.models):
+            self.start_task("adapters", adapters_loop(self))
         if policy.reload.watch_interval_s > 0 and self.policy_path is not None:
             self.start_task("watch", watch_file(self, policy.reload.watch_interval_s))
 

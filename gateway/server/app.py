@@ -5,8 +5,9 @@
 billing, tenant refunds, metrics and the access log), and the routes: the public ones
 (``gateway.server.endpoints``) and the admin API (``gateway.admin``).
 
-One middleware does what every request needs, in this order: OpenAI-format errors for anything that
-escapes (404, 405, an unexpected exception: never a crash); a POST body read within
+One middleware does what every request needs, in this order: errors in the format of the API the path
+speaks (OpenAI's, Anthropic's on ``/v1/messages``) for anything that escapes (404, 405, an unexpected
+exception: never a crash); a POST body read within
 ``limits.body_timeout_s``; process admission for inference requests (at most
 ``limits.max_concurrent_requests`` at once, others queued, bounded).
 """
@@ -19,12 +20,13 @@ from aiohttp import web
 
 from config.policy import Policy
 from gateway.admin.routes import add_admin_routes
-from gateway.errors import GatewayError, error_response
+from gateway.errors import GatewayError
 from gateway.observability.metrics import GatewayMetrics
 from gateway.pipeline import billing, dispatch, limits, observe
+from gateway.pipeline.protocols.openai import FRONTEND as OPENAI
 from gateway.process.process import PROCESS, Process, process_context
 from gateway.server.conn_guard import GatewayRunner, read_body_within
-from gateway.server.endpoints import INFERENCE_PATHS, add_public_routes
+from gateway.server.endpoints import FRONTEND_BY_PATH, INFERENCE_PATHS, add_public_routes
 
 HOOKS = (dispatch.install, billing.install, limits.install, observe.install)
 
@@ -32,6 +34,7 @@ HOOKS = (dispatch.install, billing.install, limits.install, observe.install)
 @web.middleware
 async def gateway_middleware(request: web.Request, handler):  # type: ignore[no-untyped-def]
     process = request.app[PROCESS]
+    error_response = FRONTEND_BY_PATH.get(request.path, OPENAI).error
     try:
         if request.method != "POST":
             return await handler(request)

@@ -1,0 +1,112 @@
+"""The front ends' pure maps (Responses and Anthropic Messages onto chat) and the conversation
+store's bounds."""
+
+from __future__ import annotations
+
+import pytest
+
+from cache.conversations import MemoryConversations
+from config.protocols import ResponseStoreConfig
+from gateway.errors import GatewayError
+from gateway.pipeline.protocols import messages, responses
+from router.prompt import render_prompt
+
+
+def test_responses_items_map_onto_chat_in_reading_order() -> None:
+    items = responses.input_items(
+        [
+            {"role": "developer", "content": "rules"},
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]},
+            {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+            {"type": "function_call", "call_id": "c2", "name": "g", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c1", "output": "42"},
+            {"type": "reasoning", "summary": []},
+            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "ok"}]},
+        ]
+    )
+    chat = responses.to_messages("be brief", items)
+    assert [m["role"] for m in chat] == ["system", "system", "user", "assistant", "tool", "assistant"]
+    assert chat[2]["content"] == "hi"
+    assert [c["id"] for c in chat[3]["tool_calls"]] == ["c1", "c2"]  # consecutive calls: one turn
+    assert chat[4] == {"role": "tool", "tool_call_id": "c1", "content": "42"}
+
+
+def test_a_follow_up_renders_as_the_previous_turn_plus_more() -> None:
+    turn1 = responses.input_items("first")
+    body = {"model": "m", "instructions": "sys"}
+    out1 = [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "one"}]}]
+    first = render_prompt("chat", responses.to_chat({**body, "input": "first"}, turn1))
+    follow = responses.to_chat({**body, "input": "next"}, turn1 + out1 + responses.input_items("next"))
+    assert render_prompt("chat", follow).startswith(first)
+
+
+def test_response_format_and_tools_map_onto_chat() -> None:
+    chat = responses.to_chat(
+        {
+            "model": "m",
+            "input": "x",
+            "max_output_tokens": 7,
+            "tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}}],
+            "tool_choice": {"type": "function", "name": "f"},
+            "text": {"format": {"type": "json_schema", "name": "s", "schema": {"type": "object"}}},
+        },
+        responses.input_items("x"),
+    )
+    assert chat["max_tokens"] == 7
+    assert chat["tools"] == [
+        {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    ]
+    assert chat["tool_choice"] == {"type": "function", "function": {"name": "f"}}
+    assert chat["response_format"]["json_schema"]["name"] == "s"
+    with pytest.raises(GatewayError):
+        responses.to_chat({"model": "m", "input": "x", "tools": [{"type": "file_search"}]}, [])
+
+
+def test_anthropic_cache_control_stays_where_the_client_put_it() -> None:
+    marker = {"type": "ephemeral"}
+    chat = messages.to_chat(
+        {
+            "model": "m",
+            "max_tokens": 5,
+            "system": [{"type": "text", "text": "long rules", "cache_control": marker}],
+            "tools": [{"name": "t", "input_schema": {"type": "object"}, "cache_control": marker}],
+            "messages": [
+                {"role": "user", "content": [{"type": "text", "text": "q", "cache_control": marker}]},
+                {
+                    "role": "assistant",
+                    "content": [{"type": "tool_use", "id": "u1", "name": "t", "input": {"a": 1}}],
+                },
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "u1", "content": "r"}]},
+            ],
+            "stop_sequences": ["END"],
+            "tool_choice": {"type": "any"},
+        }
+    )
+    assert chat["messages"][0] == {
+        "role": "system",
+        "content": [{"type": "text", "text": "long rules", "cache_control": marker}],
+    }
+    assert chat["messages"][1]["content"][0]["cache_control"] == marker
+    assert chat["messages"][2]["tool_calls"][0]["function"] == {"name": "t", "arguments": '{"a":1}'}
+    assert chat["messages"][3] == {"role": "tool", "tool_call_id": "u1", "content": "r"}
+    assert chat["tools"][0]["cache_control"] == marker
+    assert (chat["stop"], chat["tool_choice"], chat["max_tokens"]) == (["END"], "required", 5)
+
+
+async def test_memory_store_is_bounded_in_entries_bytes_and_time() -> None:
+    now = [0.0]
+    cfg = ResponseStoreConfig(max_entries=3, max_bytes=2048, ttl_s=10, max_record_bytes=1024)
+    store = MemoryConversations(cfg, clock=lambda: now[0])
+    for i in range(5):
+        assert await store.put("t", f"r{i}", {"response": {"n": i}, "items": []})
+    assert len(store) == 3 and await store.get("t", "r0") is None  # oldest dropped first
+    assert await store.get("t", "r4") == {"response": {"n": 4}, "items": []}
+    assert await store.get("other", "r4") is None  # per tenant
+    assert not await store.put("t", "big", {"response": {"x": "y" * 2000}, "items": []})
+    for i in range(3):
+        await store.put("t", f"m{i}", {"response": {"x": "y" * 900}, "items": []})
+    assert store.bytes <= 2048 and len(store) == 2
+    now[0] = 11.0
+    assert await store.get("t", "m2") is None  # expired
+    assert await store.delete("t", "m1") and not await store.delete("t", "m1")
+    assert store.bytes == 0

@@ -82,18 +82,19 @@ class AdapterLoader:
 
     async def ensure(
         self, session: aiohttp.ClientSession, replica: ReplicaState, name: str, path: str, timeout_s: float
-    ) -> bool:
-        """True once ``replica`` serves ``name`` (already, or loaded now)."""
+    ) -> str:
+        """``loaded`` (by this call), ``present`` (it served it already, or a concurrent call loaded it)
+        or ``failed``."""
         if name in replica.adapters:
-            return True
+            return "present"
         # One lock per (replica, adapter) the policy lets us load: bounded by the policy's lists.
         async with self._loading.setdefault((replica.url, name), asyncio.Lock()):
             if name in replica.adapters:
-                return True
+                return "present"
             if not await _load(session, replica.url, name, path, timeout_s):
-                return False
+                return "failed"
             replica.adapters = replica.adapters | {name}
-            return True
+            return "loaded"
 
 
 async def _load(session: aiohttp.ClientSession, url: str, name: str, path: str, timeout_s: float) -> bool:

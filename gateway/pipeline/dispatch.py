@@ -192,9 +192,10 @@ async def _with_adapter(ctx: RequestContext, decision: Decision) -> None:
     assert path is not None and ctx.pool is not None  # else the adapter filter kept only its servers
     lora, metrics = ctx.pool.cfg.lora, ctx.process.metrics
     session = ctx.state.upstream.session
-    ok = await ctx.process.adapter_loader.ensure(session, replica, adapter, path, lora.load_timeout_s)
-    metrics.child(metrics.adapter_loads, ctx.pool.name, adapter, "loaded" if ok else "failed").inc()
-    if not ok:
+    result = await ctx.process.adapter_loader.ensure(session, replica, adapter, path, lora.load_timeout_s)
+    if result != "present":
+        metrics.child(metrics.adapter_loads, ctx.pool.name, adapter, result).inc()
+    if result == "failed":
         raise AttemptFailed(
             "adapter_load",
             GatewayError(503, f"could not load adapter '{adapter}'", code="adapter_load_failed"),

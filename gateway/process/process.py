@@ -2,6 +2,7 @@
 
 A ``Process`` owns the metrics registry, the lifecycle hooks, the fleet's health (breakers, active
 verdicts, drains), the Redis client and its pool (when the policy names Redis), the billing ledger,
+OpenTelemetry's tracer provider (when the policy turns tracing on),
 admission, the background tasks (health checks, load scrape, LoRA adapters, discovery, the policy
 file watch, KV events), LoRA adapter loads in flight, the draining flag, and the current ``State``: the policy-derived part, which a reload
 swaps (``swap``).
@@ -30,6 +31,8 @@ from gateway.fleet.adapters import AdapterLoader, adapters_loop
 from gateway.fleet.discovery import start_discovery
 from gateway.fleet.kv_events import Listener, start_kv_events, stop_kv_events
 from gateway.observability.metrics import GatewayMetrics
+from gateway.observability.tracing import Tracing, open_tracing
+from gateway.pipeline import trace
 from gateway.pipeline.lifecycle import Hooks
 from gateway.pipeline.tenant import server_secret
 from gateway.process.admission import Admission
@@ -64,6 +67,8 @@ class Process:
     kv_listeners: list[Listener] = field(default_factory=list)
     reload_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     adapter_loader: AdapterLoader = field(default_factory=AdapterLoader)  # LoRA loads in flight
+    span_exporter: Any = None  # replaces OTLP when tracing is on (tests: the SDK's in-memory exporter)
+    tracing: Tracing | None = None
     # Run in order after in-flight requests drained (or the drain period ended), before the upstream
     # session closes: e.g. flushing something. Exceptions are logged.
     shutdown_hooks: list[ShutdownHook] = field(default_factory=list)
@@ -86,6 +91,10 @@ class Process:
         self.metering = await open_metering(policy, self.metrics, self.redis)
         if self.metering is not None:
             stack.push_async_callback(self.metering.close)
+        self.tracing = open_tracing(policy.tracing, self.span_exporter)
+        if self.tracing is not None:
+            stack.push_async_callback(self.tracing.close)
+            trace.install(self.hooks, self.tracing)
         self.state, pending = build_state(
             policy,
             secret=self.secret,

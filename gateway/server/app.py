@@ -15,6 +15,7 @@ exception: never a crash); a POST body read within
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from aiohttp import web
 
@@ -74,9 +75,17 @@ def create_app(
     secret: bytes | None = None,
     metrics: GatewayMetrics | None = None,
     policy_path: str | None = None,
+    span_exporter: Any = None,
 ) -> web.Application:
-    """``policy_path``: the file a reload (SIGHUP, file watch, ``POST /admin/reload``) reads again."""
-    process = Process(policy, policy_path=policy_path, secret=secret, metrics=metrics or GatewayMetrics())
+    """``policy_path``: the file a reload (SIGHUP, file watch, ``POST /admin/reload``) reads again;
+    ``span_exporter`` replaces OTLP when the policy turns tracing on."""
+    process = Process(
+        policy,
+        policy_path=policy_path,
+        secret=secret,
+        metrics=metrics or GatewayMetrics(),
+        span_exporter=span_exporter,
+    )
     for install in HOOKS:
         install(process.hooks)
     app = web.Application(middlewares=[gateway_middleware], client_max_size=policy.limits.max_body_bytes)

@@ -16,7 +16,10 @@ def test_quick_start_flags_shape_the_policy() -> None:
         "--no-cache", "--redis", "redis://127.0.0.1:6390/2", "--admin-token-env", "MY_ADMIN",
         "--log-level", "debug", "--policy", "least_load", "--port", "0",
     )  # fmt: skip
-    assert [r.base_url for r in policy.models[0].replicas] == ["http://127.0.0.1:9001", "http://127.0.0.1:9002"]
+    assert [r.base_url for r in policy.models[0].replicas] == [
+        "http://127.0.0.1:9001",
+        "http://127.0.0.1:9002",
+    ]
     assert policy.cache.enabled is False
     assert policy.redis.url == "redis://127.0.0.1:6390/2"
     assert policy.admin.token_env == "MY_ADMIN"

@@ -14,6 +14,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from cache.advisor.render import GAUGE_FINDINGS, GAUGE_SAVING_MICROS, GAUGE_SAVING_TOKENS
+
 NS = "prefix_gateway"
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
@@ -89,6 +91,14 @@ _SPECS: tuple[tuple[Any, ...], ...] = (
      "Frames that could not be decoded or had an unknown topic.", ("kind",)),
     ("kv_event_blocks", Gauge, "kv_event_blocks", "Blocks each replica holds according to its events.",
      ("replica",)),
+    # -- the layout advisor (set at each scrape from the advice document; cache/advisor/render.py)
+    ("advice_saving_micros", Gauge, GAUGE_SAVING_MICROS.removeprefix(f"{NS}_"),
+     "Estimated saving per day if the tenant changed its prompt layout as advised, in micro-units.",
+     ("tenant", "kind")),
+    ("advice_saving_tokens", Gauge, GAUGE_SAVING_TOKENS.removeprefix(f"{NS}_"),
+     "The same saving in token-equivalents at the model's input price.", ("tenant", "kind")),
+    ("advice_findings", Gauge, GAUGE_FINDINGS.removeprefix(f"{NS}_"), "Layout findings per tenant and kind.",
+     ("tenant", "kind")),
 )  # fmt: skip
 
 
@@ -125,6 +135,9 @@ class GatewayMetrics:
     kv_event_gaps: Counter
     kv_event_errors: Counter
     kv_event_blocks: Gauge
+    advice_saving_micros: Gauge
+    advice_saving_tokens: Gauge
+    advice_findings: Gauge
 
     def __init__(self, registry: CollectorRegistry | None = None):
         self.registry = registry or CollectorRegistry()

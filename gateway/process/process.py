@@ -2,7 +2,7 @@
 
 A ``Process`` owns the metrics registry, the lifecycle hooks, the fleet's health (breakers, active
 verdicts, drains), the Redis client and its pool (when the policy names Redis), the billing ledger,
-admission, the background tasks (health checks, load scrape, discovery, the policy file watch,
+admission, the layout advisor's sketches, the background tasks (health checks, load scrape, discovery, the policy file watch,
 KV events), the draining flag, and the current ``State``: the policy-derived part, which a reload
 swaps (``swap``).
 
@@ -23,6 +23,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from aiohttp import web
 
+from cache.advisor.advisor import Advisor
 from cache.store_redis import connect
 from config.policy import Policy
 from gateway.fleet import probes, scrape
@@ -52,6 +53,7 @@ class Process:
     resolver: Any = None  # discovery's DNS resolver (None: loop.getaddrinfo); injectable in tests
     admission: Admission = field(init=False)
     fleet: FleetHealth = field(init=False)
+    advisor: Advisor = field(init=False)
     redis: aioredis.Redis | None = None
     metering: Metering | None = None
     state: State = field(init=False)
@@ -71,6 +73,7 @@ class Process:
     def __post_init__(self) -> None:
         self.admission = Admission(self.metrics)
         self.fleet = FleetHealth(self.initial.breaker, self.metrics)
+        self.advisor = Advisor.from_policy(self.initial)
 
     # -- open / close ---------------------------------------------------------------------------------
     async def open(self) -> None:
@@ -130,6 +133,7 @@ class Process:
             apply()
         self.fleet.reconfigure(new.policy.breaker)
         self.fleet.attach(p.router for p in new.pools.values())
+        self.advisor.reconfigure(new.policy)
         drain_s = max(old.policy.server.drain_timeout_s, 1.0)
         for close in replaced(old, new):
             self.retire(close, drain_s)

@@ -5,14 +5,14 @@ each script touches one slot of a Redis Cluster): ``P:{id}:o`` the record (JSON)
 (hash ``custom_id`` → ok flag + result line), ``P:{id}:i`` the line number of each result (sorted set,
 to write result files in input order without reading them all at once), ``P:{id}:n`` counts
 (``ok``/``fail``), ``P:{id}:l`` the lease (owner token, ``PX``); ``P:t:<tenant>`` a tenant's batches
-(sorted set by creation sequence ``P:seq``) and ``P:active`` the batches that have not ended.
+and ``P:active`` the batches that have not ended (sorted sets by creation sequence ``P:seq``).
 
 - ``record`` is one script: ``HSETNX`` the result, and only if it was new index and count it, so a line
   answered twice (a re-run after a takeover) is counted once.
 - ``move`` is a ``WATCH``/``MULTI`` check-and-set of the record: two pods moving one batch cannot both
   succeed; a move to an end status also leaves ``P:active`` in the same transaction.
-- ``claim`` sets the lease if it is free or already the caller's; ``release`` deletes it only if it is the
-  caller's (both scripts). An expired lease is simply gone: a dead pod's batch is runnable again.
+- ``claim`` sets the lease if the batch has not ended and the lease is free or already the caller's;
+  ``release`` deletes it only if it is the caller's (both scripts). An expired lease is simply gone: a dead pod's batch is runnable again.
 
 No prompt text is written besides what a batch's own results hold: ids, statuses, counts and answers.
 """
@@ -40,7 +40,12 @@ for i = 1, #ARGV, 4 do
 end
 return n
 """
+# KEYS: 1 lease, 2 record. ARGV: 1 owner, 2 ttl ms, 3.. the statuses a batch ends in
 _CLAIM = """
+local raw = redis.call('GET', KEYS[2])
+if not raw then return 0 end
+local status = cjson.decode(raw)['status']
+for i = 3, #ARGV do if status == ARGV[i] then return 0 end end
 local cur = redis.call('GET', KEYS[1])
 if cur and cur ~= ARGV[1] then return 0 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
@@ -82,7 +87,7 @@ class RedisJobStore:
         async with self.client.pipeline(transaction=False) as pipe:
             pipe.set(self._k(rec.id, "o"), orjson.dumps(rec.to_dict()))
             pipe.zadd(self._tenant(rec.tenant), {rec.id: seq})
-            pipe.sadd(self._active, rec.id)
+            pipe.zadd(self._active, {rec.id: seq})
             await pipe.execute()
 
     async def get(self, batch_id: str) -> BatchRecord | None:
@@ -107,7 +112,7 @@ class RedisJobStore:
         return recs[:limit], len(recs) > limit
 
     async def active(self, tenant: str) -> list[BatchRecord]:
-        ids = sorted(i.decode() for i in await self.client.smembers(self._active))
+        ids = [i.decode() for i in await self.client.zrange(self._active, 0, -1)]
         return [r for r in await self._many(ids) if r.tenant == tenant]
 
     async def move(self, batch_id: str, to: str, now: int, **changes: Any) -> BatchRecord | None:
@@ -125,7 +130,7 @@ class RedisJobStore:
                     pipe.multi()
                     pipe.set(key, orjson.dumps(new.to_dict()))
                     if to in TERMINAL:
-                        pipe.srem(self._active, batch_id)
+                        pipe.zrem(self._active, batch_id)
                         pipe.delete(self._k(batch_id, "l"))
                     await pipe.execute()
                     return new
@@ -169,21 +174,21 @@ class RedisJobStore:
     # -- leases -----------------------------------------------------------------------------------------
 
     async def claim(self, batch_id: str, owner: str, ttl_s: float) -> bool:
-        return int(await self._claim(keys=[self._k(batch_id, "l")], args=[owner, int(ttl_s * 1000)])) == 1
+        keys = [self._k(batch_id, "l"), self._k(batch_id, "o")]
+        return int(await self._claim(keys=keys, args=[owner, int(ttl_s * 1000), *sorted(TERMINAL)])) == 1
 
     async def release(self, batch_id: str, owner: str) -> None:
         await self._release(keys=[self._k(batch_id, "l")], args=[owner])
 
     async def runnable(self) -> list[str]:
-        ids = [i.decode() for i in await self.client.smembers(self._active)]
+        ids = [i.decode() for i in await self.client.zrange(self._active, 0, -1)]  # oldest first
         if not ids:
             return []
         async with self.client.pipeline(transaction=False) as pipe:
             for i in ids:
                 pipe.exists(self._k(i, "l"))
             held = await pipe.execute()
-        free = await self._many([i for i, h in zip(ids, held, strict=True) if not h])
-        return [r.id for r in sorted(free, key=lambda r: (r.created_at, r.id))]
+        return [i for i, h in zip(ids, held, strict=True) if not h]
 
     async def close(self) -> None:
         """The Redis client belongs to the gateway; nothing of its own to close."""

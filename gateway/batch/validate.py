@@ -69,7 +69,7 @@ def _scan(path: Path, max_line_bytes: int) -> Iterator[tuple[int, int, bytes | N
                     length += len(rest)
                 length += len(rest)
                 offset += length
-                yield number, start, None, length
+                yield number, start, None, length - len(rest) + len(rest.rstrip(b"\r\n"))
                 continue
             offset += length
             line = raw.rstrip(b"\r\n")

@@ -15,6 +15,10 @@ callable in tests. What the runner adds:
   ``backoff.waiting_start``, none from ``waiting_stop`` on, linear between. The slots are counted in a
   ``SlotPool`` that every batch of the process shares, so two batches together never exceed it. A lane
   re-reads the load at every answer and every ``poll_s``; nothing in flight is ever cut off by a backoff.
+- **Stealing.** A lane with nothing left takes the back half of the unsent lines of the busiest lane, if
+  that one is stalled by its online queue or has two rounds of its slots left, cut at a group boundary
+  when one is near: the plan's ranges are balanced by expected work, the fleet's online load is not.
+  The stolen group pays one more prefill of its prefix; a lane stalled for good is emptied.
 - **Retries.** A 408, 429, 5xx or a transport error is retried after an exponential, jittered wait up to
   ``max_attempts``; the line keeps its place. Then the last answer (or ``request_failed``) is its result.
 - **Stop.** ``stop(reason)``: no new sends, in-flight sends cancelled (the engine aborts a request whose
@@ -86,6 +90,7 @@ class RunStats:
 
     sent: int = 0
     retried: int = 0
+    stolen: int = 0  # lines moved to an idle replica from one that had many left or was stalled
     completed: int = 0
     failed: int = 0
     prompt_tokens: int = 0
@@ -117,6 +122,11 @@ class _Lane:
     ready: list[tuple[int, PlannedLine]] = field(default_factory=list)  # heap by plan position
     waiting: dict[int, list[tuple[int, PlannedLine]]] = field(default_factory=dict)  # by the key waited for
     warming: int | None = None  # key of the line others wait for that is out (sent or awaiting a retry)
+    busy: int = 0  # its lines in flight or awaiting a retry
+
+    def backlog(self) -> list[tuple[int, PlannedLine]]:
+        """Its lines not yet sent, by plan position."""
+        return sorted([*self.ready, *(x for xs in self.waiting.values() for x in xs)])
 
 
 class Runner:
@@ -143,13 +153,15 @@ class Runner:
         self.poll_s, self.rng = poll_s, rng
         self.stats = stats if stats is not None else RunStats()
         self._lanes: list[_Lane] = []
+        pos = 0  # positions run across the ranges, in trie order, so stolen lines keep their order
         for replica, lines in plan.ranges.items():
             lane = _Lane(replica)
-            for pos, pl in enumerate(lines):
+            for pl in lines:
                 if pl.after is None:
                     lane.ready.append((pos, pl))
                 else:
                     lane.waiting.setdefault(pl.after, []).append((pos, pl))
+                pos += 1
             heapq.heapify(lane.ready)
             self._lanes.append(lane)
         self._left = len(plan)
@@ -185,8 +197,13 @@ class Runner:
             raise self._error
         return self._stop or "done"
 
+    def _allowed(self, lane: _Lane) -> int:
+        return self.params.allowed(None if lane.replica is None else self.load(lane.replica))
+
     def _fill(self, lane: _Lane) -> None:
-        allowed = self.params.allowed(None if lane.replica is None else self.load(lane.replica))
+        allowed = self._allowed(lane)
+        if allowed and not (lane.ready or lane.waiting or lane.busy):
+            self._steal(lane)
         while lane.ready:
             pos, pl = lane.ready[0]
             warms = pl.key in lane.waiting
@@ -197,7 +214,45 @@ class Runner:
             heapq.heappop(lane.ready)
             if warms:
                 lane.warming = pl.key
+            lane.busy += 1
             self._start(lane, pos, pl)
+
+    def _steal(self, thief: _Lane) -> None:
+        """An idle lane takes the back half of the unsent lines of the lane with the most of them, if that
+        lane is stalled (its replica's online queue allows it nothing) or has at least two rounds of its
+        slots left; the cut moves within the middle quarter to the line that shares least with the one
+        before it (a group boundary when one is near). The thief prefills the stolen group's prefix."""
+        best: list[tuple[int, PlannedLine]] = []
+        victim = None
+        for lane in self._lanes:
+            if lane is thief:
+                continue
+            items = lane.backlog()
+            if len(items) > len(best) and (len(items) >= 2 * self.params.slots or not self._allowed(lane)):
+                best, victim = items, lane
+        if victim is None:
+            return
+        half, spread = len(best) // 2, len(best) // 8
+        cut = min(
+            range(half - spread, half + spread + 1), key=lambda i: (best[i][1].cached_tokens, abs(i - half))
+        )
+        moved = best[cut:]
+        taken = {pl.key for _, pl in moved}
+        dep_of = {x[1].key: k for k, xs in victim.waiting.items() for x in xs}
+        victim.ready = [x for x in victim.ready if x[1].key not in taken]
+        heapq.heapify(victim.ready)
+        victim.waiting = {
+            k: kept for k, xs in victim.waiting.items() if (kept := [x for x in xs if x[1].key not in taken])
+        }
+        # On the thief the first stolen line warms the prefix; lines that waited for a line left behind
+        # wait for it instead, the others keep their wait.
+        first = moved[0]
+        thief.ready.append(first)
+        for item in moved[1:]:
+            dep = dep_of.get(item[1].key)
+            thief.waiting.setdefault(dep if dep in taken else first[1].key, []).append(item)
+        heapq.heapify(thief.ready)
+        self.stats.stolen += len(taken)
 
     def _start(self, lane: _Lane, pos: int, pl: PlannedLine) -> None:
         task = asyncio.get_running_loop().create_task(self._one(lane, pos, pl))
@@ -249,14 +304,17 @@ class Runner:
         else:
             self.stats.failed += 1
         self._left -= 1
+        lane.busy -= 1
         if lane.warming == pl.key:
             lane.warming = None
-        for item in lane.waiting.pop(pl.key, ()):
-            heapq.heappush(lane.ready, item)
+        for waiter in self._lanes:  # its waiters, wherever a steal has put them
+            for item in waiter.waiting.pop(pl.key, ()):
+                heapq.heappush(waiter.ready, item)
         self._wake.set()
 
     def _requeue(self, lane: _Lane, pos: int, pl: PlannedLine) -> None:
         del self._timers[pl.key]
+        lane.busy -= 1  # ready again, no longer out
         heapq.heappush(lane.ready, (pos, pl))
         self._wake.set()
 

@@ -239,9 +239,10 @@ class BatchService:
         (or the next start) resumes them at once."""
         self._closing = True
         self._wake.set()
-        for runner in self._runners.values():
-            runner.stop("shutdown")
-        await asyncio.gather(*self._drives.values(), return_exceptions=True)
+        while self._drives:  # a drive claimed while closing sees _closing and ends at once
+            for runner in self._runners.values():
+                runner.stop("shutdown")
+            await asyncio.gather(*self._drives.values(), return_exceptions=True)
 
     async def _drive(self, batch_id: str) -> None:
         lost = asyncio.Event()
@@ -335,6 +336,8 @@ class BatchService:
         done = await self.store.recorded(rec.id)
         todo = {line.number: line for line in v.lines if line.custom_id not in done}
         the_plan = await asyncio.to_thread(self._plan, rec, path, list(todo.values()))
+        if self._closing:
+            return None
         params = self.cfg.pool(rec.model)
         kind, model, base = ENDPOINTS[rec.endpoint], rec.model, path
 

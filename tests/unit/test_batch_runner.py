@@ -205,3 +205,32 @@ async def test_a_failing_store_stops_the_run_with_its_error() -> None:
     )
     with pytest.raises(OSError, match="disk full"):
         await r.run()
+
+
+async def test_an_idle_replica_steals_from_a_stalled_one() -> None:
+    waiting = {"a": 0.0, "b": 50.0}  # b's online queue never lets batch in
+    p, fleet, results = make_plan(["a", "b"]), Fleet(), []
+    r = runner(p, fleet, results, load=waiting.get)
+    assert await asyncio.wait_for(r.run(), 10) == "done"
+    assert sorted(x.line for x in results) == list(range(1, 121))
+    assert {rep for _, rep in fleet.calls} == {"a"} and len(fleet.calls) == 120
+    assert r.stats.stolen == len(p.ranges["b"])
+    # the first stolen line warms the prefix: the others of b's range start after it has answered
+    stolen = {pl.key for pl in p.ranges["b"]}
+    first = min(stolen, key=lambda k: fleet.starts[k])
+    assert all(fleet.starts[k] >= fleet.ends[first] for k in stolen - {first})
+
+
+async def test_a_slow_replica_hands_work_to_a_fast_one() -> None:
+    class Uneven(Fleet):
+        async def __call__(self, line: BatchLine, replica: str | None) -> tuple[int, Any]:
+            if replica == "b":
+                await asyncio.sleep(0.02)  # b is busy with online traffic: each batch line takes longer
+            return await super().__call__(line, replica)
+
+    p, fleet, results = make_plan(["a", "b"], templates=8, per=25), Uneven(), []
+    r = runner(p, fleet, results)
+    assert await r.run() == "done"
+    on_a = sum(1 for _, rep in fleet.calls if rep == "a")
+    assert r.stats.stolen > 0 and on_a > len(p.ranges["a"])
+    assert sorted(x.line for x in results) == list(range(1, 201)) and len(fleet.calls) == 200

@@ -126,8 +126,9 @@ class BatchConfig(_Strict):
     )
     engine_priority: int | None = Field(
         None,
-        description="sent as each batch request's `priority` (vLLM with --scheduling-policy priority runs larger "
-        "values later; SGLang's order follows --schedule-low-priority-values-first); None sends none",
+        description="sent as each batch request's `priority`: vLLM (--scheduling-policy priority) runs larger "
+        "values later, SGLang (--enable-priority-scheduling) earlier unless --schedule-low-priority-values-first; "
+        "None sends none",
     )
     backoff: BatchBackoffConfig = Field(default_factory=BatchBackoffConfig)
     pools: dict[str, BatchPoolConfig] = Field(default_factory=dict)

@@ -38,7 +38,7 @@ CANCELLABLE = frozenset({"validating", "in_progress"})
 _NEXT: dict[str, frozenset[str]] = {
     "validating": frozenset({"in_progress", "failed", "cancelling", "expired"}),
     "in_progress": frozenset({"finalizing", "failed", "cancelling", "expired"}),
-    "finalizing": frozenset({"completed", "failed"}),
+    "finalizing": frozenset({"completed"}),
     "cancelling": frozenset({"cancelled"}),
 }
 """Allowed transitions. ``expired`` and ``cancelled`` keep the partial results, as OpenAI does."""

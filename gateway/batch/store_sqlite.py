@@ -119,51 +119,47 @@ class SqliteJobStore:
         )
         return [BatchRecord.from_dict(orjson.loads(r[0])) for r in rows]
 
-    async def move(self, batch_id: str, to: str, now: int, **changes: Any) -> BatchRecord | None:
-        def run() -> BatchRecord | None:
-            db = self._db
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                row = db.execute("SELECT obj FROM batches WHERE id = ?", (batch_id,)).fetchone()
-                rec = BatchRecord.from_dict(orjson.loads(row[0])) if row else None
-                if rec is None or not can_move(rec.status, to):
-                    db.execute("ROLLBACK")
-                    return None
-                new = rec.moved(to, now, **changes)
-                lease = ", owner = NULL, lease_until_ms = 0" if to in TERMINAL else ""
-                db.execute(
-                    f"UPDATE batches SET status = ?, obj = ?{lease} WHERE id = ?",
-                    (to, orjson.dumps(new.to_dict()), batch_id),
-                )
-                db.execute("COMMIT")
-                return new
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
+    def _transaction(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """``fn`` inside ``BEGIN IMMEDIATE`` … ``COMMIT`` (rolled back if it raises); on the store's thread."""
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            out = fn(db)
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+        return out
 
-        return await self._run(run)
+    async def move(self, batch_id: str, to: str, now: int, **changes: Any) -> BatchRecord | None:
+        def run(db: sqlite3.Connection) -> BatchRecord | None:
+            row = db.execute("SELECT obj FROM batches WHERE id = ?", (batch_id,)).fetchone()
+            rec = BatchRecord.from_dict(orjson.loads(row[0])) if row else None
+            if rec is None or not can_move(rec.status, to):
+                return None
+            new = rec.moved(to, now, **changes)
+            lease = ", owner = NULL, lease_until_ms = 0" if to in TERMINAL else ""
+            db.execute(
+                f"UPDATE batches SET status = ?, obj = ?{lease} WHERE id = ?",
+                (to, orjson.dumps(new.to_dict()), batch_id),
+            )
+            return new
+
+        return await self._run(lambda: self._transaction(run))
 
     # -- results ----------------------------------------------------------------------------------------
 
     async def record(self, batch_id: str, results: Sequence[LineResult]) -> int:
-        def run() -> int:
-            db = self._db
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                n = sum(
-                    db.execute(
-                        "INSERT OR IGNORE INTO results (batch_id, custom_id, line, ok, record) VALUES (?, ?, ?, ?, ?)",
-                        (batch_id, r.custom_id, r.line, int(r.ok), r.record),
-                    ).rowcount
-                    for r in results
-                )
-                db.execute("COMMIT")
-                return n
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
+        def run(db: sqlite3.Connection) -> int:
+            return sum(
+                db.execute(
+                    "INSERT OR IGNORE INTO results (batch_id, custom_id, line, ok, record) VALUES (?, ?, ?, ?, ?)",
+                    (batch_id, r.custom_id, r.line, int(r.ok), r.record),
+                ).rowcount
+                for r in results
+            )
 
-        return await self._run(run)
+        return await self._run(lambda: self._transaction(run))
 
     async def counts(self, batch_id: str) -> tuple[int, int]:
         rows = await self._q("SELECT ok, COUNT(*) FROM results WHERE batch_id = ? GROUP BY ok", (batch_id,))

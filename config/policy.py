@@ -254,6 +254,10 @@ class Policy(_Strict):
         dup = {n for n in names if names.count(n) > 1}
         if dup:
             raise ValueError(f"model names must be unique, repeated: {sorted(dup)}")
+        semantic = [self.cache.semantic, *(o.semantic for o in self.cache.overrides if o.semantic)]
+        for sem in semantic:
+            if sem.embedding is not None and sem.embedding.pool is not None and sem.embedding.pool not in names:
+                raise ValueError(f"cache.semantic.embedding.pool {sem.embedding.pool!r} is not a model of this policy")
         return self
 
     def pool(self, name: str) -> ModelPoolConfig | None:

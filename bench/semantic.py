@@ -89,7 +89,9 @@ def embedding_config(base: SemanticConfig, threshold: float, guarded: bool) -> S
     return base.model_copy(update=update)
 
 
-async def run_mode(cfg: SemanticConfig, pairs: list[dict[str, Any]], embedder: Embedder | None) -> dict[str, Any]:
+async def run_mode(
+    cfg: SemanticConfig, pairs: list[dict[str, Any]], embedder: Embedder | None
+) -> dict[str, Any]:
     route = SemanticRoute(cfg, SECRET)
     hits: Counter[tuple[str, str, str]] = Counter()  # (split, label, kind)
     totals: Counter[tuple[str, str, str]] = Counter()
@@ -139,6 +141,13 @@ async def stale_replay(store: Any, rounds: int, seed: int = 7) -> dict[str, int]
     stale_served = served = removed = 0
     for _ in range(rounds):
         prod, (attr, field) = rng.choice(products), rng.choice(list(attrs.items()))
+        if rng.random() < 0.05:  # a spec changes between requests: its entries must go
+            res = await layer.apply_event(
+                {"type": "ProductSpecUpdated", "product_id": route.canonical_value("product", prod),
+                 "changed_fields": [field]}
+            )  # fmt: skip
+            removed += res.removed
+            events_at[(prod, field)] += 1
         q = f"What is the {attr} of the {prod}?"
         analysis = route.analyse("chat", chat(q))
         found = await layer.lookup(MODEL, analysis, SALT)
@@ -151,17 +160,26 @@ async def stale_replay(store: Any, rounds: int, seed: int = 7) -> dict[str, int]
         basis = events_at[(prod, field)]  # what the "replica" saw when it started answering
         if rng.random() < 0.3:  # an event lands while this answer is being generated
             pid = route.canonical_value("product", prod)
-            res = await layer.apply_event({"type": "ProductSpecUpdated", "product_id": pid, "changed_fields": [field]})
+            res = await layer.apply_event(
+                {"type": "ProductSpecUpdated", "product_id": pid, "changed_fields": [field]}
+            )
             removed += res.removed
             events_at[(prod, field)] += 1
         await layer.fill(found, {**answer(q), "basis": basis})
-    return {"served": served, "stale_served": stale_served, "stale_refused": store.stats.stale, "removed": removed}
+    return {
+        "served": served,
+        "stale_served": stale_served,
+        "stale_refused": store.stats.stale,
+        "removed": removed,
+    }
 
 
 async def main_async(args: argparse.Namespace) -> None:
     pairs = [orjson.loads(line) for line in Path(args.data).read_text(encoding="utf-8").splitlines() if line]
     base = load_policy(Path(args.policy), env={}).cache.semantic
-    fleet = await start_replicas([SimConfig(models=(MODEL, EMBED_MODEL), speed=0, embedding_model="minilm")], base_port=0)
+    fleet = await start_replicas(
+        [SimConfig(models=(MODEL, EMBED_MODEL), speed=0, embedding_model="minilm")], base_port=0
+    )
     results: dict[str, dict[str, Any]] = {}
     try:
         async with aiohttp.ClientSession() as session:
@@ -177,10 +195,12 @@ async def main_async(args: argparse.Namespace) -> None:
     finally:
         await fleet.stop()
     emb_us = statistics.median(embedder.calls_s) * 1e6
-    print(f"pairs: {len(pairs)} ({sum(p['label'] == 'same' for p in pairs)} paraphrase, "
-          f"{sum(p['label'] == 'different' for p in pairs)} near miss); embedder (MiniLM via /v1/embeddings, "
-          f"gateway client): median {emb_us:,.0f} µs per text over {len(embedder.calls_s)} texts")
-    header = f"| mode | paraphrase hits (test) | false hits (test) | paraphrase hits (all) | false hits (all) | µs/request (p50, gateway side) |"
+    print(
+        f"pairs: {len(pairs)} ({sum(p['label'] == 'same' for p in pairs)} paraphrase, "
+        f"{sum(p['label'] == 'different' for p in pairs)} near miss); embedder (MiniLM via /v1/embeddings, "
+        f"gateway client): median {emb_us:,.0f} µs per text over {len(embedder.calls_s)} texts"
+    )
+    header = "| mode | paraphrase hits (test) | false hits (test) | paraphrase hits (all) | false hits (all) | µs/request (p50, gateway side) |"
     print(header)
     print("|---|---|---|---|---|---|")
     for name, r in results.items():
@@ -198,13 +218,18 @@ async def main_async(args: argparse.Namespace) -> None:
     print("| mode | " + " | ".join(kinds) + " |")
     print("|---|" + "---|" * len(kinds))
     for name, r in results.items():
-        cells = [pct(*rate(r["hits"], r["totals"], lambda k, kind=kind: k[1] == "different" and k[2] == kind)) for kind in kinds]
+        cells = [
+            pct(*rate(r["hits"], r["totals"], lambda k, kind=kind: k[1] == "different" and k[2] == kind))
+            for kind in kinds
+        ]
         print(f"| {name} | " + " | ".join(cells) + " |")
     fp = results["fingerprint"]
     print("\nfingerprint misses by reason:", dict(fp["reasons"].most_common()))
     for name, r in results.items():
         if r["false_hits"]:
-            print(f"{name} false hits: {' '.join(r['false_hits'][:20])}{' ...' if len(r['false_hits']) > 20 else ''}")
+            print(
+                f"{name} false hits: {' '.join(r['false_hits'][:20])}{' ...' if len(r['false_hits']) > 20 else ''}"
+            )
     mem = await stale_replay(MemorySemanticStore(), args.rounds)
     print(f"\nevent replay, memory store ({args.rounds} lookups): {mem}")
     server = RedisServer()

@@ -256,8 +256,14 @@ class Policy(_Strict):
             raise ValueError(f"model names must be unique, repeated: {sorted(dup)}")
         semantic = [self.cache.semantic, *(o.semantic for o in self.cache.overrides if o.semantic)]
         for sem in semantic:
-            if sem.embedding is not None and sem.embedding.pool is not None and sem.embedding.pool not in names:
-                raise ValueError(f"cache.semantic.embedding.pool {sem.embedding.pool!r} is not a model of this policy")
+            if (
+                sem.embedding is not None
+                and sem.embedding.pool is not None
+                and sem.embedding.pool not in names
+            ):
+                raise ValueError(
+                    f"cache.semantic.embedding.pool {sem.embedding.pool!r} is not a model of this policy"
+                )
         return self
 
     def pool(self, name: str) -> ModelPoolConfig | None:

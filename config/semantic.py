@@ -90,7 +90,9 @@ class ExtractorConfig(_Strict):
     def _shape(self) -> ExtractorConfig:
         if self.kind == "dictionary":
             if self.slot is None or not self.values or self.pattern is not None or self.normalise:
-                raise ValueError("a dictionary extractor needs 'slot' and 'values' (and no pattern/normalise)")
+                raise ValueError(
+                    "a dictionary extractor needs 'slot' and 'values' (and no pattern/normalise)"
+                )
             _ident(self.slot, "slot")
             for value, aliases in self.values.items():
                 if not value.strip():
@@ -144,7 +146,9 @@ class AdmissionRule(_Strict):
     reason: str = Field(description="identifier; the metric label of the decision")
     action: Literal["bypass", "allow"] = Field(description="bypass: never served from or stored in the cache")
     terms: list[str] = Field(default_factory=list, description="words or phrases (normalised)")
-    patterns: list[str] = Field(default_factory=list, description="regular expressions on the normalised text")
+    patterns: list[str] = Field(
+        default_factory=list, description="regular expressions on the normalised text"
+    )
 
     @model_validator(mode="after")
     def _check(self) -> AdmissionRule:
@@ -183,9 +187,9 @@ def _default_rules() -> list[AdmissionRule]:
             action="bypass",
             terms=[
                 "today", "tonight", "now", "right now", "currently", "current", "latest", "this week",
-                "this month", "yesterday", "tomorrow", "at the moment", "in stock", "still available",
+                "this month", "yesterday", "tomorrow", "at the moment", "in stock", "still", "anymore",
                 "今天", "今晚", "现在", "目前", "当前", "最新", "实时", "刚刚", "本周", "这周", "这个月",
-                "昨天", "明天", "还有货", "有货吗", "库存",
+                "昨天", "明天", "还有货", "有货吗", "库存", "还能", "依然",
             ],
         ),
         AdmissionRule(
@@ -235,7 +239,9 @@ class GuardConfig(_Strict):
 
     numbers: bool = Field(True, description="the numbers in the question")
     negations: bool = Field(True, description="the negation words in the question")
-    entities: bool = Field(True, description="named entities: dictionary values, model codes, Capitalised words")
+    entities: bool = Field(
+        True, description="named entities: dictionary values, model codes, Capitalised words"
+    )
     slots: bool = Field(True, description="the fingerprint's intent and slots, when it has them")
     negation_terms: list[str] = Field(
         default_factory=lambda: [
@@ -250,7 +256,9 @@ class GuardConfig(_Strict):
 class EmbeddingConfig(_Strict):
     """The guarded embedding mode: an OpenAI-compatible /v1/embeddings endpoint, or a pool of this gateway."""
 
-    url: str | None = Field(None, description="base URL of an embeddings server (…/v1/embeddings is appended)")
+    url: str | None = Field(
+        None, description="base URL of an embeddings server (…/v1/embeddings is appended)"
+    )
     pool: str | None = Field(None, description="or: a model pool of this policy that serves embeddings")
     model: str = Field(min_length=1, description="embedding model name sent in the request")
     api_key_env: str | None = Field(None, description="environment variable with a bearer token, if any")
@@ -332,7 +340,9 @@ class SemanticConfig(_Strict):
             for fieldname, intents in ev.fields.items():
                 unknown = {i for i in intents if i != "*"} - set(names)
                 if unknown:
-                    raise ValueError(f"event {ev.type!r} field {fieldname!r} names unknown intents {sorted(unknown)}")
+                    raise ValueError(
+                        f"event {ev.type!r} field {fieldname!r} names unknown intents {sorted(unknown)}"
+                    )
         if self.mode == "embedding" and self.embedding is None:
             raise ValueError("mode 'embedding' needs the 'embedding' section")
         if self.mode == "fingerprint" and not self.intents:

@@ -8,7 +8,6 @@ the gateway opens and closes it with its other client sessions.
 
 from __future__ import annotations
 
-import asyncio
 import math
 from collections.abc import Callable
 from typing import Any
@@ -63,7 +62,7 @@ class Embedder:
                     raw += chunk
                     if len(raw) > self.max_body:
                         raise EmbedderError("malformed", "embedder answer too large")
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise EmbedderError("unreachable", f"embedder call failed: {type(exc).__name__}") from None
         return self._vector(bytes(raw))
 

@@ -24,7 +24,8 @@ from config.semantic import GuardConfig
 
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
 _CODE = re.compile(r"(?<![a-z0-9])(?=[a-z0-9]*[a-z])(?=[a-z0-9]*[0-9])[a-z0-9]+(?![a-z0-9])")
-_CAPITAL = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][a-zA-Z]{2,}\b")
+_CAPITAL = re.compile(r"(?<![A-Za-z0-9])[A-Z][a-zA-Z]{2,}(?![a-zA-Z0-9])")
+_SENTENCE_START = re.compile(r"(?:^|[.!?。？！]\s*)$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,17 +33,24 @@ class GuardFeatures:
     numbers: tuple[str, ...]
     negations: tuple[str, ...]
     entities: tuple[str, ...]
-    meaning: tuple[str | None, tuple[tuple[str, str], ...]] | None  # (intent, slots) when known
+    intent: str | None  # the intent the fingerprint recognised, complete or not
+    slots: tuple[tuple[str, str], ...] | None  # the fingerprint's slots when it is complete
 
 
 def guard_features(raw: str, text: str, fp: Fingerprint, negations: TermMatcher) -> GuardFeatures:
     """``raw``: the question as sent; ``text``: normalised."""
     numbers = tuple(sorted(number(n) or n for n in _NUMBER.findall(text)))
     neg = tuple(sorted(m.term for m in negations.find(text)))
-    capitals = {w.lower() for w in _CAPITAL.findall(unicodedata.normalize("NFKC", raw.strip()))}
-    entities = tuple(sorted({v for _, v in fp.found} | set(_CODE.findall(text)) | capitals))
-    meaning = (fp.intent, fp.slots) if fp.complete else None
-    return GuardFeatures(numbers, neg, entities, meaning)
+    entities = tuple(sorted({v for _, v in fp.found} | set(_CODE.findall(text)) | _capitals(raw)))
+    return GuardFeatures(numbers, neg, entities, fp.intent, fp.slots if fp.complete else None)
+
+
+def _capitals(raw: str) -> set[str]:
+    """Capitalised words that do not start a sentence (``Ultra`` in "Galaxy S24 Ultra"), lower-cased."""
+    text = unicodedata.normalize("NFKC", raw.strip())
+    return {
+        m.group().lower() for m in _CAPITAL.finditer(text) if not _SENTENCE_START.search(text[: m.start()])
+    }
 
 
 def veto(a: GuardFeatures, b: GuardFeatures, cfg: GuardConfig) -> str | None:
@@ -53,6 +61,8 @@ def veto(a: GuardFeatures, b: GuardFeatures, cfg: GuardConfig) -> str | None:
         return "negation"
     if cfg.entities and a.entities != b.entities:
         return "entities"
-    if cfg.slots and a.meaning is not None and b.meaning is not None and a.meaning != b.meaning:
+    if cfg.slots and a.intent is not None and b.intent is not None and a.intent != b.intent:
+        return "intent"
+    if cfg.slots and a.slots is not None and b.slots is not None and a.slots != b.slots:
         return "slots"
     return None

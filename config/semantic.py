@@ -171,7 +171,10 @@ def _default_rules() -> list[AdmissionRule]:
                 "difference between", "which is better", "which one", "or the",
                 "比较", "对比", "相比", "比起", "哪个好", "哪个更", "哪款", "区别", "还是",
             ],
-            patterns=[r"\b(?:more|less|bigger|smaller|longer|shorter|faster|slower|cheaper)\b.*\bthan\b", "比.+更"],
+            patterns=[
+                r"\b(?:more|less|bigger|smaller|longer|shorter|faster|slower|cheaper|heavier|lighter)\b.*\bthan\b",
+                "比.+更", "哪[个款].*(?:更|好|大|小|快|慢|久|便宜|贵|轻|重)",
+            ],
         ),
         AdmissionRule(
             reason="predictive",

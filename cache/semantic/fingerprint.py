@@ -27,7 +27,6 @@ import orjson
 
 from cache.keys import tenant_tag
 from cache.semantic.extractors import Extractor, Found
-from cache.semantic.normalize import has_cjk
 from cache.semantic.terms import TermMatcher
 
 KEY_FORMAT = "sv1"  # the layout of a semantic key; the policy's `version` goes inside the HMAC
@@ -78,14 +77,15 @@ class IntentRules:
 def fingerprint(
     text: str,
     *,
+    lang: str,
     slots: list[Extractor],
     constraints: list[Extractor],
     intents: IntentRules,
     fillers: TermMatcher,
     max_residual_words: int,
 ) -> Fingerprint:
-    """The fingerprint of the normalised question ``text``."""
-    lang = "zh" if has_cjk(text) else "en"
+    """The fingerprint of the normalised question ``text``; ``lang`` is the script of the question as
+    sent (synonyms may have replaced all of its Chinese words)."""
     found_slots = [f for e in slots for f in e.extract(text)]
     found_constraints = [f for e in constraints for f in e.extract(text)]
     seen = tuple(sorted({(f.slot, f.value) for f in found_slots}))

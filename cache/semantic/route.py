@@ -17,7 +17,7 @@ from cache.semantic.extractors import Extractor, build
 from cache.semantic.fingerprint import Fingerprint, IntentRules, fingerprint, fingerprint_key, partition_id
 from cache.semantic.guards import GuardFeatures, guard_features
 from cache.semantic.invalidation import EventError, Plan, plan_event
-from cache.semantic.normalize import Normalizer
+from cache.semantic.normalize import Normalizer, has_cjk
 from cache.semantic.question import Question, split_question
 from cache.semantic.tags import TagRef, entry_refs
 from cache.semantic.terms import TermMatcher
@@ -86,6 +86,7 @@ class SemanticRoute:
             return Analysis(decision, q, text)
         fp = fingerprint(
             text,
+            lang="zh" if has_cjk(q.raw) else "en",
             slots=self.slots,
             constraints=self.constraints,
             intents=self.intents,

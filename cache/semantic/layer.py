@@ -39,6 +39,7 @@ class Lookup:
     similarity: float | None = None
     vetoes: list[str] = field(default_factory=list)  # guard that refused each closer candidate
     # What a fill needs (a miss only):
+    model: str | None = None
     route: SemanticRoute | None = None
     key: str | None = None
     refs: tuple[TagRef, ...] = ()
@@ -88,8 +89,11 @@ class SemanticLayer:
         if not analysis.decision.allowed or analysis.fingerprint is None or analysis.question is None:
             return _bypass(analysis.decision.reason, mode)
         if mode == "fingerprint":
-            return await self._fingerprint(route, analysis, salt)
-        return await self._embedding(model, route, analysis, salt)
+            found = await self._fingerprint(route, analysis, salt)
+        else:
+            found = await self._embedding(model, route, analysis, salt)
+        found.model = model
+        return found
 
     async def _fingerprint(self, route: SemanticRoute, analysis: Analysis, salt: str | bytes) -> Lookup:
         fp = analysis.fingerprint
@@ -156,8 +160,8 @@ class SemanticLayer:
         entry = make_entry(response, source="semantic")
         result = await self.store.put(found.key, entry, ttl, found.refs, found.basis)
         if result == "stored" and found.candidate is not None and found.partition is not None:
-            model = next(m for m, r in self.routes.items() if r is found.route)
-            self.indexes[model].add(found.partition, found.candidate)
+            assert found.model is not None
+            self.indexes[found.model].add(found.partition, found.candidate)
         return result
 
     async def apply_event(self, event: Mapping[str, Any]) -> EventResult:

@@ -37,19 +37,30 @@ def _fold(text: str) -> str:
     return text
 
 
+def _punctuation_table() -> dict[int, str]:
+    """Punctuation (except ``_``), modifier symbols and control/format characters of the BMP → space.
+
+    Built once at import (about 10 ms); characters beyond the BMP are kept as they are."""
+    table = {}
+    for cp in range(0x10000):
+        cat = unicodedata.category(chr(cp))
+        if cat[0] == "P" or cat in ("Sk", "Cc", "Cf"):
+            table[cp] = " "
+    del table[ord("_")]
+    return table
+
+
+_PUNCTUATION = _punctuation_table()
+_BETWEEN_DIGITS = re.compile(r"(?<=\d)([^\w\s])(?=\d)")
+
+
 def _strip_punctuation(text: str) -> str:
-    out = []
-    n = len(text)
-    for i, ch in enumerate(text):
-        cat = unicodedata.category(ch)
-        if ch != "_" and (cat[0] == "P" or cat in ("Sk", "Cc", "Cf")):
-            if 0 < i < n - 1 and text[i - 1].isdigit() and text[i + 1].isdigit() and cat[0] == "P":
-                out.append(ch)
-            else:
-                out.append(" ")
-        else:
-            out.append(ch)
-    return "".join(out)
+    """Punctuation to spaces, except one punctuation character between two digits (``6.1``)."""
+    parts = _BETWEEN_DIGITS.split(text)
+    for i in range(len(parts)):
+        if i % 2 == 0 or unicodedata.category(parts[i])[0] != "P":
+            parts[i] = parts[i].translate(_PUNCTUATION)
+    return "".join(parts)
 
 
 def _collapse(text: str) -> str:

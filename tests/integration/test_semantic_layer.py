@@ -117,6 +117,27 @@ async def test_an_answer_begun_before_an_event_is_never_served(store: SemanticSt
     assert (await ask(layer, QUESTIONS["iphone screen"])).outcome == "miss"
 
 
+async def test_an_entry_the_index_lost_is_refused_once_its_event_comes(store: SemanticStore) -> None:
+    """The tag index is best effort (a write may fail); the epochs are what keep stale answers out."""
+    route = SemanticRoute(CFG, b"tags")
+    layer = SemanticLayer({MODEL: route}, store)
+    await remember(layer, QUESTIONS["pixel battery"])
+    found = await ask(layer, QUESTIONS["pixel battery"])
+    assert found.outcome == "hit"
+    refs = route.refs(layer.analyse(MODEL, "chat", body(QUESTIONS["pixel battery"])).fingerprint)  # type: ignore[union-attr]
+    if isinstance(store, MemorySemanticStore):
+        for r in refs:
+            store._index[r.tag].clear()  # what a lost index write leaves behind
+    else:
+        assert isinstance(store, RedisSemanticStore)
+        for r in refs:
+            await store.redis.delete(store._index_key(r.tag))
+    event = {"type": "ProductSpecUpdated", "product_id": "pixel8", "changed_fields": ["battery"]}
+    assert (await layer.apply_event(event)).removed == 0
+    assert (await ask(layer, QUESTIONS["pixel battery"])).outcome == "miss"
+    assert store.stats.stale == 1
+
+
 async def test_an_event_no_route_maps_is_refused(store: SemanticStore) -> None:
     layer = SemanticLayer({MODEL: SemanticRoute(CFG, b"tags")}, store)
     with pytest.raises(ValueError, match="no route maps"):

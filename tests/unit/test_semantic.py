@@ -10,6 +10,7 @@ from cache.semantic.guards import veto
 from cache.semantic.invalidation import EventError
 from cache.semantic.normalize import Normalizer
 from cache.semantic.route import SemanticRoute
+from cache.semantic.terms import TermMatcher
 from cache.semantic.values import number
 from config import load_policy
 from config.loader import example_path
@@ -201,3 +202,34 @@ def test_admission_otherwise_is_the_default_decision() -> None:
         SemanticRoute(cfg, b"s").analyse("chat", body("iPhone 15 battery life")).decision.reason
         == "otherwise"
     )
+
+
+def _naive_find(terms: list[str], text: str) -> list[tuple[int, int]]:
+    """Leftmost, then longest term at that position, honouring the ASCII word edges."""
+
+    def edge_ok(t: str, i: int) -> bool:
+        j = i + len(t)
+        word = "abcdefghijklmnopqrstuvwxyz0123456789"
+        before = t[0] not in word or i == 0 or text[i - 1] not in word + "_"
+        after = t[-1] not in word or j == len(text) or text[j] not in word + "_"
+        return before and after
+
+    out, i = [], 0
+    while i < len(text):
+        best = max((t for t in terms if text.startswith(t, i) and edge_ok(t, i)), key=len, default=None)
+        if best is None:
+            i += 1
+        else:
+            out.append((i, i + len(best)))
+            i += len(best)
+    return out
+
+
+_alpha = st.text(alphabet="ab1 _中文", min_size=1, max_size=4)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_alpha, min_size=1, max_size=8), st.text(alphabet="ab1 _中文x", max_size=30))
+def test_term_matcher_is_leftmost_longest_with_word_edges(terms: list[str], text: str) -> None:
+    got = [(m.start, m.end) for m in TermMatcher(terms).find(text)]
+    assert got == _naive_find(sorted(set(terms)), text)

@@ -138,7 +138,7 @@ async def stale_replay(store: Any, rounds: int, seed: int = 7) -> dict[str, int]
     products = ["iPhone 15", "Galaxy S24", "Pixel 8", "Mate 60", "Xiaomi 14"]
     attrs = {"battery life": "battery", "screen size": "screen", "weight": "weight"}
     events_at: dict[tuple[str, str], int] = defaultdict(int)  # oracle: (product, field) -> event count
-    stale_served = served = removed = 0
+    stale_served = served = removed = refused_fills = 0
     for _ in range(rounds):
         prod, (attr, field) = rng.choice(products), rng.choice(list(attrs.items()))
         if rng.random() < 0.05:  # a spec changes between requests: its entries must go
@@ -165,12 +165,14 @@ async def stale_replay(store: Any, rounds: int, seed: int = 7) -> dict[str, int]
             )
             removed += res.removed
             events_at[(prod, field)] += 1
-        await layer.fill(found, {**answer(q), "basis": basis})
+        if await layer.fill(found, {**answer(q), "basis": basis}) == "stale_basis":
+            refused_fills += 1
     return {
         "served": served,
         "stale_served": stale_served,
-        "stale_refused": store.stats.stale,
-        "removed": removed,
+        "events_removed": removed,
+        "fills_refused_stale_basis": refused_fills,
+        "entries_refused_at_read": store.stats.stale,
     }
 
 

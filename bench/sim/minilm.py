@@ -63,6 +63,19 @@ class _Layer:
     ln2_b: np.ndarray
 
 
+# _Layer field -> (weight name inside encoder.layer.<i>., stored transposed as torch's Linear does)
+_LAYER_WEIGHTS: dict[str, tuple[str, bool]] = {
+    "q": ("attention.self.query.weight", True), "qb": ("attention.self.query.bias", False),
+    "k": ("attention.self.key.weight", True), "kb": ("attention.self.key.bias", False),
+    "v": ("attention.self.value.weight", True), "vb": ("attention.self.value.bias", False),
+    "o": ("attention.output.dense.weight", True), "ob": ("attention.output.dense.bias", False),
+    "ln1_g": ("attention.output.LayerNorm.weight", False), "ln1_b": ("attention.output.LayerNorm.bias", False),
+    "up": ("intermediate.dense.weight", True), "upb": ("intermediate.dense.bias", False),
+    "down": ("output.dense.weight", True), "downb": ("output.dense.bias", False),
+    "ln2_g": ("output.LayerNorm.weight", False), "ln2_b": ("output.LayerNorm.bias", False),
+}  # fmt: skip
+
+
 def _layer_norm(x: np.ndarray, g: np.ndarray, b: np.ndarray, eps: float) -> np.ndarray:
     mu = x.mean(-1, keepdims=True)
     var = ((x - mu) ** 2).mean(-1, keepdims=True)
@@ -107,29 +120,11 @@ class MiniLM:
         self.pos = w("embeddings.position_embeddings.weight")
         self.type = w("embeddings.token_type_embeddings.weight")
         self.emb_g, self.emb_b = w("embeddings.LayerNorm.weight"), w("embeddings.LayerNorm.bias")
-        self.layers = []
-        for i in range(int(cfg["num_hidden_layers"])):
-            p = f"encoder.layer.{i}."
-            self.layers.append(
-                _Layer(
-                    q=w(p + "attention.self.query.weight").T,
-                    qb=w(p + "attention.self.query.bias"),
-                    k=w(p + "attention.self.key.weight").T,
-                    kb=w(p + "attention.self.key.bias"),
-                    v=w(p + "attention.self.value.weight").T,
-                    vb=w(p + "attention.self.value.bias"),
-                    o=w(p + "attention.output.dense.weight").T,
-                    ob=w(p + "attention.output.dense.bias"),
-                    ln1_g=w(p + "attention.output.LayerNorm.weight"),
-                    ln1_b=w(p + "attention.output.LayerNorm.bias"),
-                    up=w(p + "intermediate.dense.weight").T,
-                    upb=w(p + "intermediate.dense.bias"),
-                    down=w(p + "output.dense.weight").T,
-                    downb=w(p + "output.dense.bias"),
-                    ln2_g=w(p + "output.LayerNorm.weight"),
-                    ln2_b=w(p + "output.LayerNorm.bias"),
-                )
-            )
+        self.layers = [
+            _Layer(**{f: w(f"encoder.layer.{i}.{name}").T if t else w(f"encoder.layer.{i}.{name}")
+                      for f, (name, t) in _LAYER_WEIGHTS.items()})
+            for i in range(int(cfg["num_hidden_layers"]))
+        ]  # fmt: skip
 
     def _forward(self, ids: np.ndarray) -> np.ndarray:
         """Hidden states (tokens, dim) of one sequence (no padding, so no mask is needed)."""

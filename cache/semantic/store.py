@@ -20,14 +20,14 @@ counters (beyond: everything is dropped and a generation counter makes every ear
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from cache.entry import Entry
 from cache.semantic.invalidation import Removal
 from cache.semantic.tags import TagRef
-from cache.store import MemoryStore
+from cache.store import MemoryStore, ResponseStore
 
 Epochs = tuple[int, ...]
 
@@ -81,6 +81,30 @@ def is_current(entry: Entry, now: Epochs | None) -> bool:
     return now is not None and list(now) == entry.meta.get("epochs")
 
 
+async def get_current(
+    entries: ResponseStore,
+    epochs: Callable[[Sequence[TagRef]], Awaitable[Epochs | None]],
+    stats: SemanticStats,
+    key: str,
+) -> Entry | None:
+    """The entry for ``key`` if its epochs are still the current ones; a stale entry is deleted and
+    counted, an entry whose epochs cannot be read (backend error) is a miss and kept."""
+    entry = await entries.get(key)
+    if entry is None:
+        stats.misses += 1
+        return None
+    refs = entry_refs(entry)
+    now = await epochs(refs) if refs is not None else None
+    if refs is not None and is_current(entry, now):
+        stats.hits += 1
+        return entry
+    stats.misses += 1
+    if refs is None or now is not None:
+        stats.stale += 1
+        await entries.delete(key)
+    return None
+
+
 class MemorySemanticStore:
     def __init__(
         self,
@@ -112,18 +136,7 @@ class MemorySemanticStore:
         return self._now(refs)
 
     async def get(self, key: str) -> Entry | None:
-        entry = await self.entries.get(key)
-        if entry is None:
-            self.stats.misses += 1
-            return None
-        refs = entry_refs(entry)
-        if refs is None or not is_current(entry, self._now(refs)):
-            await self._forget(key)
-            self.stats.stale += 1
-            self.stats.misses += 1
-            return None
-        self.stats.hits += 1
-        return entry
+        return await get_current(self.entries, self.epochs, self.stats, key)
 
     async def put(self, key: str, entry: Entry, ttl_s: float, refs: Sequence[TagRef], basis: Epochs) -> str:
         if self._now(refs) != tuple(basis):

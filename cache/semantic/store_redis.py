@@ -26,7 +26,7 @@ import redis.asyncio as aioredis
 
 from cache.entry import Entry
 from cache.semantic.invalidation import Removal
-from cache.semantic.store import Epochs, SemanticStats, entry_refs, is_current, stamp
+from cache.semantic.store import Epochs, SemanticStats, get_current, stamp
 from cache.semantic.tags import TagRef
 from cache.store import ErrorHook
 from cache.store_redis import REDIS_ERRORS, RedisStore, entry_key
@@ -108,20 +108,7 @@ class RedisSemanticStore:
         return (0, *(int(v) if v is not None else 0 for v in raw))
 
     async def get(self, key: str) -> Entry | None:
-        entry = await self.entries.get(key)
-        if entry is None:
-            self.stats.misses += 1
-            return None
-        refs = entry_refs(entry)
-        now = await self.epochs(refs) if refs is not None else None
-        if refs is None or not is_current(entry, now):
-            self.stats.misses += 1
-            if now is not None or refs is None:  # really stale, not just unreadable
-                self.stats.stale += 1
-                await self.entries.delete(key)
-            return None
-        self.stats.hits += 1
-        return entry
+        return await get_current(self.entries, self.epochs, self.stats, key)
 
     async def put(self, key: str, entry: Entry, ttl_s: float, refs: Sequence[TagRef], basis: Epochs) -> str:
         ttl_ms = max(1, int(ttl_s * 1000))

@@ -96,6 +96,7 @@ async def run_mode(
     hits: Counter[tuple[str, str, str]] = Counter()  # (split, label, kind)
     totals: Counter[tuple[str, str, str]] = Counter()
     reasons: Counter[str] = Counter()
+    lost: Counter[str] = Counter()  # why a paraphrase missed
     cost_s: list[float] = []
     false_hits: list[str] = []
     for p in pairs:
@@ -116,7 +117,17 @@ async def run_mode(
                 false_hits.append(p["id"])
         else:
             reasons[found.reason] += 1
-    return {"hits": hits, "totals": totals, "cost_s": cost_s, "false_hits": false_hits, "reasons": reasons}
+            if p["label"] == "same":
+                why = found.reason if found.outcome == "bypass" else "no_candidate_above_threshold"
+                if found.vetoes:
+                    why = f"veto_{found.vetoes[0]}"
+                elif found.outcome == "miss" and found.mode == "fingerprint":
+                    why = "other_key"
+                lost[why] += 1
+    return {
+        "hits": hits, "totals": totals, "cost_s": cost_s, "false_hits": false_hits, "reasons": reasons,
+        "lost": lost,
+    }  # fmt: skip
 
 
 def rate(hits: Counter[Any], totals: Counter[Any], pred: Any) -> tuple[int, int]:
@@ -225,8 +236,9 @@ async def main_async(args: argparse.Namespace) -> None:
             for kind in kinds
         ]
         print(f"| {name} | " + " | ".join(cells) + " |")
-    fp = results["fingerprint"]
-    print("\nfingerprint misses by reason:", dict(fp["reasons"].most_common()))
+    print("\nparaphrases missed, by cause:")
+    for name, r in results.items():
+        print(f"  {name}: {dict(r['lost'].most_common())}")
     for name, r in results.items():
         if r["false_hits"]:
             print(

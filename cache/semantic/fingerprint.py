@@ -40,6 +40,7 @@ class Fingerprint:
     constraints: tuple[tuple[str, str], ...]
     lang: str
     found: tuple[tuple[str, str], ...]  # every (slot, value) seen, complete or not (invalidation tags)
+    covered: frozenset[str]  # the words inside the slots' matches (guard features)
     missing: str | None  # None: complete; else why not (a metric label)
 
     @property
@@ -89,11 +90,12 @@ def fingerprint(
     found_slots = [f for e in slots for f in e.extract(text)]
     found_constraints = [f for e in constraints for f in e.extract(text)]
     seen = tuple(sorted({(f.slot, f.value) for f in found_slots}))
+    covered = frozenset(w for f in found_slots for w in text[f.start : f.end].split())
     intent_hits = intents.matcher.find(text)
     names = {intents.intent_of[m.term] for m in intent_hits}
 
     def incomplete(why: str, intent: str | None = None) -> Fingerprint:
-        return Fingerprint(intent, (), (), lang, seen, why)
+        return Fingerprint(intent, (), (), lang, seen, covered, why)
 
     if not names:
         return incomplete("no_intent")
@@ -115,7 +117,7 @@ def fingerprint(
         return incomplete("unexplained_words", intent)
     merged = {**intents.defaults[intent], **constraint_values}
     return Fingerprint(
-        intent, tuple(sorted(slot_values.items())), tuple(sorted(merged.items())), lang, seen, None
+        intent, tuple(sorted(slot_values.items())), tuple(sorted(merged.items())), lang, seen, covered, None
     )
 
 

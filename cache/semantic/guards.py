@@ -7,7 +7,7 @@ them. So an embedding hit also needs equal guard features:
 * numbers (``15`` vs ``14``, ``256`` vs ``128``; normalised, ``6.10`` = ``6.1``),
 * negation words (``not``, ``cannot``, ``不``, ``没有``; as a multiset),
 * named entities: dictionary slot values the route knows, model codes (a word with letters and digits,
-  ``s24``), and Capitalised words not starting a sentence (``Pixel``),
+  ``s24``), and Capitalised words not starting a sentence nor inside a slot's match (``Ultra``),
 * the fingerprint's intent and slots, when the question has them.
 """
 
@@ -38,10 +38,13 @@ class GuardFeatures:
 
 
 def guard_features(raw: str, text: str, fp: Fingerprint, negations: TermMatcher) -> GuardFeatures:
-    """``raw``: the question as sent; ``text``: normalised."""
+    """``raw``: the question as sent; ``text``: normalised. A Capitalised word inside a slot's match is
+    already stood for by the slot value (``Google`` in "Google Pixel 8" is ``pixel8``)."""
     numbers = tuple(sorted(number(n) or n for n in _NUMBER.findall(text)))
     neg = tuple(sorted(m.term for m in negations.find(text)))
-    entities = tuple(sorted({v for _, v in fp.found} | set(_CODE.findall(text)) | _capitals(raw)))
+    entities = tuple(
+        sorted({v for _, v in fp.found} | set(_CODE.findall(text)) | (_capitals(raw) - fp.covered))
+    )
     return GuardFeatures(numbers, neg, entities, fp.intent, fp.slots if fp.complete else None)
 
 

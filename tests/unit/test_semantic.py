@@ -233,3 +233,17 @@ _alpha = st.text(alphabet="ab1 _中文", min_size=1, max_size=4)
 def test_term_matcher_is_leftmost_longest_with_word_edges(terms: list[str], text: str) -> None:
     got = [(m.start, m.end) for m in TermMatcher(terms).find(text)]
     assert got == _naive_find(sorted(set(terms)), text)
+
+
+def test_capitalised_words_inside_a_slot_match_are_not_extra_entities() -> None:
+    route = _guarded_route()
+    guards = route.cfg.embedding.guards  # type: ignore[union-attr]
+
+    def g(text: str):  # type: ignore[no-untyped-def]
+        return route.analyse("chat", body(text)).guards
+
+    assert veto(g("What is the weight of the Google Pixel 8?"), g("Pixel 8 weight, please"), guards) is None
+    assert (
+        veto(g("What is the weight of the Pixel 8 Pro?"), g("What is the weight of the Pixel 8?"), guards)
+        == "entities"
+    )

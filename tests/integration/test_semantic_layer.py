@@ -212,3 +212,50 @@ async def test_guards_veto_a_negation_at_similarity_one(constant_embedder: str) 
         assert hit.outcome == "hit" and hit.similarity == pytest.approx(1.0)
         assert (await ask(layer, "Is the Mate 60 waterproof?", salt="salt-b")).outcome == "miss"
         assert (await ask(layer, "broken")).reason == "embedder_malformed"
+
+
+# --- named limits ---
+
+
+@pytest.mark.parametrize("kind", ["memory", "redis"])
+async def test_max_entries_per_tag_refuses_rather_than_losing_index(
+    kind: str, request: pytest.FixtureRequest
+) -> None:
+    client = None
+    if kind == "memory":
+        store: SemanticStore = MemorySemanticStore(max_entries_per_tag=2)
+    else:
+        client = connect(request.getfixturevalue("redis_url"))
+        store = RedisSemanticStore(client, key_prefix="t", max_entries_per_tag=2)
+    layer = SemanticLayer({MODEL: SemanticRoute(CFG, b"tags")}, store)
+    results = []
+    for n in (1, 2, 3):  # three orders share the intent tag of query_order_status
+        found = await ask(layer, f"Where is my order SO2024010{n}?")
+        results.append(await layer.fill(found, answer("ok")))
+    assert results == ["stored", "stored", "tag_full"]
+    assert (await ask(layer, "Where is my order SO20240103?")).outcome == "miss"
+    assert (await layer.apply_event({"type": "OrderStatusChanged", "order_id": "SO20240101"})).removed == 1
+    if client is not None:
+        await client.aclose()
+
+
+async def test_memory_epoch_bound_drops_everything_under_a_new_generation() -> None:
+    store = MemorySemanticStore(max_epochs=1)
+    layer = SemanticLayer({MODEL: SemanticRoute(CFG, b"tags")}, store)
+    await remember(layer, QUESTIONS["iphone screen"])
+    pending = await ask(layer, QUESTIONS["pixel battery"])  # basis read before the reset
+    await layer.apply_event(
+        {"type": "ProductSpecUpdated", "product_id": "mate60", "changed_fields": ["screen"]}
+    )
+    await layer.apply_event(
+        {"type": "ProductSpecUpdated", "product_id": "xiaomi14", "changed_fields": ["screen"]}
+    )
+    assert len(store) == 0  # the second counter did not fit: everything went
+    assert await layer.fill(pending, answer("old")) == "stale_basis"
+
+
+async def test_embedder_refuses_vectors_beyond_max_dimensions(constant_embedder: str) -> None:
+    async with aiohttp.ClientSession() as session:
+        with pytest.raises(EmbedderError) as info:
+            await Embedder(session, constant_embedder, "m", max_dimensions=2).embed("x")
+    assert info.value.reason == "malformed"

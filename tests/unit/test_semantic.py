@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from array import array
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cache.semantic.embedding import Candidate, CandidateIndex
 from cache.semantic.guards import veto
 from cache.semantic.invalidation import EventError
 from cache.semantic.normalize import Normalizer
@@ -247,3 +250,21 @@ def test_capitalised_words_inside_a_slot_match_are_not_extra_entities() -> None:
         veto(g("What is the weight of the Pixel 8 Pro?"), g("What is the weight of the Pixel 8?"), guards)
         == "entities"
     )
+
+
+def test_candidate_index_is_bounded_per_partition_and_in_partitions() -> None:
+    g = _guarded_route().analyse("chat", body("iPhone 15 battery life")).guards
+    assert g is not None
+    index = CandidateIndex(max_candidates=2, max_partitions=2)
+    vec = array("f", [1.0, 0.0])
+    for p in ("p1", "p2", "p3"):
+        for k in ("a", "b", "c"):
+            index.add(p, Candidate(f"{p}{k}", vec, g, ()))
+    assert len(index) == 4  # p1 evicted; two candidates per partition
+    assert [c.key for _, c in index.search("p3", vec, 0.5)] == ["p3b", "p3c"]
+    assert index.search("p1", vec, 0.5) == []
+
+
+def test_an_event_with_too_many_changed_fields_is_refused() -> None:
+    with pytest.raises(EventError, match="at most"):
+        ROUTE.plan({"type": "ProductSpecUpdated", "product_id": "iphone15", "changed_fields": ["f"] * 257})

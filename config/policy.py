@@ -254,7 +254,8 @@ class Policy(_Strict):
     batch: BatchConfig = Field(default_factory=BatchConfig)
 
     @model_validator(mode="after")
-    def _unique_models(self) -> Policy:
+    def _consistent(self) -> Policy:
+        """Checks across sections: unique model names; batch, semantic settings naming served models."""
         names = [m.name for m in self.models]
         dup = {n for n in names if names.count(n) > 1}
         if dup:
@@ -264,6 +265,16 @@ class Policy(_Strict):
             raise ValueError(f"batch.pools names models the policy does not serve: {unknown}")
         if self.batch.enabled and self.batch.store == "redis" and self.redis.url is None:
             raise ValueError("batch.store is 'redis' but redis.url is not set")
+        semantic = [self.cache.semantic, *(o.semantic for o in self.cache.overrides if o.semantic)]
+        for sem in semantic:
+            if (
+                sem.embedding is not None
+                and sem.embedding.pool is not None
+                and sem.embedding.pool not in names
+            ):
+                raise ValueError(
+                    f"cache.semantic.embedding.pool {sem.embedding.pool!r} is not a model of this policy"
+                )
         return self
 
     def pool(self, name: str) -> ModelPoolConfig | None:

@@ -94,6 +94,7 @@ class Process:
             metrics=self.metrics,
             redis=self.redis,
             discovered=self.discovered,
+            pools_now=lambda: self.state.pools,
         )
         for apply in pending:
             apply()

@@ -24,7 +24,7 @@ from router.policies import make_policy
 from router.policies.base import PickContext, RoutingPolicy
 from router.prompt import render_prompt
 from router.replica import ReplicaState
-from router.tokenizers import Tokenizer, Tokens, from_ids, make_tokenizer
+from router.tokenizers import Tokenizer, Tokens, from_ids, make_tokenizer, tokenize
 from router.types import Decision, NoReplicaAvailable, RouteRequest
 
 __all__ = ["NoReplicaAvailable", "PoolRouter", "RouterStats", "make_policy"]
@@ -241,8 +241,7 @@ class PoolRouter:
         if ids:
             tokens = from_ids(ids)
         else:
-            prompt = render_prompt(request.endpoint, request.body)
-            tokens = from_ids(prompt) if isinstance(prompt, list) else self.tokenizer.encode(prompt)
+            tokens = tokenize(self.tokenizer, render_prompt(request.endpoint, request.body))
         root = root_hash(request.model, request.tenant_salt)
         hashes = block_hashes(tokens, root, cfg.block_size, cfg.max_prefix_tokens)
         ctx.route_key = route_key(tokens, hashes, root, cfg.block_size, cfg.route_key_tokens)

@@ -42,6 +42,11 @@ def from_ids(ids: Sequence[int]) -> Tokens:
     return Tokens(array("I", ids).tobytes(), _ID_STRIDE, len(ids))
 
 
+def tokenize(tokenizer: Tokenizer, prompt: str | Sequence[int]) -> Tokens:
+    """A rendered prompt (``router.prompt``) as tokens: token ids as they are, text through ``tokenizer``."""
+    return tokenizer.encode(prompt) if isinstance(prompt, str) else from_ids(prompt)
+
+
 class ApproxTokenizer:
     """No vocabulary: ``bytes_per_token`` UTF-8 bytes make a token (the default, 4)."""
 

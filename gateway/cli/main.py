@@ -1,4 +1,4 @@
-"""``prefix-gateway`` command line: serve, check-config, sim, demo."""
+"""``prefix-gateway`` command line: serve, check-config, sim, demo, usage, advise."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from config import PolicyError, load_policy
 from config.loader import example_path
 from config.policy import ModelPoolConfig, Policy
 from config.routing import PolicyName
+from gateway.cli.advise import add_advise_command
 from gateway.cli.quickstart import DiscoveryError, policy_from_flags
 from gateway.cli.usage import add_usage_command
 from gateway.observability.logs import configure_logging
@@ -252,6 +253,7 @@ def build_parser() -> argparse.ArgumentParser:
     sim.set_defaults(func=cmd_sim)
 
     add_usage_command(sub)
+    add_advise_command(sub)
 
     demo = sub.add_parser("demo", help="gateway + 3 simulated replicas with the embedded local policy")
     demo.add_argument("--port", type=int, help="gateway port (default 8080)")

@@ -2,9 +2,10 @@
 
 A ``Process`` owns the metrics registry, the lifecycle hooks, the fleet's health (breakers, active
 verdicts, drains), the Redis client and its pool (when the policy names Redis), the billing ledger,
-OpenTelemetry's tracer provider (when the policy turns tracing on),
-admission, the background tasks (health checks, load scrape, LoRA adapters, discovery, the policy
-file watch, KV events), LoRA adapter loads in flight, the draining flag, and the current ``State``: the policy-derived part, which a reload
+OpenTelemetry's tracer provider (when the policy turns tracing on), admission, the layout advisor's
+sketches, the background tasks (health checks, load scrape, LoRA adapters, discovery, the policy file
+watch, KV events), LoRA adapter loads in flight, the draining flag, and the current ``State``: the
+policy-derived part, which a reload
 swaps (``swap``).
 
 ``open`` and ``close`` run from the app's cleanup context (aiohttp ``cleanup_ctx``): every resource
@@ -24,6 +25,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from aiohttp import web
 
+from cache.advisor.advisor import Advisor
 from cache.store_redis import connect
 from config.policy import Policy
 from gateway.fleet import probes, scrape
@@ -56,6 +58,7 @@ class Process:
     resolver: Any = None  # discovery's DNS resolver (None: loop.getaddrinfo); injectable in tests
     admission: Admission = field(init=False)
     fleet: FleetHealth = field(init=False)
+    advisor: Advisor = field(init=False)
     redis: aioredis.Redis | None = None
     metering: Metering | None = None
     state: State = field(init=False)
@@ -78,6 +81,7 @@ class Process:
     def __post_init__(self) -> None:
         self.admission = Admission(self.metrics)
         self.fleet = FleetHealth(self.initial.breaker, self.metrics)
+        self.advisor = Advisor.from_policy(self.initial)
 
     # -- open / close ---------------------------------------------------------------------------------
     async def open(self) -> None:
@@ -102,6 +106,7 @@ class Process:
             metrics=self.metrics,
             redis=self.redis,
             discovered=self.discovered,
+            pools_now=lambda: self.state.pools,
         )
         for apply in pending:
             apply()
@@ -141,6 +146,7 @@ class Process:
             apply()
         self.fleet.reconfigure(new.policy.breaker)
         self.fleet.attach(p.router for p in new.pools.values())
+        self.advisor.reconfigure(new.policy)
         drain_s = max(old.policy.server.drain_timeout_s, 1.0)
         for close in replaced(old, new):
             self.retire(close, drain_s)

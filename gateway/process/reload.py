@@ -82,6 +82,7 @@ def swap_policy(process: Process, policy: Policy) -> list[str]:
         metrics=process.metrics,
         redis=process.redis,
         discovered=process.discovered,
+        pools_now=lambda: process.state.pools,
         previous=old,
     )
     process.swap(new, pending)

@@ -1,8 +1,8 @@
 """Application factory: the process, its hooks, the routes, one middleware; and serving it.
 
 ``create_app`` builds a ``Process`` (opened at startup and closed at cleanup through aiohttp's
-``cleanup_ctx``, after the drain), installs the lifecycle hooks of the pipeline (routing feedback,
-billing, tenant refunds, metrics and the access log), and the routes: the public ones
+``cleanup_ctx``, after the drain), installs the lifecycle hooks of the pipeline (routing feedback, the
+layout advisor's observation, billing, tenant refunds, metrics and the access log), and the routes: the public ones
 (``gateway.server.endpoints``) and the admin API (``gateway.admin``).
 
 One middleware does what every request needs, in this order: errors in the format of the API the path
@@ -23,13 +23,13 @@ from config.policy import Policy
 from gateway.admin.routes import add_admin_routes
 from gateway.errors import GatewayError
 from gateway.observability.metrics import GatewayMetrics
-from gateway.pipeline import billing, dispatch, limits, observe
+from gateway.pipeline import advise, billing, dispatch, limits, observe
 from gateway.pipeline.protocols.openai import FRONTEND as OPENAI
 from gateway.process.process import PROCESS, Process, process_context
 from gateway.server.conn_guard import GatewayRunner, read_body_within
 from gateway.server.endpoints import FRONTEND_BY_PATH, INFERENCE_PATHS, add_public_routes
 
-HOOKS = (dispatch.install, billing.install, limits.install, observe.install)
+HOOKS = (dispatch.install, advise.install, billing.install, limits.install, observe.install)
 
 
 @web.middleware

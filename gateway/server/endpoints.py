@@ -13,6 +13,7 @@ import orjson
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from cache.advisor.render import GAUGE_FINDINGS, GAUGE_SAVING_MICROS, GAUGE_SAVING_TOKENS, gauge_values
 from cache.store_redis import REDIS_ERRORS
 from gateway.errors import GatewayError, error_response
 from gateway.pipeline.handler import handle
@@ -100,7 +101,27 @@ async def metrics_endpoint(request: web.Request) -> web.Response:
         else:
             for name in ("live", "created", "hits", "expired"):
                 metrics.child(metrics.explicit_entries, name).set(getattr(stats, name))
+    cache = process.state.cache
+    if cache is not None and cache.semantic is not None:
+        metrics.semantic_stale.set(cache.semantic.store.stats.stale)
+    if process.advisor.cfg.enabled:
+        set_advice_gauges(process)
     return web.Response(body=generate_latest(metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+def set_advice_gauges(process: Process) -> None:
+    """The advisor's potential savings per tenant (listed, else ``other``) and finding kind; series of
+    kinds that no longer apply drop to 0 (``gauge_values`` lists every kind of a present tenant)."""
+    metrics = process.metrics
+    listed = {t.id for t in process.state.policy.tenancy.tenants}
+    values = gauge_values(process.advisor.advice(), listed)
+    for name, gauge in (
+        (GAUGE_SAVING_MICROS, metrics.advice_saving_micros),
+        (GAUGE_SAVING_TOKENS, metrics.advice_saving_tokens),
+        (GAUGE_FINDINGS, metrics.advice_findings),
+    ):
+        for (tenant, kind), value in values[name].items():
+            metrics.child(gauge, tenant, kind).set(value)
 
 
 def _inference(process: Process, name: str) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:

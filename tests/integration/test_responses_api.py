@@ -239,7 +239,7 @@ async def test_redis_store_is_shared_by_two_gateways(redis_url) -> None:
         policy = policy_for(fleet.urls, redis={"url": redis_url}, tenancy=TENANCY)
         async with gateway(policy) as a, gateway(policy) as b:
             first = await client(a.url).responses.create(
-                model="sim-llama", input="Remember 42.", max_output_tokens=3
+                model="sim-llama", input="Remember the zebra.", max_output_tokens=3
             )
             cb = client(b.url)
             second = await cb.responses.create(
@@ -249,11 +249,11 @@ async def test_redis_store_is_shared_by_two_gateways(redis_url) -> None:
             assert second.previous_response_id == first.id
             bodies = await sim_requests(fleet.urls[0]) + await sim_requests(fleet.urls[1])
             last = next(b for b in bodies if b["messages"][-1]["content"] == "What was it?")
-            assert [m["content"] for m in last["messages"]][:2] == ["Remember 42.", first.output_text]
+            assert [m["content"] for m in last["messages"]][:2] == ["Remember the zebra.", first.output_text]
             # Redis keys name the tenant by digest and the response by id, never its text
             import redis.asyncio as aioredis
 
             r = aioredis.from_url(redis_url)
             keys = [k.decode() for k in await r.keys("pgw:resp:*")]
             await r.aclose()
-            assert len(keys) == 2 and all("42" not in k and "t1" not in k for k in keys)
+            assert len(keys) == 2 and all("zebra" not in k and "t1" not in k for k in keys)

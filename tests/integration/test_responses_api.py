@@ -8,6 +8,7 @@ import hashlib
 import aiohttp
 import openai
 import pytest
+import redis.asyncio as aioredis
 
 from tests.support.stack import gateway, policy_for, sim_fleet, sim_requests
 
@@ -251,8 +252,6 @@ async def test_redis_store_is_shared_by_two_gateways(redis_url) -> None:
             last = next(b for b in bodies if b["messages"][-1]["content"] == "What was it?")
             assert [m["content"] for m in last["messages"]][:2] == ["Remember the zebra.", first.output_text]
             # Redis keys name the tenant by digest and the response by id, never its text
-            import redis.asyncio as aioredis
-
             r = aioredis.from_url(redis_url)
             keys = [k.decode() for k in await r.keys("pgw:resp:*")]
             await r.aclose()

@@ -182,6 +182,11 @@ def _check_anthropic_messages(body: dict[str, Any]) -> int:
     """An Anthropic Messages request: ``max_tokens``, ``messages`` of content blocks, ``system``."""
     if body.get("max_tokens") is None:
         raise _bad("max_tokens: Field required", "max_tokens", "missing_required_parameter")
+    return _check_anthropic_count(body)
+
+
+def _check_anthropic_count(body: dict[str, Any]) -> int:
+    """An Anthropic ``count_tokens`` request: a Messages request without ``max_tokens``."""
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise _bad("messages: must be a non-empty array", "messages")
@@ -285,6 +290,14 @@ ENDPOINTS: dict[str, Endpoint] = {
     "embeddings": Endpoint("/v1/embeddings", _check_input, "input", **_PASS_THROUGH),
     "responses": Endpoint("/v1/responses", _check_input_items, "input", frontend="responses"),
     "messages": Endpoint("/v1/messages", _check_anthropic_messages, "messages", frontend="messages"),
+    "count_tokens": Endpoint(
+        "/v1/messages/count_tokens",
+        _check_anthropic_count,
+        "messages",
+        **_PASS_THROUGH,
+        billed=False,
+        frontend="count_tokens",
+    ),
     # vLLM's other endpoints, passed through with routing by model and tenancy
     "tokenize": Endpoint("/tokenize", _check_prompt_or_messages, **_PASS_THROUGH, billed=False),
     "detokenize": Endpoint("/detokenize", _check_tokens, "tokens", **_PASS_THROUGH, billed=False),

@@ -49,6 +49,14 @@ async def test_whole_answers_bill_cache_control_and_report_it() -> None:
         bodies = await sim_requests(fleet.urls[0]) + await sim_requests(fleet.urls[1])
         assert len(bodies) == 2 and all(b"cache_control" not in orjson.dumps(b) for b in bodies)
         assert bodies[0]["messages"][0]["role"] == "system"
+        # count_tokens: the replica's tokenizer on the same conversation, markers stripped first
+        counted = await c.messages.count_tokens(
+            model="sim-llama", system=SYSTEM, messages=[{"role": "user", "content": "What is a block?"}]
+        )
+        u = first.usage
+        assert counted.input_tokens == u.input_tokens + u.cache_creation_input_tokens + u.cache_read_input_tokens
+        tokenized = [b for u_ in fleet.urls for b in await sim_requests(u_) if "max_tokens" not in b]
+        assert len(tokenized) == 1 and b"cache_control" not in orjson.dumps(tokenized[0])
         await c.close()
 
 

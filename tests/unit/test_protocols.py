@@ -110,3 +110,13 @@ async def test_memory_store_is_bounded_in_entries_bytes_and_time() -> None:
     assert await store.get("t", "m2") is None  # expired
     assert await store.delete("t", "m1") and not await store.delete("t", "m1")
     assert store.bytes == 0
+
+
+def test_pass_through_endpoints_render_their_text_for_routing() -> None:
+    assert render_prompt("rerank", {"query": "q1", "documents": ["a"]}) == "q1"
+    assert render_prompt("score", {"text_1": "left", "text_2": "right"}) == "left"
+    assert render_prompt("tokenize", {"prompt": "p"}) == "p"
+    assert render_prompt("detokenize", {"tokens": [1, 2]}) == [1, 2]
+    assert render_prompt("classify", {"input": ["x", "y"]}) == render_prompt("pooling", {"input": ["x", "y"]})
+    chat = {"messages": [{"role": "user", "content": "m"}]}
+    assert render_prompt("tokenize", chat) == render_prompt("chat", chat)

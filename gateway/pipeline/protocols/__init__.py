@@ -11,6 +11,7 @@ FRONTENDS: dict[str, FrontEnd] = {
     "openai": openai.FRONTEND,
     "responses": responses.FRONTEND,
     "messages": messages.FRONTEND,
+    "count_tokens": messages.COUNT_TOKENS,
 }
 
 __all__ = ["FRONTENDS", "Encoder", "FrontEnd"]

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from aiohttp import web
 
+from cache.billing.markers import strip_markers
 from gateway.errors import GatewayError
 from gateway.pipeline.parse import ParsedRequest
 from gateway.pipeline.protocols.base import FrontEnd
@@ -317,6 +318,33 @@ FRONTEND = FrontEnd(
     name="messages",
     prepare=prepare,
     answer=answer,
+    encoder=MessagesEncoder,
+    error=error_response,
+)
+
+
+# -- count_tokens: the same request, counted by the replica's tokenizer ---------------------------
+async def prepare_count(ctx: RequestContext) -> None:
+    """``POST /v1/messages/count_tokens`` (Claude Code asks it before long turns) as vLLM's
+    ``/tokenize`` of the chat request: the replica's own chat template counts the tokens."""
+    assert ctx.parsed is not None
+    body = ctx.parsed.body
+    chat = strip_markers(to_chat({**body, "max_tokens": 1}))
+    tokenize = {"model": body["model"], "messages": chat["messages"], "add_generation_prompt": True}
+    if "tools" in chat:
+        tokenize["tools"] = chat["tools"]
+    parsed = ctx.parsed
+    ctx.parsed = ParsedRequest("tokenize", tokenize, parsed.model, False, parsed.prompt_chars)
+
+
+async def answer_count(ctx: RequestContext, tokenized: dict[str, Any]) -> dict[str, Any]:
+    return {"input_tokens": int(tokenized.get("count") or 0)}
+
+
+COUNT_TOKENS = FrontEnd(
+    name="count_tokens",
+    prepare=prepare_count,
+    answer=answer_count,
     encoder=MessagesEncoder,
     error=error_response,
 )

@@ -2,6 +2,7 @@
 Anthropic's Messages API, through one gateway, side by side in one run.
 
     python -m bench.protocols [--requests 2000] [--concurrency 32] [--rounds 2] [--write]
+    python -m bench.protocols --micro [--write]
 
 A zero-latency simulator (``--speed 0``) and the gateway (quick start, response cache off, so every
 request is mapped, routed and relayed) in their own processes, the load generator in this one. Per API
@@ -9,7 +10,11 @@ and mode: requests/s, p50/p99 latency and the gateway's CPU seconds per 1,000 re
 ratio to chat completions; the APIs alternate ``--rounds`` times and the best run of each is kept. A
 Responses request stores its answer (memory store), so that cost is in its row. A last row chains
 ``previous_response_id`` over ``--turns`` turns per conversation: what expanding a stored
-conversation costs on top.
+conversation costs on top. On a small shared machine these end-to-end CPU ratios move by tens of per
+cent between runs (the event loop batches differently under contention); ``--micro`` measures the
+front ends' own work in this process instead: the request map, the answer map, and the stream encoder
+per chunk, against what chat completions does at the same points (nothing for the request and the
+answer; bytes passed through, or one ``data:`` framing, per chunk).
 """
 
 from __future__ import annotations
@@ -18,7 +23,9 @@ import argparse
 import asyncio
 import platform
 import sys
+import time
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 import aiohttp
@@ -28,6 +35,9 @@ import psutil
 from bench.loadgen import LoadResult, run_load
 from bench.procs import running, start_gateway, start_sim
 from bench.report import percentile, table, write_section
+from gateway.pipeline.parse import ParsedRequest
+from gateway.pipeline.protocols import messages, responses
+from gateway.pipeline.protocols.openai import ChatEncoder
 
 MODEL = "sim-llama"
 QUESTION = "request {i}: summarise the plot of a short story."
@@ -143,7 +153,9 @@ async def main_async(args: argparse.Namespace) -> str:
         f"{platform.python_version()}. One simulator with `--speed 0`, the gateway's quick start with "
         f"`--no-cache`, concurrency {args.concurrency}, unique prompts; best of {args.rounds} alternating "
         "rounds. Ratios are to the chat-completions row of the same mode, measured in the same run; the "
-        "chain row (each turn names the previous response) is to non-stream chat.\n\n" + table(headers, rows)
+        "chain row (each turn names the previous response) is to non-stream chat. On this shared machine "
+        "the CPU ratios move by tens of per cent between runs; `--micro` measures the front ends' own "
+        "work.\n\n" + table(headers, rows)
     )
 
 
@@ -161,6 +173,98 @@ def _row(name: str, mode: str, r: LoadResult, cpu: float, chat: tuple[LoadResult
     ]
 
 
+def _micro_ctx(stream_chunks: int) -> tuple[Any, list[dict[str, Any]], dict[str, Any]]:
+    """A request context as the front ends read it, a chat stream's chunks and its whole answer."""
+    created = 1_700_000_000
+    words = [f" word{i}" for i in range(stream_chunks)]
+    head = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": created, "model": MODEL}
+    chunks = [
+        {**head, "choices": [{"index": 0, "delta": {"content": w}, "finish_reason": None}]} for w in words
+    ]
+    usage = {"prompt_tokens": 40, "completion_tokens": stream_chunks, "total_tokens": 40 + stream_chunks}
+    whole = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": created,
+        "model": MODEL,
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": "".join(words)}, "finish_reason": "stop"}
+        ],
+        "usage": usage,
+    }
+    body = {
+        "model": MODEL,
+        "input": QUESTION.format(i=1),
+        "instructions": "Be terse.",
+        "max_output_tokens": 16,
+    }
+    turn = responses.Turn("resp_" + "0" * 48, created, body, responses.input_items(body["input"]), False)
+    parsed = ParsedRequest("chat", {}, MODEL, True, 0)
+    ctx = SimpleNamespace(exchange=turn, parsed=parsed, decision=None, usage=usage, line_item=None)
+    return ctx, chunks, whole
+
+
+def _per_call_us(fn: Callable[[], object], n: int) -> float:
+    for _ in range(min(1000, n)):
+        fn()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    return (time.perf_counter() - t0) / n * 1e6
+
+
+def micro(n: int) -> str:
+    ctx, chunks, whole = _micro_ctx(16)
+    chunk = chunks[3]
+    raw = b"data: " + orjson.dumps(chunk) + b"\n\n"
+    req_r = {
+        "model": MODEL,
+        "input": QUESTION.format(i=1),
+        "instructions": "Be terse.",
+        "max_output_tokens": 16,
+    }
+    req_m = {
+        "model": MODEL,
+        "max_tokens": 16,
+        "messages": [{"role": "user", "content": QUESTION.format(i=1)}],
+    }
+    turn = ctx.exchange
+    enc_r, enc_m, enc_c = responses.ResponsesEncoder(ctx), messages.MessagesEncoder(ctx), ChatEncoder()
+    enc_r.start(), enc_m.start()
+    message = whole["choices"][0]["message"]
+    rows = [
+        [
+            "request map",
+            "-",
+            f"{_per_call_us(lambda: responses.to_chat(req_r, responses.input_items(req_r['input'])), n):.1f}",
+            f"{_per_call_us(lambda: messages.to_chat(req_m), n):.1f}",
+        ],
+        [
+            "answer map (whole)",
+            "-",
+            f"{_per_call_us(lambda: responses.response_object(turn, 'completed', responses.output_items(turn, message), whole['usage'], 'stop'), n):.1f}",
+            f"{_per_call_us(lambda: messages.message_object(ctx, messages.content_blocks(message), 'stop'), n):.1f}",
+        ],
+        [
+            "stream, per chunk",
+            f"{_per_call_us(lambda: enc_c.chunk(orjson.loads(raw[6:])), n):.1f} (when parsed; else 0)",
+            f"{_per_call_us(lambda: enc_r.chunk(orjson.loads(raw[6:])), n):.1f}",
+            f"{_per_call_us(lambda: enc_m.chunk(orjson.loads(raw[6:])), n):.1f}",
+        ],
+    ]
+    headers = ["work", "chat completions, µs", "Responses, µs", "Messages, µs"]
+    cmd = "python -m bench.protocols " + " ".join(sys.argv[1:])
+    return (
+        "## Front ends, their own work (in process)\n\n"
+        f"Command: `{cmd.strip()}` on {platform.machine()}, Python {platform.python_version()}: mean of "
+        f"{n:,} calls each after a warm-up, one short question and a 16-chunk answer. Per chunk: the "
+        "replica's chunk parsed and written in the client's API, once per chunk the replica sends; chat "
+        "completions pass a chunk's bytes through unless something needs them parsed (usage, the cache's "
+        "assembly, PII unmasking). The Responses answer map excludes the store's write.\n\n"
+        + table(headers, rows)
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -169,13 +273,17 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--turns", type=int, default=4, help="turns per conversation in the chain row")
+    parser.add_argument("--micro", action="store_true", help="the front ends' own work, in process")
     parser.add_argument("--write", action="store_true", help="write the table into docs/benchmarks.md")
     args = parser.parse_args()
-    with asyncio.Runner() as runner:
-        md = runner.run(main_async(args))
+    if args.micro:
+        md = micro(50_000)
+    else:
+        with asyncio.Runner() as runner:
+            md = runner.run(main_async(args))
     print(md)
     if args.write:
-        write_section("protocols", md)
+        write_section("protocols-micro" if args.micro else "protocols", md)
 
 
 if __name__ == "__main__":

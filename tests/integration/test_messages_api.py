@@ -54,7 +54,9 @@ async def test_whole_answers_bill_cache_control_and_report_it() -> None:
             model="sim-llama", system=SYSTEM, messages=[{"role": "user", "content": "What is a block?"}]
         )
         u = first.usage
-        assert counted.input_tokens == u.input_tokens + u.cache_creation_input_tokens + u.cache_read_input_tokens
+        assert (
+            counted.input_tokens == u.input_tokens + u.cache_creation_input_tokens + u.cache_read_input_tokens
+        )
         tokenized = [b for u_ in fleet.urls for b in await sim_requests(u_) if "max_tokens" not in b]
         assert len(tokenized) == 1 and b"cache_control" not in orjson.dumps(tokenized[0])
         await c.close()
@@ -119,3 +121,15 @@ async def test_errors_come_in_anthropics_shape() -> None:
         assert await sim_requests(fleet.urls[0]) == []
         await c.close()
         await wrong.close()
+
+
+async def test_a_replicas_error_comes_back_in_anthropics_shape() -> None:
+    async with sim_fleet(1, max_model_len=64) as fleet, gateway(policy(fleet.urls)) as gw:
+        c = anthropic.AsyncAnthropic(base_url=gw.url, api_key=KEY, max_retries=0)
+        with pytest.raises(anthropic.BadRequestError) as err:  # the replica's 400: past its context
+            await c.messages.create(
+                model="sim-llama", max_tokens=500, messages=[{"role": "user", "content": "x"}]
+            )
+        assert err.value.body["type"] == "error" and "context length" in err.value.body["error"]["message"]
+        assert len(await sim_requests(fleet.urls[0])) == 1
+        await c.close()

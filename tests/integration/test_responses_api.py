@@ -10,7 +10,7 @@ import openai
 import pytest
 import redis.asyncio as aioredis
 
-from tests.support.stack import gateway, policy_for, sim_fleet, sim_requests
+from tests.support.stack import gateway, policy_for, sim_faults, sim_fleet, sim_requests
 
 KEYS = {"t1": "sk-tenant-one", "t2": "sk-tenant-two"}
 TENANCY = {
@@ -256,3 +256,23 @@ async def test_redis_store_is_shared_by_two_gateways(redis_url) -> None:
             keys = [k.decode() for k in await r.keys("pgw:resp:*")]
             await r.aclose()
             assert len(keys) == 2 and all("zebra" not in k and "t1" not in k for k in keys)
+
+
+async def test_cache_hits_are_new_responses_and_a_broken_stream_fails_typed() -> None:
+    async with sim_fleet(1) as fleet, gateway(policy_for(fleet.urls, cache={"enabled": True})) as gw:
+        c = openai.AsyncOpenAI(base_url=gw.url + "/v1", api_key="x", max_retries=0)
+        ask = {"model": "sim-llama", "input": "Cache me", "max_output_tokens": 4, "temperature": 0}
+        first = await c.responses.create(**ask)
+        raw = await c.responses.with_raw_response.create(**ask)
+        hit = raw.parse()
+        assert raw.headers["x-cache"] == "hit" and hit.output_text == first.output_text and hit.id != first.id
+        assert (await c.responses.retrieve(hit.id)).output_text == first.output_text
+        kinds = [
+            e.type async for e in await c.responses.create(**ask, stream=True)
+        ]  # replayed from the cache
+        assert kinds[0] == "response.created" and kinds[-1] == "response.completed"
+        assert len(await sim_requests(fleet.urls[0])) == 1
+        await sim_faults(fleet.urls[0], {"drop_mid_stream_after": 3})
+        events = [e async for e in await c.responses.create(model="sim-llama", input="break", stream=True)]
+        assert events[-1].type == "response.failed" and events[-1].response.status == "failed"
+        await c.close()

@@ -3,11 +3,15 @@ store's bounds."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
+import orjson
 import pytest
 
 from cache.conversations import MemoryConversations
 from config.protocols import ResponseStoreConfig
 from gateway.errors import GatewayError
+from gateway.pipeline.parse import ParsedRequest
 from gateway.pipeline.protocols import messages, responses
 from router.prompt import render_prompt
 
@@ -120,3 +124,119 @@ def test_pass_through_endpoints_render_their_text_for_routing() -> None:
     assert render_prompt("classify", {"input": ["x", "y"]}) == render_prompt("pooling", {"input": ["x", "y"]})
     chat = {"messages": [{"role": "user", "content": "m"}]}
     assert render_prompt("tokenize", chat) == render_prompt("chat", chat)
+
+
+def _events(data: bytes) -> list[tuple[str, dict]]:
+    out = []
+    for block in data.decode().split("\n\n"):
+        if block:
+            kind, payload = block.split("\n", 1)
+            assert kind.startswith("event: ") and payload.startswith("data: ")
+            body = orjson.loads(payload[6:])
+            assert body["type"] == kind[7:]
+            out.append((kind[7:], body))
+    return out
+
+
+TOOL_CHUNKS = [
+    {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]},
+    {"choices": [{"index": 0, "delta": {"content": "Let me look."}, "finish_reason": None}]},
+    {
+        "choices": [
+            {
+                "index": 0,
+                "delta": {
+                    "tool_calls": [{"index": 0, "id": "call_1", "function": {"name": "f", "arguments": ""}}]
+                },
+                "finish_reason": None,
+            }
+        ]
+    },
+    {
+        "choices": [
+            {
+                "index": 0,
+                "delta": {"tool_calls": [{"index": 0, "function": {"arguments": '{"a": '}}]},
+                "finish_reason": None,
+            }
+        ]
+    },
+    {
+        "choices": [
+            {
+                "index": 0,
+                "delta": {"tool_calls": [{"index": 0, "function": {"arguments": "1}"}}]},
+                "finish_reason": "tool_calls",
+            }
+        ]
+    },
+    {"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 4, "total_tokens": 13}},
+]
+
+
+def _ctx() -> SimpleNamespace:
+    body = {"model": "m", "input": "x"}
+    turn = responses.Turn("resp_" + "a" * 48, 1, body, responses.input_items("x"), False)
+    usage = {"prompt_tokens": 9, "completion_tokens": 4, "total_tokens": 13}
+    parsed = ParsedRequest("chat", {}, "m", True, 1)
+    return SimpleNamespace(exchange=turn, parsed=parsed, decision=None, usage=usage, line_item=None)
+
+
+async def test_responses_stream_of_text_and_a_function_call() -> None:
+    ctx = _ctx()
+    enc = responses.ResponsesEncoder(ctx)  # type: ignore[arg-type]
+    data = (
+        enc.start() + b"".join(enc.chunk(c) for c in TOOL_CHUNKS) + await enc.end(ctx, done=True, error=None)
+    )  # type: ignore[arg-type]
+    events = _events(data)
+    kinds = [k for k, _ in events]
+    assert kinds == [
+        "response.created", "response.in_progress",
+        "response.output_item.added", "response.content_part.added", "response.output_text.delta",
+        "response.output_item.added", "response.function_call_arguments.delta", "response.function_call_arguments.delta",
+        "response.output_text.done", "response.content_part.done", "response.output_item.done",
+        "response.function_call_arguments.done", "response.output_item.done", "response.completed",
+    ]  # fmt: skip
+    assert [b["sequence_number"] for _, b in events] == list(range(len(events)))
+    final = events[-1][1]["response"]
+    assert [o["type"] for o in final["output"]] == ["message", "function_call"]
+    assert final["output"][1]["arguments"] == '{"a": 1}' and final["output"][1]["call_id"] == "call_1"
+    assert events[5][1]["output_index"] == 1 and final["usage"]["output_tokens"] == 4
+
+
+async def test_messages_stream_of_text_and_a_tool_use_and_a_failure() -> None:
+    ctx = _ctx()
+    enc = messages.MessagesEncoder(ctx)  # type: ignore[arg-type]
+    data = (
+        enc.start() + b"".join(enc.chunk(c) for c in TOOL_CHUNKS) + await enc.end(ctx, done=True, error=None)
+    )  # type: ignore[arg-type]
+    events = _events(data)
+    assert [k for k, _ in events] == [
+        "message_start", "content_block_start", "content_block_delta", "content_block_stop",
+        "content_block_start", "content_block_delta", "content_block_delta", "content_block_stop",
+        "message_delta", "message_stop",
+    ]  # fmt: skip
+    assert events[4][1]["content_block"] == {"type": "tool_use", "id": "call_1", "name": "f", "input": {}}
+    assert events[5][1]["delta"] == {"type": "input_json_delta", "partial_json": '{"a": '}
+    assert events[8][1]["delta"]["stop_reason"] == "tool_use"
+    assert events[8][1]["usage"]["output_tokens"] == 4
+    broken = messages.MessagesEncoder(ctx)  # type: ignore[arg-type]
+    tail = await broken.end(ctx, done=False, error="upstream stream failed")  # type: ignore[arg-type]
+    assert _events(tail) == [
+        ("error", {"type": "error", "error": {"type": "api_error", "message": "upstream stream failed"}})
+    ]
+
+
+def test_whole_answers_with_tool_calls_map_back() -> None:
+    ctx = _ctx()
+    message = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}}
+        ],
+    }
+    items = responses.output_items(ctx.exchange, message)
+    assert [i["type"] for i in items] == ["function_call"]
+    blocks = messages.content_blocks(message)
+    assert blocks == [{"type": "tool_use", "id": "call_1", "name": "f", "input": {"a": 1}}]

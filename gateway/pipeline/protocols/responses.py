@@ -332,9 +332,11 @@ def response_object(
 
 async def _keep(ctx: RequestContext, response: dict[str, Any]) -> None:
     """Store the response with its conversation, before the client sees its end."""
-    turn, store = ctx.exchange, ctx.state.conversations
-    if not turn.store or store is None or ctx.tenant is None:
+    turn: Turn = ctx.exchange
+    if not turn.store:
         return
+    store = ctx.state.conversations
+    assert store is not None and ctx.tenant is not None  # turn.store says both
     metrics = ctx.process.metrics
     record = {"response": response, "items": turn.items + response["output"]}
     try:

@@ -276,3 +276,30 @@ async def test_cache_hits_are_new_responses_and_a_broken_stream_fails_typed() ->
         events = [e async for e in await c.responses.create(model="sim-llama", input="break", stream=True)]
         assert events[-1].type == "response.failed" and events[-1].response.status == "failed"
         await c.close()
+
+
+async def test_a_reload_keeps_the_store_while_its_section_is_unchanged() -> None:
+    async with sim_fleet(1) as fleet:
+        policy = policy_for(fleet.urls)
+        async with gateway(policy) as gw:
+            kept = await client_anonymous(gw.url).responses.create(
+                model="sim-llama", input="x", max_output_tokens=2
+            )
+            same, _ = gw.process.build(
+                policy.model_copy(update={"retries": policy.retries}), previous=gw.state
+            )
+            assert same.conversations is gw.state.conversations
+            assert await same.conversations.get("anonymous", kept.id) is not None
+            changed = policy.model_copy(
+                update={
+                    "protocols": policy.protocols.model_copy(
+                        update={"responses": policy.protocols.responses.model_copy(update={"ttl_s": 60.0})}
+                    )
+                }
+            )
+            fresh, _ = gw.process.build(changed, previous=gw.state)
+            assert fresh.conversations is not gw.state.conversations
+
+
+def client_anonymous(url: str) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=url + "/v1", api_key="anything", max_retries=0)

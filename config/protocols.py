@@ -61,7 +61,10 @@ class LoraConfig(_Strict):
     discover: bool = Field(True, description="read adapters from each replica's /v1/models")
     refresh_s: float = Field(10.0, gt=0, description="how often replicas' /v1/models is read")
     max_adapters: int = Field(
-        256, ge=1, le=10_000, description="adapters known per pool (metric labels stay bounded)"
+        256,
+        ge=1,
+        le=10_000,
+        description="adapters a pool knows, named first, then listed in name order (metric labels stay bounded)",
     )
     adapters: list[LoraAdapterConfig] = Field(
         default_factory=list, description="adapters clients may name even before a replica lists them"

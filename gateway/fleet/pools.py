@@ -19,11 +19,13 @@ class Pool:
         return self.cfg.name
 
     def adapters(self) -> set[str]:
-        """LoRA adapters of this model: those the policy names and those its replicas list."""
-        names = {a.name for a in self.cfg.lora.adapters}
-        for replica in self.router.replicas:
-            names.update(replica.adapters)
-        return names
+        """LoRA adapters of this model: those the policy names, then those its replicas list (in name
+        order), ``lora.max_adapters`` in all, so that metric labels stay bounded."""
+        lora = self.cfg.lora
+        named = {a.name for a in lora.adapters}
+        listed = set().union(*(r.adapters for r in self.router.replicas)) - named
+        room = max(0, lora.max_adapters - len(named))
+        return named | set(sorted(listed)[:room])
 
     @property
     def sends_cache_salt(self) -> bool:

@@ -121,3 +121,19 @@ async def test_an_adapter_nobody_serves_is_503_without_dynamic_loading(fleet) ->
 
 def _ctx() -> PickContext:
     return PickContext(request=None, candidates=[], block_size=16)  # type: ignore[arg-type]
+
+
+async def test_the_adapters_a_pool_knows_are_bounded() -> None:
+    configs = [SimConfig(speed=0.0, lora_adapters=tuple(f"a{i}" for i in range(5))) for _ in range(2)]
+    configs[1].lora_adapters = tuple(f"b{i}" for i in range(5))
+    fleet = await start_replicas(configs, base_port=0)
+    try:
+        async with gateway(lora_policy(fleet.urls, max_adapters=6)) as gw, aiohttp.ClientSession() as s:
+            await wait_for_adapter(s, gw.url, "a0")
+            await wait_for_adapter(s, gw.url, "b0")
+            listed = await models_of(s, gw.url)
+            assert sorted(listed) == ["a0", "a1", "a2", "a3", "a4", "b0", "sim-llama"]
+            status, _, _ = await chat(s, gw.url, "b4", "x")
+            assert status == 404  # beyond the bound: not a model this gateway serves
+    finally:
+        await fleet.stop()

@@ -93,7 +93,7 @@ def _text_chars(content: Any, param: str) -> int:
     raise _bad(f"{param} must be a string, an array of content parts, or null", param)
 
 
-def _check_messages(body: dict[str, Any]) -> int:
+def check_messages(body: dict[str, Any]) -> int:
     messages = body.get("messages")
     if messages is None:
         raise _bad("'messages' is a required property", "messages", "missing_required_parameter")
@@ -224,7 +224,7 @@ def _required(body: dict[str, Any], name: str) -> Any:
 def _check_prompt_or_messages(body: dict[str, Any]) -> int:
     """vLLM's /tokenize and /pooling: a ``prompt`` (``input`` for pooling) or chat ``messages``."""
     if "messages" in body:
-        return _check_messages(body)
+        return check_messages(body)
     for name in ("prompt", "input"):
         if name in body:
             return _strings(body[name], name, ids=True)
@@ -285,7 +285,7 @@ _PASS_THROUGH = {"streams": False, "cacheable": False}
 
 # The one list of inference endpoints: routes, admission and the upstream path all derive from it.
 ENDPOINTS: dict[str, Endpoint] = {
-    "chat": Endpoint("/v1/chat/completions", _check_messages, "messages"),
+    "chat": Endpoint("/v1/chat/completions", check_messages, "messages"),
     "completions": Endpoint("/v1/completions", _check_prompt),
     "embeddings": Endpoint("/v1/embeddings", _check_input, "input", **_PASS_THROUGH),
     "responses": Endpoint("/v1/responses", _check_input_items, "input", frontend="responses"),

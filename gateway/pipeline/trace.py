@@ -61,7 +61,7 @@ class RequestTracer:
 
     def spans(self, ctx: RequestContext) -> Spans:
         if ctx.trace is None:
-            parent = self.tracing.propagator.extract(carrier=dict(ctx.request.headers))
+            parent = self.tracing.propagator.extract(carrier=ctx.request.headers)  # case-insensitive
             span = self.tracer.start_span(
                 f"{_operation(ctx)} {ctx.model}",
                 context=parent,

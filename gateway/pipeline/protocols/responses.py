@@ -40,7 +40,7 @@ from aiohttp import web
 
 from cache.store_redis import REDIS_ERRORS
 from gateway.errors import GatewayError, error_response
-from gateway.pipeline.parse import ENDPOINTS, ParsedRequest, _check_messages, check_prompt_chars
+from gateway.pipeline.parse import ENDPOINTS, ParsedRequest, check_messages, check_prompt_chars
 from gateway.pipeline.protocols.base import FrontEnd
 
 if TYPE_CHECKING:
@@ -226,7 +226,7 @@ async def prepare(ctx: RequestContext) -> None:
             "conversation_too_long",
         )
     chat = to_chat(body, items)
-    chars = _check_messages(chat)
+    chars = check_messages(chat)
     check_prompt_chars(chars, ENDPOINTS["responses"], ctx.state.policy.limits)
     store_it = store is not None and body.get("store", True) is not False
     ctx.exchange = Turn("resp_" + os.urandom(24).hex(), int(time.time()), body, items, store_it)

@@ -49,13 +49,14 @@ async def list_models(request: web.Request) -> web.Response:
 async def stored_response(request: web.Request) -> web.Response:
     """``GET /v1/responses/{id}`` (and ``/input_items``), ``DELETE /v1/responses/{id}``: the
     gateway's response store, per tenant."""
-    state = request.app[PROCESS].state
+    process = request.app[PROCESS]
+    state, metrics = process.state, process.metrics
     response_id = request.match_info["response_id"]
     try:
         tenant = state.tenants.resolve(request.headers, request.remote)
         if request.method == "DELETE":
-            return await responses_api.forget(state.conversations, tenant.id, response_id)
-        record = await responses_api.stored(state.conversations, tenant.id, response_id)
+            return await responses_api.forget(state.conversations, tenant.id, response_id, metrics)
+        record = await responses_api.stored(state.conversations, tenant.id, response_id, metrics)
     except GatewayError as err:
         return error_response(err)
     body = (

@@ -10,6 +10,7 @@ import openai
 import pytest
 import redis.asyncio as aioredis
 
+from tests.support.ports import free_port
 from tests.support.stack import gateway, policy_for, sim_faults, sim_fleet, sim_requests
 
 KEYS = {"t1": "sk-tenant-one", "t2": "sk-tenant-two"}
@@ -303,3 +304,21 @@ async def test_a_reload_keeps_the_store_while_its_section_is_unchanged() -> None
 
 def client_anonymous(url: str) -> openai.AsyncOpenAI:
     return openai.AsyncOpenAI(base_url=url + "/v1", api_key="anything", max_retries=0)
+
+
+async def test_redis_away_is_503_never_a_wrong_not_found() -> None:
+    async with sim_fleet(1) as fleet:
+        dead = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+        async with gateway(policy_for(fleet.urls, redis={"url": dead, "socket_timeout_s": 0.2})) as gw:
+            c = client_anonymous(gw.url)
+            answered = await c.responses.create(model="sim-llama", input="x", max_output_tokens=2)
+            assert answered.output_text  # answered, though it could not be kept
+            metrics = gw.process.metrics
+            assert metrics.responses_stored.labels("error")._value.get() == 1
+            with pytest.raises(openai.InternalServerError) as err:
+                await c.responses.create(model="sim-llama", input="y", previous_response_id=answered.id)
+            assert err.value.status_code == 503 and err.value.body["code"] == "store_unavailable"
+            with pytest.raises(openai.InternalServerError):
+                await c.responses.retrieve(answered.id)
+            assert metrics.redis_errors.labels("responses", "get")._value.get() == 2
+            await c.close()

@@ -32,8 +32,9 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 from aiohttp import web
@@ -45,7 +46,10 @@ from gateway.pipeline.protocols.base import FrontEnd
 
 if TYPE_CHECKING:
     from cache.conversations import ConversationStore
+    from gateway.observability.metrics import GatewayMetrics
     from gateway.pipeline.context import RequestContext
+
+T = TypeVar("T")
 
 # Request fields that map one to one onto chat completions (vLLM's extras, like top_k, included).
 _SAMPLING = ("temperature", "top_p", "top_k", "seed", "user", "parallel_tool_calls", "stream")
@@ -182,13 +186,12 @@ def to_chat(body: dict[str, Any], items: list[dict[str, Any]]) -> dict[str, Any]
     return chat
 
 
-async def _read(ctx: RequestContext, store: ConversationStore, response_id: str) -> dict[str, Any] | None:
-    assert ctx.tenant is not None
+async def _call(op: Awaitable[T], metrics: GatewayMetrics, name: str) -> T:
+    """One store call: while Redis is away, 503 (never a wrong "not found"), counted."""
     try:
-        return await store.get(ctx.tenant.id, response_id)
+        return await op
     except REDIS_ERRORS:
-        metrics = ctx.process.metrics
-        metrics.child(metrics.redis_errors, "responses", "get").inc()
+        metrics.child(metrics.redis_errors, "responses", name).inc()
         raise GatewayError(
             503, "the response store is unavailable; retry later", code="store_unavailable"
         ) from None
@@ -210,7 +213,8 @@ async def prepare(ctx: RequestContext) -> None:
                 "previous_response_id",
                 "previous_response_not_found",
             )
-        record = await _read(ctx, store, previous)
+        assert ctx.tenant is not None
+        record = await _call(store.get(ctx.tenant.id, previous), ctx.process.metrics, "get")
         if record is None:
             raise _bad(
                 f"Previous response with id '{previous}' not found.",
@@ -507,16 +511,11 @@ def _not_found(response_id: str) -> GatewayError:
     )
 
 
-async def stored(store: ConversationStore | None, tenant: str, response_id: str) -> dict[str, Any]:
+async def stored(
+    store: ConversationStore | None, tenant: str, response_id: str, metrics: GatewayMetrics
+) -> dict[str, Any]:
     """The stored record of ``response_id`` for ``tenant``, else 404 (503 while Redis is away)."""
-    if store is None:
-        raise _not_found(response_id)
-    try:
-        record = await store.get(tenant, response_id)
-    except REDIS_ERRORS:
-        raise GatewayError(
-            503, "the response store is unavailable; retry later", code="store_unavailable"
-        ) from None
+    record = await _call(store.get(tenant, response_id), metrics, "get") if store is not None else None
     if record is None:
         raise _not_found(response_id)
     return record
@@ -534,17 +533,11 @@ def input_items_page(record: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-async def forget(store: ConversationStore | None, tenant: str, response_id: str) -> web.Response:
+async def forget(
+    store: ConversationStore | None, tenant: str, response_id: str, metrics: GatewayMetrics
+) -> web.Response:
     """``DELETE /v1/responses/{id}``."""
-    if store is None:
-        raise _not_found(response_id)
-    try:
-        deleted = await store.delete(tenant, response_id)
-    except REDIS_ERRORS:
-        raise GatewayError(
-            503, "the response store is unavailable; retry later", code="store_unavailable"
-        ) from None
-    if not deleted:
+    if store is None or not await _call(store.delete(tenant, response_id), metrics, "delete"):
         raise _not_found(response_id)
     body = {"id": response_id, "object": "response.deleted", "deleted": True}
     return web.Response(body=orjson.dumps(body), content_type="application/json")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from config.policy import ModelPoolConfig, Policy
+from config.policy import ModelPoolConfig
 from router.pool import PoolRouter
 from router.replica import ReplicaState
 
@@ -56,10 +56,3 @@ def replica_states(cfg: ModelPoolConfig) -> list[ReplicaState]:
         for r in cfg.replicas
     ]
 
-
-def build_pools(policy: Policy) -> dict[str, Pool]:
-    slots = policy.limits.max_concurrent_per_replica
-    return {
-        m.name: Pool(cfg=m, router=PoolRouter(replica_states(m), m.routing, slot_limit=slots))
-        for m in policy.models
-    }

@@ -55,4 +55,3 @@ def replica_states(cfg: ModelPoolConfig) -> list[ReplicaState]:
         )
         for r in cfg.replicas
     ]
-

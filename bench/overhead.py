@@ -45,7 +45,7 @@ def cpu_seconds(pid: int) -> float:
 
 
 async def main_async(args: argparse.Namespace) -> str:
-    sim, urls = start_sim(1, extra=["--speed", "0"])
+    sim, urls = start_sim(1, extra=["--mode", "simple", "--speed", "0"])
     gw = start_gateway(["--replica", urls[0], "--model", MODEL])
     rows = []
     with running(gw, sim):

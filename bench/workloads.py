@@ -27,11 +27,13 @@ TEMPERATURE = 0.7
 
 @dataclass(frozen=True, slots=True)
 class Request:
-    """One request of a workload. ``after``: index of the request that must finish before this one."""
+    """One request of a workload. ``after``: index of the request that must finish before this one;
+    ``at``: when to send it, in seconds from the start (trace replay; None: the runner's arrival process)."""
 
     body: dict[str, Any]
     session: str | None = None
     after: int | None = None
+    at: float | None = None
 
 
 @dataclass(slots=True)

@@ -3,6 +3,9 @@
 The gateway calls ``route`` once per attempt and then ``release_prefill`` at the first byte and
 ``release`` at the end (success, error or cancel). Both releases are idempotent so that every exit path
 of the gateway can call them without double counting.
+
+A decision runs the filters of ``router.filters`` (health, the per-replica slot cap, the explicit pin)
+over the pool's replicas, then hashes the prompt and asks the policy to pick among what is left.
 """
 
 from __future__ import annotations
@@ -15,10 +18,10 @@ from config.routing import RoutingConfig
 from router.blocks import block_hashes, root_hash, route_key
 from router.engine_prompt import EnginePrompt
 from router.exact_index import ExactIndex
+from router.filters import FILTERS, FilterContext
 from router.index import IndexStats, PrefixIndex
 from router.policies import make_policy
 from router.policies.base import PickContext, RoutingPolicy
-from router.policies.ring import load_bound
 from router.prompt import render_prompt
 from router.replica import ReplicaState
 from router.tokenizers import Tokenizer, Tokens, from_ids, make_tokenizer
@@ -45,8 +48,10 @@ class PoolRouter:
         *,
         tokenizer: Tokenizer | None = None,
         clock: Callable[[], float] = time.monotonic,
+        slot_limit: int = 0,
     ):
         self.cfg = cfg
+        self.slot_limit = slot_limit  # limits.max_concurrent_per_replica (0: none); a reload may change it
         self.policy: RoutingPolicy = policy or make_policy(cfg)
         self.tokenizer: Tokenizer = tokenizer or make_tokenizer(cfg.tokenizer)
         self.clock = clock
@@ -135,10 +140,14 @@ class PoolRouter:
 
     # -- decisions ------------------------------------------------------------------------------------
     def route(self, request: RouteRequest, exclude: Container[str] = ()) -> Decision:
-        """Pick a replica and count the request against it at once (in flight + uncached prefill)."""
-        candidates = self.healthy(exclude)
-        if not candidates:
-            raise NoReplicaAvailable(f"no healthy replica for model {request.model!r}")
+        """Pick a replica and count the request against it at once (in flight + uncached prefill).
+
+        Raises ``NoReplicaAvailable`` when no healthy replica is left, ``ReplicasBusy`` when every one
+        is at its slot cap."""
+        fctx = FilterContext(request, exclude, self.cfg, self.slot_limit)
+        candidates = self.replicas
+        for narrow in FILTERS:
+            candidates = narrow(candidates, fctx)
         now = self.clock()
         self._drop_stale_reports(candidates, now)
         ctx = PickContext(request=request, candidates=candidates, block_size=self.cfg.block_size)
@@ -155,8 +164,10 @@ class PoolRouter:
             ctx.matched_blocks = approx = self.index.match(hashes, now)
             if ids:
                 engine = self._precise(request, ctx, candidates, now, ids)
-        pinned = self._pinned(request, candidates)
-        replica, reason = (pinned, "explicit_pin") if pinned is not None else self.policy.pick(ctx)
+        if fctx.decided_by is not None:
+            replica, reason = candidates[0], fctx.decided_by
+        else:
+            replica, reason = self.policy.pick(ctx)
         matched = min(ctx.matched_blocks.get(replica.id, 0) * self.cfg.block_size, ctx.prompt_tokens)
         decision = Decision(
             replica=replica,
@@ -180,19 +191,6 @@ class PoolRouter:
             self.exact.speculate(replica.id, engine, now)
         self.decisions += 1
         return decision
-
-    def _pinned(self, request: RouteRequest, candidates: Sequence[ReplicaState]) -> ReplicaState | None:
-        """The replica holding the request's live explicit entry, while it is a healthy candidate and
-        taking this request keeps it within the bounded load and the prefill-queue cap."""
-        if request.pinned_replica is None:
-            return None
-        r = self._by_id.get(request.pinned_replica)
-        if r is None or r not in candidates:
-            return None
-        bound = load_bound(sum(c.load() for c in candidates), len(candidates), self.cfg.load_factor)
-        if r.load() + 1 > bound or r.queued_prefill_tokens > self.cfg.max_queued_prefill_tokens:
-            return None
-        return r
 
     def release_prefill(self, decision: Decision) -> None:
         """The replica answered its first byte: its prefill for this request is done."""

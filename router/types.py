@@ -47,3 +47,7 @@ class Decision:
 
 class NoReplicaAvailable(Exception):
     """No healthy replica may take the request."""
+
+
+class ReplicasBusy(NoReplicaAvailable):
+    """Healthy replicas exist, but every one is at its concurrency cap: wait for a slot."""

@@ -42,4 +42,8 @@ def replica_states(cfg: ModelPoolConfig) -> list[ReplicaState]:
 
 
 def build_pools(policy: Policy) -> dict[str, Pool]:
-    return {m.name: Pool(cfg=m, router=PoolRouter(replica_states(m), m.routing)) for m in policy.models}
+    slots = policy.limits.max_concurrent_per_replica
+    return {
+        m.name: Pool(cfg=m, router=PoolRouter(replica_states(m), m.routing, slot_limit=slots))
+        for m in policy.models
+    }

@@ -19,7 +19,7 @@ from config.policy import LimitsConfig
 from gateway.errors import GatewayError
 from gateway.observability.ops_metrics import OpsMetrics, ops_metrics
 from router.pool import PoolRouter
-from router.types import Decision, NoReplicaAvailable, RouteRequest
+from router.types import Decision, ReplicasBusy, RouteRequest
 
 if TYPE_CHECKING:
     from gateway.process.state import GatewayState
@@ -126,28 +126,21 @@ def _waiters_of(router: PoolRouter) -> Waiters:
 async def route_with_slots(
     state: GatewayState, router: PoolRouter, request: RouteRequest, exclude: Container[str]
 ) -> Decision:
-    """``router.route`` that skips replicas at ``max_concurrent_per_replica`` and, when every healthy
-    replica not yet tried is full, waits for one to free a slot (bounded), else 503.
+    """``router.route``; when every healthy replica not yet tried is at ``max_concurrent_per_replica``
+    (the router's slot filter raises ``ReplicasBusy``), wait for one to free a slot (bounded), else 503.
 
     ``NoReplicaAvailable`` still comes out unchanged when no healthy replica is left at all."""
     limits = state.policy.limits
-    limit = limits.max_concurrent_per_replica
-    if not limit:
-        return router.route(request, exclude=exclude)
     metrics = ops_metrics(state.metrics.registry)
     loop = asyncio.get_running_loop()
     deadline: float | None = None
     gauge = None
     try:
         while True:
-            full = {r.id for r in router.replicas if r.in_flight >= limit}
-            if not full:
-                return router.route(request, exclude=exclude)
             try:
-                return router.route(request, exclude=_Union(exclude, full))
-            except NoReplicaAvailable:
-                if not router.healthy(exclude):
-                    raise
+                return router.route(request, exclude=exclude)
+            except ReplicasBusy:
+                pass
             waiters = _waiters_of(router)
             if deadline is None:
                 if len(waiters) >= limits.max_queued_requests:
@@ -170,15 +163,3 @@ def replica_released(router: PoolRouter) -> None:
     w = _REPLICA_WAITERS.get(router)
     if w is not None:
         w.wake_one()
-
-
-class _Union:
-    """``a ∪ b`` as a ``Container`` without copying ``a``."""
-
-    __slots__ = ("a", "b")
-
-    def __init__(self, a: Container[str], b: Container[str]):
-        self.a, self.b = a, b
-
-    def __contains__(self, item: object) -> bool:
-        return item in self.a or item in self.b

@@ -83,11 +83,13 @@ def reuse_pools(
         addresses = known[1] if known is not None and known[0] == cfg.discovery else []
         replicas = pool_replicas(cfg, addresses)
         prev = old.pools.get(cfg.name)
+        slots = policy.limits.max_concurrent_per_replica
         if prev is not None and prev.cfg.routing == cfg.routing and prev.cfg.backend == cfg.backend:
             pools[cfg.name] = Pool(cfg=cfg, router=prev.router)
             pending.append((prev.router, replicas))
+            prev.router.slot_limit = slots
         else:
-            pools[cfg.name] = Pool(cfg=cfg, router=PoolRouter(replicas, cfg.routing))
+            pools[cfg.name] = Pool(cfg=cfg, router=PoolRouter(replicas, cfg.routing, slot_limit=slots))
     return pools, pending
 
 

@@ -28,9 +28,10 @@ import random
 from collections import Counter, deque
 from collections.abc import Sequence
 
+from router.load import bound_of, fits
 from router.policies.base import PickContext
 from router.policies.least_load import least_loaded
-from router.policies.ring import HashRing, chwbl_pick, load_bound
+from router.policies.ring import HashRing, chwbl_pick
 from router.replica import ReplicaState
 
 
@@ -68,7 +69,7 @@ class PrefixAffinity:
         if best == 0 or best_tokens < self.min_match_fraction * ctx.hashed_tokens:
             return self._place(ctx, cands, "cold_chwbl")
 
-        bound = load_bound(sum(r.load() for r in cands), len(cands), self.load_factor)
+        bound = bound_of(cands, self.load_factor)
         cap = self.max_queued_prefill_tokens
         hot = bool(ctx.block_hashes) and self._is_hot(
             ctx.block_hashes[min(best, len(ctx.block_hashes)) - 1], cands
@@ -76,23 +77,20 @@ class PrefixAffinity:
         # A shared hot prefix is cheap to re-prefill elsewhere: only a private one may exceed the bound.
         member_bound = bound if hot else max(bound, self.min_spill_in_flight)
 
-        def fits(r: ReplicaState, limit: int = bound) -> bool:
-            return r.load() + 1 <= limit and r.queued_prefill_tokens <= cap
-
         floor = self.affinity_ratio * best
-        members = [r for r in cands if matched.get(r.id, 0) >= floor and fits(r, member_bound)]
+        members = [r for r in cands if matched.get(r.id, 0) >= floor and fits(r, member_bound, cap)]
         if members:
             low = min(r.load() for r in members)
             tied = [r for r in members if r.load() == low]
             chosen = tied[0] if len(tied) == 1 else self._rng.choice(tied)
             if hot:
-                outside = [r for r in cands if matched.get(r.id, 0) < floor and fits(r)]
+                outside = [r for r in cands if matched.get(r.id, 0) < floor and fits(r, bound, cap)]
                 if outside:
                     least = min(r.load() for r in outside)
                     if least < chosen.load():
                         return self._rng.choice([r for r in outside if r.load() == least]), "hot_replicate"
             return chosen, "affinity"
-        allowed = [r for r in cands if fits(r)]
+        allowed = [r for r in cands if fits(r, bound, cap)]
         # Spill where the most of the prefix survives: the unsaturated replicas with the longest useful
         # match (e.g. a shared system prompt), else all of them; the ring order picks among those.
         best_left = max((matched.get(r.id, 0) for r in allowed), default=0)

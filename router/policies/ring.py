@@ -8,12 +8,12 @@ key and takes the first replica whose ``load + 1 <= ceil(c * (total + 1) / n)``.
 
 from __future__ import annotations
 
-import math
 from bisect import bisect_left
 from collections.abc import Iterator, Sequence
 
 from xxhash import xxh3_64_intdigest
 
+from router.load import bound_of
 from router.replica import ReplicaState
 
 
@@ -61,11 +61,6 @@ class HashRing:
         return owners[bisect_left(points, key) % len(points)]
 
 
-def load_bound(total_load: float, n: int, load_factor: float) -> int:
-    """Most load one replica may hold after taking this request: ``ceil(c * (total + 1) / n)``."""
-    return math.ceil(load_factor * (total_load + 1) / n)
-
-
 def chwbl_pick(
     ring: HashRing,
     key: int,
@@ -78,8 +73,7 @@ def chwbl_pick(
     The bound counts every candidate; ``allowed`` (default: all) narrows which may be taken.
     """
     by_id = {r.id: r for r in (candidates if allowed is None else allowed)}
-    total = sum(r.load() for r in candidates)
-    bound = load_bound(total, len(candidates), load_factor)
+    bound = bound_of(candidates, load_factor)
     for rid in ring.walk(key, candidates):
         r = by_id.get(rid)
         if r is not None and r.load() + 1 <= bound:

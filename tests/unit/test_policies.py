@@ -12,9 +12,10 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from config.routing import RoutingConfig
+from router.load import load_bound
 from router.policies import make_policy
 from router.policies.base import PickContext
-from router.policies.ring import HashRing, chwbl_pick, load_bound
+from router.policies.ring import HashRing, chwbl_pick
 from router.policies.session import session_key
 from router.pool import PoolRouter
 from router.replica import ReplicaState

@@ -77,10 +77,12 @@ def replay(
     rate: float = 1.0,
     scrape_interval_s: float = 1.0,
     seed: int = 0,
+    log: list[tuple[int, str, str, int, int, int, float]] | None = None,
 ) -> OfflineResult:
     """Offer ``wl`` to ``replicas`` engines behind a ``PoolRouter``: requests with ``at`` arrive at
     ``at / rate``; others are Poisson at ``rate`` per second; ``after`` holds a request until that one
-    finished (the next turn of a conversation)."""
+    finished (the next turn of a conversation). ``log`` receives one row per finished request: (index,
+    reason, replica, prompt tokens, matched tokens the router predicted, cached tokens, TTFT)."""
     clock = [0.0]
     states = [
         ReplicaState(id=f"r{i}", url=f"sim://{i}", kv_capacity_blocks=engine.num_gpu_blocks)
@@ -161,6 +163,18 @@ def replay(
                 i, d, sent = decisions[ereq]
                 router.release_prefill(d)
                 ttft.append(now - sent)
+                if log is not None:
+                    log.append(
+                        (
+                            i,
+                            d.reason,
+                            d.replica.id,
+                            ereq.num_prompt_tokens,
+                            d.matched_tokens,
+                            ereq.cached_tokens,
+                            now - sent,
+                        )
+                    )
             for ereq in out.finished:
                 i, d, _ = decisions.pop(ereq)
                 router.observe_usage(d, ereq.cached_tokens)
@@ -192,7 +206,9 @@ def main(argv: list[str] | None = None) -> None:
     from bench import traces
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--trace", required=True, help="a trace file (see bench/traces.py for where to get one)")
+    p.add_argument("--trace", help="a trace file (see bench/traces.py for where to get one)")
+    p.add_argument("--workload", choices=sorted(workloads.SIZES), help="a synthetic workload instead")
+    p.add_argument("--kv-blocks", type=int, help="KV blocks a replica (synthetic workloads; default 4096)")
     p.add_argument("--format", choices=sorted(traces.FORMATS), default="mooncake")
     p.add_argument("--requests", type=int, default=4000)
     p.add_argument("--replicas", type=int, default=4)
@@ -207,6 +223,28 @@ def main(argv: list[str] | None = None) -> None:
     import yaml
 
     extra = {k: yaml.safe_load(v) for k, v in (kv.split("=", 1) for kv in args.routing)}
+    if args.workload:
+        wl = workloads.make(args.workload)
+        orc = oracle([r.body for r in wl.requests])
+        cap = args.kv_blocks or 4096
+        pooled = oracle([r.body for r in wl.requests], capacity_blocks=cap * args.replicas)
+        print(
+            f"{wl.name}: {len(wl)} requests at {args.rate}/s, oracle {orc.hit_rate:.3f}, pooled {pooled.hit_rate:.3f}"
+        )
+        ecfg = EngineConfig(num_gpu_blocks=cap, max_num_seqs=args.max_num_seqs)
+        for pol in args.policies:
+            res = replay(
+                wl,
+                RoutingConfig(policy=pol, seed=args.seed, **extra),
+                ecfg,
+                args.replicas,
+                args.rate,
+                seed=args.seed,
+            )
+            print(f"{res.row()} hit/oracle={res.hit / orc.hit_rate:.3f}", flush=True)
+        return
+    if not args.trace:
+        p.error("--trace or --workload is required")
     scale = traces.Scale(traces.FORMATS[args.format], args.token_scale)
     recs = traces.read_trace(args.trace, traces.FORMATS[args.format], args.requests)
     wl = traces.trace_workload(recs, scale, "trace", "trace")

@@ -241,7 +241,8 @@ def main(argv: list[str] | None = None) -> None:
                 args.rate,
                 seed=args.seed,
             )
-            print(f"{res.row()} hit/oracle={res.hit / orc.hit_rate:.3f}", flush=True)
+            ratio = f" hit/oracle={res.hit / orc.hit_rate:.3f}" if orc.hit_rate else ""
+            print(res.row() + ratio, flush=True)
         return
     if not args.trace:
         p.error("--trace or --workload is required")

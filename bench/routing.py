@@ -153,6 +153,7 @@ class RunResult:
     per_replica_busy: list[float]
     preemptions: int
     inflight_peak_ratio: float
+    lag: float = 0.0  # replicas' steps ended this much later than modelled, relative (CPU starvation)
     reasons: dict[str, int] = field(default_factory=dict)
     predicted_cached: int = 0
     reported_cached: int = 0
@@ -442,6 +443,7 @@ async def run_one(
         per_replica_busy=[float(s.get("busy_s", 0.0)) for s in stats],
         preemptions=int(sum(prom_sum(m, "vllm:num_preemptions_total") for m in sims)),
         inflight_peak_ratio=max(ratios, default=0.0),
+        lag=sum(s.get("late_s", 0.0) for s in stats) / max(1e-9, sum(s.get("paced_s", 0.0) for s in stats)),
         reasons=reasons,
         predicted_cached=int(prom_sum(router_metrics, "prefix_gateway_prefix_predicted_tokens_total")),
         reported_cached=int(prom_sum(router_metrics, "prefix_gateway_prefix_reported_cached_tokens_total")),
@@ -521,7 +523,8 @@ async def main_async(args: argparse.Namespace) -> tuple[list[RunResult], dict[st
                             f"{case.name:15s} {r.policy:34s} ok={r.ok}/{r.requests} hit={r.fleet_hit:.3f} "
                             f"(pooled {r.pooled_hit:.3f}, oracle {r.oracle_hit:.3f}) ttft p50={r.ttft_p50:.3f}s "
                             f"p99={r.ttft_p99:.3f}s imb={r.prompt_imbalance:.2f}/{r.busy_imbalance:.2f} "
-                            f"preempt={r.preemptions} wall={r.wall_s:.0f}s load={r.loadavg:.1f} reasons={r.reasons}",
+                            f"preempt={r.preemptions} wall={r.wall_s:.0f}s lag={r.lag:.2f} load={r.loadavg:.1f} "
+                            f"reasons={r.reasons}",
                             flush=True,
                         )
     meta = {

@@ -22,6 +22,7 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from bench import workloads
 from bench.oracle import oracle
@@ -203,72 +204,81 @@ def replay(
 
 
 def main(argv: list[str] | None = None) -> None:
+    import yaml
+
     from bench import traces
+    from bench.report import table, write_section
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--trace", help="a trace file (see bench/traces.py for where to get one)")
     p.add_argument("--workload", choices=sorted(workloads.SIZES), help="a synthetic workload instead")
-    p.add_argument("--kv-blocks", type=int, help="KV blocks a replica (synthetic workloads; default 4096)")
+    p.add_argument("--kv-blocks", type=int, default=4096, help="KV blocks a replica (synthetic workloads)")
     p.add_argument("--format", choices=sorted(traces.FORMATS), default="mooncake")
     p.add_argument("--requests", type=int, default=4000)
     p.add_argument("--replicas", type=int, default=4)
-    p.add_argument("--kv", type=float, nargs="+", default=[0.25, 1.0], help="fleet KV / working set")
+    p.add_argument("--kv", type=float, nargs="+", default=[0.25, 1.0], help="fleet KV / working set (trace)")
     p.add_argument("--token-scale", type=float, default=8.0)
-    p.add_argument("--rate", type=float, default=1.0, help="arrival times / this")
+    p.add_argument(
+        "--rate", type=float, default=0.5, help="trace: arrival times / this; synthetic: requests/s"
+    )
     p.add_argument("--max-num-seqs", type=int, default=256)
     p.add_argument("--policies", nargs="+", default=["round_robin", "prefix_affinity"])
-    p.add_argument("--routing", action="append", default=[], help="extra routing field, KEY=VALUE (YAML)")
+    p.add_argument("--routing", action="append", default=[], help="routing field for every run, KEY=VALUE")
+    p.add_argument("--sweep", help="prefix_affinity once per value, KEY=V1,V2,...")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--write", action="store_true", help="write the table into docs/benchmarks.md")
     args = p.parse_args(argv)
-    import yaml
-
     extra = {k: yaml.safe_load(v) for k, v in (kv.split("=", 1) for kv in args.routing)}
+    variants: list[tuple[str, dict[str, object]]] = [(pol, {}) for pol in args.policies]
+    if args.sweep:
+        key, values = args.sweep.split("=", 1)
+        variants += [("prefix_affinity", {key: yaml.safe_load(v)}) for v in values.split(",")]
+    cases: list[tuple[str, workloads.Workload, EngineConfig, float]] = []
     if args.workload:
         wl = workloads.make(args.workload)
-        orc = oracle([r.body for r in wl.requests])
-        cap = args.kv_blocks or 4096
-        pooled = oracle([r.body for r in wl.requests], capacity_blocks=cap * args.replicas)
-        print(
-            f"{wl.name}: {len(wl)} requests at {args.rate}/s, oracle {orc.hit_rate:.3f}, pooled {pooled.hit_rate:.3f}"
-        )
-        ecfg = EngineConfig(num_gpu_blocks=cap, max_num_seqs=args.max_num_seqs)
-        for pol in args.policies:
-            res = replay(
-                wl,
-                RoutingConfig(policy=pol, seed=args.seed, **extra),
-                ecfg,
-                args.replicas,
-                args.rate,
-                seed=args.seed,
-            )
-            ratio = f" hit/oracle={res.hit / orc.hit_rate:.3f}" if orc.hit_rate else ""
-            print(res.row() + ratio, flush=True)
-        return
-    if not args.trace:
+        cases.append((f"{wl.name} at {args.rate:g}/s", wl, EngineConfig(num_gpu_blocks=args.kv_blocks,
+                      max_num_seqs=args.max_num_seqs), args.rate))  # fmt: skip
+    elif args.trace:
+        fmt = traces.FORMATS[args.format]
+        scale = traces.Scale(fmt, args.token_scale)
+        recs = traces.read_trace(args.trace, fmt, args.requests)
+        wl = traces.trace_workload(recs, scale, "trace", "trace")
+        ws = traces.working_set_blocks(recs, scale)
+        for kv in args.kv:
+            ecfg = EngineConfig(num_gpu_blocks=max(1, int(kv * ws / args.replicas)), max_num_seqs=args.max_num_seqs,
+                                costs=EngineCosts().scaled(args.token_scale))  # fmt: skip
+            cases.append((f"{fmt.name}, {len(recs)} requests, KV {kv:.0%}", wl, ecfg, args.rate))
+    else:
         p.error("--trace or --workload is required")
-    scale = traces.Scale(traces.FORMATS[args.format], args.token_scale)
-    recs = traces.read_trace(args.trace, traces.FORMATS[args.format], args.requests)
-    wl = traces.trace_workload(recs, scale, "trace", "trace")
-    ws = traces.working_set_blocks(recs, scale)
-    orc = oracle([r.body for r in wl.requests])
-    print(f"{len(recs)} requests, working set {ws} blocks, oracle hit {orc.hit_rate:.3f}", flush=True)
-    for kv in args.kv:
-        cap = max(1, int(kv * ws / args.replicas))
-        pooled = oracle([r.body for r in wl.requests], capacity_blocks=cap * args.replicas)
-        print(
-            f"-- fleet KV {kv:.2f} of the working set: {cap} blocks a replica; pooled bound {pooled.hit_rate:.3f}"
-        )
-        ecfg = EngineConfig(
-            num_gpu_blocks=cap, max_num_seqs=args.max_num_seqs, costs=EngineCosts().scaled(args.token_scale)
-        )
-        for pol in args.policies:
+    rows = []
+    for label, wl, ecfg, rate in cases:
+        bodies = [r.body for r in wl.requests]
+        orc, pooled = oracle(bodies), oracle(bodies, capacity_blocks=ecfg.num_gpu_blocks * args.replicas)
+        print(f"-- {label}: oracle {orc.hit_rate:.3f}, pooled bound {pooled.hit_rate:.3f}", flush=True)
+        for pol, over in variants:
             t0 = time.perf_counter()
-            rcfg = RoutingConfig(policy=pol, seed=args.seed, **extra)
-            res = replay(wl, rcfg, ecfg, args.replicas, args.rate, seed=args.seed)
+            cfg = RoutingConfig(policy=pol, seed=args.seed, **{**extra, **over})
+            res = replay(wl, cfg, ecfg, args.replicas, rate, seed=args.seed)
+            name = pol + "".join(f", {k} {v}" for k, v in over.items())
+            ratio = res.hit / pooled.hit_rate if pooled.hit_rate else float("nan")
             print(
-                f"{res.row()} hit/pooled={res.hit / pooled.hit_rate:.3f} ({time.perf_counter() - t0:.0f}s)",
+                f"{name:34s} {res.row()[23:]} hit/pooled={ratio:.3f} ({time.perf_counter() - t0:.0f}s)",
                 flush=True,
             )
+            reasons = ", ".join(f"{k} {v}" for k, v in sorted(res.reasons.items(), key=lambda kv: -kv[1]))
+            rows.append([label, name, f"{res.hit:.3f}", f"{ratio:.3f}", f"{percentile(res.ttft, 50):.2f}",
+                         f"{percentile(res.ttft, 99):.2f}", f"{res.imbalance(res.per_replica_prompt):.2f}",
+                         f"{res.imbalance(res.per_replica_busy):.2f}", reasons])  # fmt: skip
+    headers = ["stream", "policy", "hit", "hit / pooled bound", "TTFT p50 s", "TTFT p99 s", "imbalance prompt",
+               "imbalance busy", "reasons"]  # fmt: skip
+    md = "\n".join([
+        f"Command: `python -m bench.routing_offline {' '.join(sys.argv[1:] if argv is None else argv)}` "
+        "(virtual time, deterministic).", "", table(headers, rows),
+    ])  # fmt: skip
+    print(md)
+    if args.write:
+        name = args.workload or Path(args.trace).stem
+        write_section(f"offline-{name}-{args.sweep.split('=')[0] if args.sweep else 'policies'}", md)
 
 
 if __name__ == "__main__":

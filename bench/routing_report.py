@@ -36,7 +36,7 @@ def workload_table(results: Sequence[Any]) -> str:
     headers = [
         "router", "ok / sent", "fleet hit", "hit / pooled bound", "hit / oracle", "TTFT p50", "TTFT p99",
         "req/s", "imbalance prompt tokens", "imbalance busy time", "in-flight peak max/mean", "preemptions",
-        "index predicted / replica cached", "load avg", "routing reasons",
+        "index predicted / replica cached", "replica lag", "load avg", "routing reasons",
     ]  # fmt: skip
     rows = []
     for r in results:
@@ -56,6 +56,7 @@ def workload_table(results: Sequence[Any]) -> str:
                 f"{r.inflight_peak_ratio:.2f}",
                 str(r.preemptions),
                 f"{r.predicted_cached / r.reported_cached:.2f}" if r.reported_cached else "-",
+                _pct(r.lag),
                 f"{r.loadavg:.1f}",
                 reasons or "-",
             ]
@@ -167,7 +168,9 @@ def markdown(results: Sequence[Any], meta: dict[str, Any], with_plots: bool = Fa
         "max / mean over replicas of the prompt tokens they were sent and of their engines' busy time; "
         "*in-flight peak* = the largest max/mean of running + waiting per replica over samples every 0.2 s; "
         "*index predicted / replica cached* = the gateway's predicted over the replicas' reported cached "
-        "tokens; *load avg* = the machine's 1-minute load at the end of the run (2 shared cores); "
+        "tokens; *replica lag* = how much later than modelled the replicas' steps ended, over their modelled "
+        "wall time (the simulator is a Python process on shared cores: a starved one falls behind, and "
+        "every TTFT of that run grows with it); *load avg* = the machine's 1-minute load at the end of the run (2 shared cores); "
         "*routing reasons* = the gateway's `prefix_gateway_routing_decisions_total`, smg's "
         "`smg_cache_aware_policy_branch_total` (sglang-router 0.3.2 exports none).",
         "",

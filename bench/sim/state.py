@@ -189,5 +189,7 @@ class Replica:
                 preempted_queries=st.preempted_queries,
                 preempted_hits=st.preempted_hits,
                 max_step_tokens=st.max_step_tokens,
+                paced_s=self.loop.paced_s if self.loop else 0.0,
+                late_s=self.loop.late_s if self.loop else 0.0,
             )
         return out

@@ -14,32 +14,32 @@ passed over: queueing there cost more than prefilling again here), ``cold`` (no 
 ``min_match_fraction`` of the prompt anywhere).
 
 Why, measured with ``python -m bench.routing_offline`` (the router in front of engine models in
-virtual time, 4 replicas; the Mooncake conversation trace, 4,000 requests, at 25 % and 100 % of its
-working set in KV; the synthetic workloads of ``bench.workloads``):
+virtual time, 4 replicas; the Mooncake conversation trace, 4,000 requests at 1/8 of their tokens, with
+25 % and 100 % of its working set in KV; the synthetic workloads of ``bench.workloads`` at 32/s;
+tables in docs/benchmarks.md):
 
-- **Cost, not request counts.** Under the previous rule (spill above ``ceil(1.25 (total+1)/n)``
-  requests in flight) 6-7 % of the trace's requests spilled, nearly all of them later turns with about
-  80 % of their prompt cached at home, and those spills were 96 % of the tokens lost against the pooled
-  bound (0.85 of it). A request costs its replica its uncached tokens; a replica is worth leaving only
-  when the prefill queued there costs more than re-prefilling elsewhere. Scored on cost, hit rate rose
-  to 0.99 of the pooled bound and p99 TTFT fell from 31 to 20 s: a long cold prompt in a queue now
-  sends the next requests elsewhere, which counting requests could not see.
+- **Cost, not request counts.** The previous policy (commit 8cebe06: leave the longest match above
+  ``ceil(1.25 (total+1)/n)`` requests in flight) spilled 6-7 % of the trace's requests, nearly all
+  later turns with about 80 % of their prompt cached at home, and those spills were 96 % of the tokens
+  it lost against the pooled bound (it kept 0.85 of it; p99 TTFT 31 s). A request costs its replica its
+  uncached tokens; a replica is worth leaving only when the prefill queued there costs more than the
+  prompt's cached part is worth. Scored on cost: 0.98 of the pooled bound, p99 TTFT 20 s (a long cold
+  prompt in a queue now sends the next requests elsewhere, which counting requests cannot see).
 - **A private prefix is sticky: w = 20.** Leaving a conversation's home re-prefills its history, and
-  the copy left behind crowds the old home's cache. On the trace, hit rate / pooled bound went 0.83
-  (w = 1), 0.93 (3), 0.96 (8), 0.99 (20), 0.997 (50) at 25 % KV, with p99 TTFT flat at 19-22 s.
+  the copy left behind crowds the old home's cache. Hit rate / pooled bound at 25 % KV went 0.82
+  (w = 1), 0.91 (3), 0.96 (8), 0.98 (20), 0.99 (50), p99 TTFT 19.6-21.3 s throughout (50: 21.3).
 - **One home per private prefix.** A spill's copy holds the newest turn, so the next turn matches it
   longer than the old home and follows it: a conversation's turns never split between two caches.
 - **A shared prefix is not: its w is 0.** A prefix is shared when an earlier request of the last
   ``shared_window`` decisions ended its match at the same block (a conversation's turns each end
-  deeper). With w = 20 everywhere, every agent of the agent-loop workload started on the replica that
-  first held the common tool preamble and stayed there (4.0 x the mean prompt tokens on one replica,
-  p50 TTFT 3x); with w = 0 for shared prefixes the preamble is copied where the queue is shorter, the
-  agents start spread out, and a hot system prompt replicates as soon as its home's queue exceeds one
-  re-prefill of it.
-- **Cold requests go where they are cheapest now**, by the same score; and an idle fleet places them
-  where they evict the least (most room, then the oldest next eviction, as one pooled LRU would). On
+  deeper). With w = 20 for every prefix (``shared_window: 0``) every agent of the agent-loop workload
+  started on the replica that first held the common tool preamble and stayed there: 4.0 x the mean
+  prompt tokens on one replica, TTFT p50 / p99 0.14 / 0.25 s; with the window, 1.55 x and 0.05 / 0.15 s.
+  A hot system prompt likewise replicates once its home's queue exceeds one re-prefill of it.
+- **Cold requests go where they are cheapest now**, by the same score; an idle fleet places them where
+  they evict the least (most room, then the oldest next eviction, as one pooled LRU would). On
   sgl-router's tight-cache shape (8 prefixes, KV for 2 a replica) ring placement put 3 prefixes on one
-  replica and 1 on another; room-first placement put 2 on each: hit rate 0.73 to 0.92 (oracle 0.92).
+  replica and 1 on another (hit 0.73 at 4 requests/s); room first puts 2 on each (0.92, the oracle's).
 """
 
 from __future__ import annotations

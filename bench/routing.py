@@ -551,7 +551,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--write", action="store_true", help="write the tables into docs/benchmarks.md and plots")
     p.add_argument("--policies", nargs="+", choices=ROUTERS, default=DEFAULT_ROUTERS,
                    help="gateway policies and peers (smg, sglang-router)")  # fmt: skip
-    p.add_argument("--workloads", nargs="+", choices=WORKLOADS, default=WORKLOADS)
+    p.add_argument(
+        "--workloads", nargs="+", choices=WORKLOADS, help="default: all (quick: no mooncake_kv100)"
+    )
     p.add_argument("--replicas", type=int, default=4)
     p.add_argument("--kv-capacity-blocks", type=int, default=SimSettings.kv_capacity_blocks)
     p.add_argument("--max-num-seqs", type=int, default=SimSettings.max_num_seqs)
@@ -559,21 +561,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--speed", type=float, default=1.0, help="synthetic workloads: the replicas' --speed (rates / speed)"
     )
-    p.add_argument(
-        "--trace-requests", type=int, help="first requests of the trace (default 4000; quick 1000)"
-    )
+    p.add_argument("--trace-requests", type=int, help="first requests of the trace (default 4000; quick 600)")
     p.add_argument("--trace-rate", type=float, default=0.5, help="trace arrival times / this")
-    p.add_argument("--trace-seconds", type=float, help="wall seconds of one trace replay (90; quick 40)")
+    p.add_argument("--trace-seconds", type=float, help="wall seconds of one trace replay (90; quick 30)")
     p.add_argument("--trace-stream-interval", type=int, default=4, help="the replicas' --stream-interval")
     p.add_argument("--token-scale", type=float, default=8.0, help="real tokens per simulated trace token")
     p.add_argument("--workers-row", action="store_true", help=f"trace runs also with --workers {WORKERS}")
     p.add_argument("--seed", type=int, default=0, help="arrivals and routing tie breaks")
     p.add_argument("--json", help="also write the raw results to this file")
     args = p.parse_args(argv)
+    if args.workloads is None:
+        args.workloads = [w for w in WORKLOADS if not (args.quick and w == "mooncake_kv100")]
     if args.trace_requests is None:
-        args.trace_requests = 1000 if args.quick else 4000
+        args.trace_requests = 600 if args.quick else 4000
     if args.trace_seconds is None:
-        args.trace_seconds = 40.0 if args.quick else 90.0
+        args.trace_seconds = 30.0 if args.quick else 90.0
     for name in ("trace_rate", "trace_seconds", "token_scale", "rate_scale", "speed"):
         if not getattr(args, name) > 0:
             p.error(f"--{name.replace('_', '-')} must be > 0")

@@ -211,7 +211,9 @@ def main(argv: list[str] | None = None) -> None:
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--trace", help="a trace file (see bench/traces.py for where to get one)")
-    p.add_argument("--workload", choices=sorted(workloads.SIZES), help="a synthetic workload instead")
+    p.add_argument(
+        "--workload", nargs="+", choices=sorted(workloads.SIZES), help="synthetic workloads instead"
+    )
     p.add_argument("--kv-blocks", type=int, default=4096, help="KV blocks a replica (synthetic workloads)")
     p.add_argument("--format", choices=sorted(traces.FORMATS), default="mooncake")
     p.add_argument("--requests", type=int, default=4000)
@@ -235,9 +237,10 @@ def main(argv: list[str] | None = None) -> None:
         variants += [("prefix_affinity", {key: yaml.safe_load(v)}) for v in values.split(",")]
     cases: list[tuple[str, workloads.Workload, EngineConfig, float]] = []
     if args.workload:
-        wl = workloads.make(args.workload)
-        cases.append((f"{wl.name} at {args.rate:g}/s", wl, EngineConfig(num_gpu_blocks=args.kv_blocks,
-                      max_num_seqs=args.max_num_seqs), args.rate))  # fmt: skip
+        for name in args.workload:
+            wl = workloads.make(name)
+            ecfg = EngineConfig(num_gpu_blocks=args.kv_blocks, max_num_seqs=args.max_num_seqs)
+            cases.append((f"{wl.name} at {args.rate:g}/s", wl, ecfg, args.rate))
     elif args.trace:
         fmt = traces.FORMATS[args.format]
         scale = traces.Scale(fmt, args.token_scale)
@@ -271,14 +274,17 @@ def main(argv: list[str] | None = None) -> None:
                          f"{res.imbalance(res.per_replica_busy):.2f}", reasons])  # fmt: skip
     headers = ["stream", "policy", "hit", "hit / pooled bound", "TTFT p50 s", "TTFT p99 s", "imbalance prompt",
                "imbalance busy", "reasons"]  # fmt: skip
+    name = "-".join(args.workload) if args.workload else Path(args.trace).stem
+    swept = args.sweep.split("=")[0] if args.sweep else "policies"
     md = "\n".join([
+        f"### Virtual time: {name}, {swept}", "",
         f"Command: `python -m bench.routing_offline {' '.join(sys.argv[1:] if argv is None else argv)}` "
-        "(virtual time, deterministic).", "", table(headers, rows),
+        "(the router core in front of 4 engine models, one event queue; deterministic).", "",
+        table(headers, rows),
     ])  # fmt: skip
     print(md)
     if args.write:
-        name = args.workload or Path(args.trace).stem
-        write_section(f"offline-{name}-{args.sweep.split('=')[0] if args.sweep else 'policies'}", md)
+        write_section(f"offline-{name}-{swept}", md)
 
 
 if __name__ == "__main__":

@@ -20,8 +20,8 @@ tables in docs/benchmarks.md):
 
 - **Cost, not request counts.** The previous policy (commit 8cebe06: leave the longest match above
   ``ceil(1.25 (total+1)/n)`` requests in flight) spilled 6-7 % of the trace's requests, nearly all
-  later turns with about 80 % of their prompt cached at home, and those spills were 96 % of the tokens
-  it lost against the pooled bound (it kept 0.85 of it; p99 TTFT 31 s). A request costs its replica its
+  later turns with about 80 % of their prompt cached at home, and those spills were 86-97 % of the
+  tokens it lost against the pooled bound (it kept 0.85 of it; p99 TTFT 31 s). A request costs its replica its
   uncached tokens; a replica is worth leaving only when the prefill queued there costs more than the
   prompt's cached part is worth. Scored on cost: 0.98 of the pooled bound, p99 TTFT 20 s (a long cold
   prompt in a queue now sends the next requests elsewhere, which counting requests cannot see).

@@ -1,12 +1,13 @@
 """What the gateway costs: direct-to-simulator vs through-the-gateway, side by side in one run.
 
-    python -m bench.overhead [--requests 3000] [--write]
+    python -m bench.overhead [--requests 3000] [--rounds 2] [--baseline DIR] [--write]
 
 A zero-latency simulator (``--speed 0``) in its own process, the gateway (default policy) in its own
 process, the load generator in this one. For each of non-stream and stream, at concurrency 1 and 64:
 requests/s, p50/p99 latency, and the gateway process's CPU seconds per 1,000 requests (psutil).
-Direct and gateway runs alternate, twice each, and the better run of each is kept, to damp the noise of
-a small shared machine.
+Direct and gateway runs alternate, ``--rounds`` times each, and the better run of each is kept, to damp
+the noise of a small shared machine. ``--baseline DIR`` also runs the gateway of another checkout
+(e.g. ``git worktree add DIR <commit>``) in the same alternation: before and after, in one run.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import sys
 import psutil
 
 from bench.loadgen import LoadResult, run_load
-from bench.procs import running, start_gateway, start_sim
+from bench.procs import Proc, running, start_gateway, start_sim
 from bench.report import percentile, table, write_section
 
 MODEL = "sim-llama"
@@ -46,55 +47,64 @@ def cpu_seconds(pid: int) -> float:
 
 async def main_async(args: argparse.Namespace) -> str:
     sim, urls = start_sim(1, extra=["--mode", "simple", "--speed", "0"])
-    gw = start_gateway(["--replica", urls[0], "--model", MODEL])
+    flags = ["--replica", urls[0], "--model", MODEL]
+    targets: list[tuple[str, Proc]] = [("gateway", start_gateway(flags))]
+    if args.baseline:
+        targets.append(("baseline", start_gateway(flags, checkout=args.baseline)))
     rows = []
-    with running(gw, sim):
+    with running(*(p for _, p in targets), sim):
         for stream in (False, True):
             for conc in (1, 64):
                 n = args.requests if conc > 1 else max(300, args.requests // 4)
                 best_direct: LoadResult | None = None
-                best_gw: LoadResult | None = None
-                best_cpu = float("inf")
+                best: dict[str, LoadResult] = {}
+                best_cpu = dict.fromkeys((name for name, _ in targets), float("inf"))
                 for _ in range(args.rounds):
                     d = await measure(urls[0] + "/v1/chat/completions", n, conc, stream)
-                    before = cpu_seconds(gw.pid)
-                    g = await measure(gw.url + "/v1/chat/completions", n, conc, stream)
-                    cpu = (cpu_seconds(gw.pid) - before) / (g.ok + min(200, n)) * 1000
-                    assert d.errors == 0 and g.errors == 0, (d.statuses, g.statuses)
+                    assert d.errors == 0, d.statuses
                     if best_direct is None or d.rps > best_direct.rps:
                         best_direct = d
-                    if best_gw is None or g.rps > best_gw.rps:
-                        best_gw = g
-                    best_cpu = min(best_cpu, cpu)
-                assert best_direct is not None and best_gw is not None
+                    for name, proc in targets:
+                        before = cpu_seconds(proc.pid)
+                        g = await measure(proc.url + "/v1/chat/completions", n, conc, stream)
+                        cpu = (cpu_seconds(proc.pid) - before) / (g.ok + min(200, n)) * 1000
+                        assert g.errors == 0, (name, g.statuses)
+                        if name not in best or g.rps > best[name].rps:
+                            best[name] = g
+                        best_cpu[name] = min(best_cpu[name], cpu)
+                assert best_direct is not None
                 dp50, dp99 = percentile(best_direct.latencies, 50), percentile(best_direct.latencies, 99)
-                gp50, gp99 = percentile(best_gw.latencies, 50), percentile(best_gw.latencies, 99)
-                rows.append(
-                    [
-                        "stream" if stream else "non-stream",
-                        conc,
-                        n,
-                        f"{best_direct.rps:,.0f}",
-                        f"{best_gw.rps:,.0f}",
-                        f"{best_gw.rps / best_direct.rps:.2f}",
-                        f"{dp50 * 1000:.2f} / {dp99 * 1000:.2f}",
-                        f"{gp50 * 1000:.2f} / {gp99 * 1000:.2f}",
-                        f"{(gp50 - dp50) * 1000:+.2f}",
-                        f"{best_cpu:.2f}",
-                    ]
-                )
-                print(rows[-1], flush=True)
+                for name, _ in targets:
+                    g = best[name]
+                    gp50, gp99 = percentile(g.latencies, 50), percentile(g.latencies, 99)
+                    rows.append(
+                        [
+                            "stream" if stream else "non-stream",
+                            conc,
+                            n,
+                            name,
+                            f"{best_direct.rps:,.0f}",
+                            f"{g.rps:,.0f}",
+                            f"{g.rps / best_direct.rps:.2f}",
+                            f"{dp50 * 1000:.2f} / {dp99 * 1000:.2f}",
+                            f"{gp50 * 1000:.2f} / {gp99 * 1000:.2f}",
+                            f"{(gp50 - dp50) * 1000:+.2f}",
+                            f"{best_cpu[name]:.2f}",
+                        ]
+                    )
+                    print(rows[-1], flush=True)
     headers = [
         "mode",
         "concurrency",
         "requests",
+        "target",
         "direct req/s",
-        "gateway req/s",
+        "target req/s",
         "ratio",
         "direct p50 / p99 ms",
-        "gateway p50 / p99 ms",
+        "target p50 / p99 ms",
         "added p50 ms",
-        "gateway CPU s / 1k req",
+        "target CPU s / 1k req",
     ]
     cmd = "python -m bench.overhead " + " ".join(sys.argv[1:])
     return (
@@ -114,6 +124,7 @@ def main() -> None:
         "--requests", type=int, default=3000, help="requests per measurement at concurrency 64"
     )
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--baseline", metavar="DIR", help="also run the gateway of this checkout")
     parser.add_argument("--write", action="store_true", help="write the table into docs/benchmarks.md")
     args = parser.parse_args()
     try:

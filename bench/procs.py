@@ -75,13 +75,21 @@ def wait_http(url: str, timeout: float = 20.0, proc: subprocess.Popen[bytes] | N
     raise RuntimeError(f"{url} did not answer within {timeout}s")
 
 
-def _spawn(args: list[str], env: dict[str, str] | None, log_path: str | None) -> subprocess.Popen[bytes]:
+def _spawn(
+    args: list[str], env: dict[str, str] | None, log_path: str | None, checkout: str | None = None
+) -> subprocess.Popen[bytes]:
+    """``python -m gateway ARGS``; ``checkout``: run another checkout's code (a worktree of an earlier
+    commit, for before/after comparisons in one run)."""
     out = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115 - owned by the child
+    env = {**os.environ, **(env or {})}
+    if checkout is not None:
+        env["PYTHONPATH"] = checkout
     return subprocess.Popen(
         [sys.executable, "-m", "gateway", *args],
         stdout=out,
         stderr=subprocess.STDOUT if log_path else subprocess.DEVNULL,
-        env={**os.environ, **(env or {})},
+        env=env,
+        cwd=checkout,
     )
 
 
@@ -114,9 +122,10 @@ def start_gateway(
     env: dict[str, str] | None = None,
     log_path: str | None = None,
     port: int | None = None,
+    checkout: str | None = None,
 ) -> Proc:
     port = port or free_port()
-    popen = _spawn(["serve", "--host", "127.0.0.1", "--port", str(port), *args], env, log_path)
+    popen = _spawn(["serve", "--host", "127.0.0.1", "--port", str(port), *args], env, log_path, checkout)
     url = f"http://127.0.0.1:{port}"
     wait_http(url + "/health", proc=popen)
     return Proc(popen, url)

@@ -51,38 +51,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from scripts.vllm_cpu import replicas as R
 
 BLOCK = 32
-WORDS = [
-    "alpha",
-    "beta",
-    "gamma",
-    "delta",
-    "epsilon",
-    "zeta",
-    "theta",
-    "kappa",
-    "lambda",
-    "sigma",
-    "omega",
-    "river",
-    "stone",
-    "cloud",
-    "field",
-    "forest",
-    "garden",
-    "harbor",
-    "island",
-    "meadow",
-    "mountain",
-    "ocean",
-    "valley",
-    "canyon",
-    "desert",
-    "glacier",
-    "prairie",
-    "lagoon",
-    "summit",
-    "reef",
-]
 SETUPS = ("round_robin", "approximate", "approximate_nocap", "precise")
 # name -> (documents, words per document): ~1.2k-token documents that about fill the fleet's cache, and
 # ~2.9k-token ones (prefill costs more) that exceed it.
@@ -108,13 +76,13 @@ class RunResult:
 
 def documents(n: int, seed: int, words: int = 400) -> list[str]:
     rng = random.Random(seed)
-    return [f"Document {i}. " + " ".join(rng.choice(WORDS) for _ in range(words)) for i in range(n)]
+    return [f"Document {i}. " + " ".join(rng.choice(R.WORDS) for _ in range(words)) for i in range(n)]
 
 
 def plan(n_requests: int, n_docs: int, seed: int) -> list[tuple[int, str]]:
     rng = random.Random(seed + 1)
     return [
-        (rng.randrange(n_docs), f"question {k}: " + " ".join(rng.choices(WORDS, k=6)))
+        (rng.randrange(n_docs), f"question {k}: " + " ".join(rng.choices(R.WORDS, k=6)))
         for k in range(n_requests)
     ]
 
@@ -324,19 +292,7 @@ def report_head(args: argparse.Namespace, capacity: int) -> str:
 
 async def amain(args: argparse.Namespace) -> int:
     bind = f"tcp://127.0.0.1:{free_port()}"
-    specs = [
-        R.ReplicaSpec(
-            replica_id=f"r{i}",
-            port=free_port(),
-            core=i,
-            kv_bytes=args.kv_bytes,
-            block_size=BLOCK,
-            kv_events_endpoint=bind,
-            replay_port=free_port(),
-            dev_mode=True,
-        )
-        for i in range(2)
-    ]
+    specs = R.fleet_specs(2, bind, kv_bytes=args.kv_bytes, block_size=BLOCK, dev_mode=True)
     replicas = [R.start(s) for s in specs]
     try:
         R.wait_ready(replicas)

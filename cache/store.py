@@ -44,6 +44,19 @@ class ResponseStore(Protocol):
     async def close(self) -> None: ...
 
 
+def encode_entry(entry: Entry, ttl_s: float, max_entry_bytes: int, stats: StoreStats) -> bytes | None:
+    """The bytes to store, or None (counted as rejected) for an entry no store keeps: one that does not
+    serialise (e.g. an integer beyond 64 bits), is over ``max_entry_bytes``, or has no time to live."""
+    try:
+        raw = entry.to_bytes()
+    except TypeError:
+        raw = None
+    if raw is None or len(raw) > max_entry_bytes or ttl_s <= 0:
+        stats.rejected_too_big += 1
+        return None
+    return raw
+
+
 def key_tenant_tag(key: str) -> str:
     """The tenant tag inside a ``v1:<tag>:<hmac>`` key ("" for keys of another shape)."""
     parts = key.split(":", 2)
@@ -73,6 +86,10 @@ class MemoryStore:
     def __len__(self) -> int:
         return len(self._items)
 
+    def __contains__(self, key: object) -> bool:
+        """Whether an entry is held for ``key`` (expired or not: ``get`` decides that)."""
+        return key in self._items
+
     def _drop(self, key: str) -> None:
         raw, _ = self._items.pop(key)
         self.bytes -= len(raw) + len(key)
@@ -92,13 +109,11 @@ class MemoryStore:
         return Entry.from_bytes(raw)
 
     async def set(self, key: str, entry: Entry, ttl_s: float) -> bool:
-        try:
-            raw = entry.to_bytes()
-        except TypeError:  # not serialisable (e.g. an integer beyond 64 bits): simply not cached
-            self.stats.rejected_too_big += 1
+        raw = encode_entry(entry, ttl_s, self.max_entry_bytes, self.stats)
+        if raw is None:
             return False
         size = len(raw) + len(key)
-        if len(raw) > self.max_entry_bytes or size > self.max_bytes or ttl_s <= 0:
+        if size > self.max_bytes:
             self.stats.rejected_too_big += 1
             return False
         if key in self._items:

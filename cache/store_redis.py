@@ -19,7 +19,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
 from cache.entry import Entry, EntryError
-from cache.store import ErrorHook, StoreStats
+from cache.store import ErrorHook, StoreStats, encode_entry
 
 #: What a Redis call may raise when the server is away or slow.
 REDIS_ERRORS: tuple[type[BaseException], ...] = (RedisError, OSError, asyncio.TimeoutError)
@@ -43,7 +43,7 @@ def connect(url: str, socket_timeout_s: float = 0.5, max_connections: int = 64) 
         retry=Retry(NoBackoff(), 1),
         decode_responses=False,
     )
-    return aioredis.Redis(connection_pool=pool)
+    return aioredis.Redis.from_pool(pool)  # the client owns the pool: aclose() closes its connections
 
 
 def entry_key(prefix: str, key: str) -> str:
@@ -99,13 +99,8 @@ class RedisStore:
         return entry
 
     async def set(self, key: str, entry: Entry, ttl_s: float) -> bool:
-        try:
-            raw = entry.to_bytes()
-        except TypeError:  # not serialisable (e.g. an integer beyond 64 bits): simply not cached
-            self.stats.rejected_too_big += 1
-            return False
-        if len(raw) > self.max_entry_bytes or ttl_s <= 0:
-            self.stats.rejected_too_big += 1
+        raw = encode_entry(entry, ttl_s, self.max_entry_bytes, self.stats)
+        if raw is None:
             return False
         try:
             await self.redis.set(entry_key(self.prefix, key), raw, px=max(1, int(ttl_s * 1000)))

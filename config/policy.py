@@ -1,8 +1,9 @@
 """Root model of the YAML policy.
 
 Each section lives beside its owner's concerns: routing in ``config/routing.py``, the response cache in
-``config/cache.py``, billing in ``config/billing.py``. Unknown keys are rejected everywhere so a typo
-in a policy is an error at load time, not a silently ignored setting.
+``config/cache.py``, billing in ``config/billing.py``, the layout advisor in ``config/advisor.py``,
+offline batches in ``config/batch.py``. Unknown keys are rejected everywhere so a typo in a policy is an
+error at load time, not a silently ignored setting.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from typing import Literal
 
 from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from config.advisor import AdvisorConfig
+from config.batch import BatchConfig
 from config.billing import BillingConfig
 from config.cache import CacheConfig
 from config.routing import RoutingConfig
@@ -247,13 +250,31 @@ class Policy(_Strict):
     redis: RedisConfig = Field(default_factory=RedisConfig)
     cache: CacheConfig = Field(default_factory=CacheConfig)
     billing: BillingConfig = Field(default_factory=BillingConfig)
+    advisor: AdvisorConfig = Field(default_factory=AdvisorConfig)
+    batch: BatchConfig = Field(default_factory=BatchConfig)
 
     @model_validator(mode="after")
-    def _unique_models(self) -> Policy:
+    def _consistent(self) -> Policy:
+        """Checks across sections: unique model names; batch, semantic settings naming served models."""
         names = [m.name for m in self.models]
         dup = {n for n in names if names.count(n) > 1}
         if dup:
             raise ValueError(f"model names must be unique, repeated: {sorted(dup)}")
+        unknown = sorted(set(self.batch.pools) - set(names))
+        if unknown:
+            raise ValueError(f"batch.pools names models the policy does not serve: {unknown}")
+        if self.batch.enabled and self.batch.store == "redis" and self.redis.url is None:
+            raise ValueError("batch.store is 'redis' but redis.url is not set")
+        semantic = [self.cache.semantic, *(o.semantic for o in self.cache.overrides if o.semantic)]
+        for sem in semantic:
+            if (
+                sem.embedding is not None
+                and sem.embedding.pool is not None
+                and sem.embedding.pool not in names
+            ):
+                raise ValueError(
+                    f"cache.semantic.embedding.pool {sem.embedding.pool!r} is not a model of this policy"
+                )
         return self
 
     def pool(self, name: str) -> ModelPoolConfig | None:

@@ -24,7 +24,7 @@ from router.policies import make_policy
 from router.policies.base import PickContext, RoutingPolicy
 from router.prompt import render_prompt
 from router.replica import ReplicaState
-from router.tokenizers import Tokenizer, Tokens, from_ids, make_tokenizer
+from router.tokenizers import Tokenizer, Tokens, from_ids, make_tokenizer, tokenize
 from router.types import Decision, NoReplicaAvailable, RouteRequest
 
 __all__ = ["NoReplicaAvailable", "PoolRouter", "RouterStats", "make_policy"]
@@ -80,7 +80,8 @@ class PoolRouter:
         """Replace the fleet (discovery). Replicas that stay keep their counters and index entries.
 
         A staying replica keeps its ``ReplicaState`` object (decisions in flight point at it) and takes the
-        new url, kind, weight and capacity; a removed one is dropped from the index.
+        new url, kind, weight and capacity; a removed one is dropped from the index. ``healthy`` is not
+        copied: its one writer is the fleet's health (``gateway.upstream.health``).
         """
         ids = [r.id for r in replicas]
         if len(ids) != len(set(ids)):
@@ -95,7 +96,6 @@ class PoolRouter:
                     r.weight,
                     r.kv_capacity_blocks,
                 )
-                old.healthy = r.healthy
                 r = old
             new.append(r)
             self.index.add_replica(r.id, r.kv_capacity_blocks or self.cfg.default_kv_capacity_blocks)
@@ -253,8 +253,7 @@ class PoolRouter:
         if ids:
             tokens = from_ids(ids)
         else:
-            prompt = render_prompt(request.endpoint, request.body)
-            tokens = from_ids(prompt) if isinstance(prompt, list) else self.tokenizer.encode(prompt)
+            tokens = tokenize(self.tokenizer, render_prompt(request.endpoint, request.body))
         root = root_hash(request.model, request.tenant_salt)
         hashes = block_hashes(tokens, root, cfg.block_size, cfg.max_prefix_tokens)
         ctx.route_key = route_key(tokens, hashes, root, cfg.block_size, cfg.route_key_tokens)

@@ -30,6 +30,9 @@ class Tokens:
 
 class Tokenizer(Protocol):
     name: str
+    # Characters a token holds on average, to estimate a prompt's tokens before encoding it (e.g. the
+    # tenant limiter's reservation); never used where the real count is known.
+    chars_per_token: int
 
     def encode(self, text: str) -> Tokens: ...
 
@@ -37,6 +40,11 @@ class Tokenizer(Protocol):
 def from_ids(ids: Sequence[int]) -> Tokens:
     """Pre-tokenized prompts (completions with token ids) whatever the configured tokenizer."""
     return Tokens(array("I", ids).tobytes(), _ID_STRIDE, len(ids))
+
+
+def tokenize(tokenizer: Tokenizer, prompt: str | Sequence[int]) -> Tokens:
+    """A rendered prompt (``router.prompt``) as tokens: token ids as they are, text through ``tokenizer``."""
+    return tokenizer.encode(prompt) if isinstance(prompt, str) else from_ids(prompt)
 
 
 class ApproxTokenizer:
@@ -48,6 +56,7 @@ class ApproxTokenizer:
         if bytes_per_token < 1:
             raise ValueError("bytes_per_token must be at least 1")
         self.bytes_per_token = bytes_per_token
+        self.chars_per_token = bytes_per_token
 
     def encode(self, text: str) -> Tokens:
         data = text.encode("utf-8", "surrogatepass")
@@ -58,6 +67,7 @@ class HFTokenizer:
     """The ``tokenizers`` library with a local ``tokenizer.json``, loaded at first use."""
 
     name = "hf"
+    chars_per_token = 4  # BPE vocabularies of current models average about 4 characters a token
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)

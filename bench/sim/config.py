@@ -92,6 +92,7 @@ class SimConfig:
     max_model_len: int = 32768
     max_recorded_requests: int = 1000
     embedding_dim: int = 8
+    embedding_model: str | None = None  # "minilm": real all-MiniLM-L6-v2 vectors (the `embed` extra)
     hang_limit_s: float = 300.0
     faults: Faults = field(default_factory=Faults)
 
@@ -109,6 +110,8 @@ class SimConfig:
         ):  # fmt: skip
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
+        if self.embedding_model not in (None, "minilm"):
+            raise ValueError("embedding_model must be None or 'minilm'")
         for name in ("prefill_s_per_token", "decode_s_per_token", "overhead_s", "speed"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0")

@@ -8,6 +8,7 @@ in a :class:`~bench.sim.state.Replica`, and answer in vLLM's/OpenAI's wire forma
 from __future__ import annotations
 
 import asyncio
+import importlib
 import os
 import time
 from collections.abc import AsyncIterator
@@ -26,6 +27,7 @@ from bench.sim.prompt import PromptError, render_chat, render_completion
 from bench.sim.state import Replica
 
 REPLICA_KEY: web.AppKey[Replica] = web.AppKey("sim_replica", Replica)
+_ENCODER_KEY: web.AppKey[Any] = web.AppKey("sim_encoder", object)
 _REGISTRY_KEY: web.AppKey[Any] = web.AppKey("sim_registry", object)
 
 _JSON = "application/json"
@@ -477,10 +479,18 @@ async def embeddings(request: web.Request) -> web.StreamResponse:
         rep.counters.errors += 1
         return error_response(exc.status, str(exc), exc.param)
     data, tokens = [], 0
-    for i, text in enumerate(inputs):
-        raw = text.encode("utf-8")
-        tokens += count_tokens(len(raw), rep.cfg.bytes_per_token)
-        vec = textgen.embedding(raw, rep.cfg.embedding_dim)
+    encoder = request.app.get(_ENCODER_KEY)
+    if encoder is not None:
+        # The forward pass takes milliseconds: off the event loop, so health checks still answer.
+        vectors = (await asyncio.to_thread(encoder.encode, inputs)).tolist()
+        tokens = sum(encoder.token_count(t) for t in inputs)
+    else:
+        vectors = []
+        for text in inputs:
+            raw = text.encode("utf-8")
+            tokens += count_tokens(len(raw), rep.cfg.bytes_per_token)
+            vectors.append(textgen.embedding(raw, rep.cfg.embedding_dim))
+    for i, vec in enumerate(vectors):
         data.append({"object": "embedding", "index": i, "embedding": vec})
     rep.counters.prompt_tokens += tokens
     rep.counters.completed += 1
@@ -554,6 +564,12 @@ async def sim_faults(request: web.Request) -> web.Response:
     return _json(faults.to_json())
 
 
+def _load_minilm() -> Any:
+    """The real embedding model; imported only when asked for, since numpy is an optional extra."""
+    minilm = importlib.import_module("bench.sim.minilm")
+    return minilm.MiniLM()
+
+
 def create_app(cfg: SimConfig | None = None, index: int = 0) -> web.Application:
     """The application of one replica; its state is ``app[REPLICA_KEY]``.
 
@@ -571,6 +587,8 @@ def create_app(cfg: SimConfig | None = None, index: int = 0) -> web.Application:
 
     app.cleanup_ctx.append(engine_ctx)
     app[_REGISTRY_KEY] = make_registry(rep)
+    if rep.cfg.embedding_model == "minilm":
+        app[_ENCODER_KEY] = _load_minilm()
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_post("/v1/completions", completions)
     app.router.add_post("/v1/embeddings", embeddings)

@@ -123,18 +123,6 @@ class MemoryExplicitRegistry:
         now: float | None = None,
         ttl_s: float | None = None,
     ) -> tuple[LookupKind, ExplicitEntry]:
-        return self.lookup_or_create_sync(tenant, model, prefix_hash, prefix_tokens, replica_id, now, ttl_s)
-
-    def lookup_or_create_sync(
-        self,
-        tenant: str,
-        model: str,
-        prefix_hash: int | str,
-        prefix_tokens: int,
-        replica_id: str,
-        now: float | None = None,
-        ttl_s: float | None = None,
-    ) -> tuple[LookupKind, ExplicitEntry]:
         now = self.clock() if now is None else now
         self._expire(now)
         key = (tenant, model, str(prefix_hash))

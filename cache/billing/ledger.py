@@ -5,7 +5,8 @@ False when that request was already recorded (a retried write never counts twice
 by any of ``tenant``, ``model``, ``day`` (UTC) and ``source``, over ``[since, until)``.
 
 Implementations: ``cache.billing.ledger_sqlite.SqliteLedger`` (embedded, one file) and
-``cache.billing.ledger_redis.RedisLedger`` (shared by pods). ``open_ledger`` builds the configured one.
+``cache.billing.ledger_redis.RedisLedger`` (shared by pods); ``cache.billing.ledgers.open_ledger`` builds
+the configured one.
 """
 
 from __future__ import annotations
@@ -13,14 +14,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from cache.billing.pricing import KINDS, KindCounts, LineItem
-
-if TYPE_CHECKING:
-    import redis.asyncio as aioredis
-
-    from config.billing import LedgerConfig
 
 GROUP_KEYS: tuple[str, ...] = ("tenant", "model", "day", "source")
 DAY_MS = 86_400_000
@@ -179,6 +175,39 @@ def in_range(ts_ms: int, since_ms: int | None, until_ms: int | None) -> bool:
     return (since_ms is None or ts_ms >= since_ms) and (until_ms is None or ts_ms < until_ms)
 
 
+@dataclass(frozen=True, slots=True)
+class Query:
+    """One usage query, checked and converted once: what each ledger's ``query`` starts from."""
+
+    tenant: str | None
+    model: str | None
+    since_ms: int | None
+    until_ms: int | None
+    group_by: tuple[str, ...]
+
+    @classmethod
+    def of(
+        cls,
+        tenant: str | None = None,
+        model: str | None = None,
+        since: TimeArg = None,
+        until: TimeArg = None,
+        group_by: Sequence[str] = ("tenant", "model"),
+    ) -> Query:
+        return cls(tenant, model, to_ms(since), to_ms(until), check_group_by(group_by))
+
+    def selects(self, tenant: str, model: str) -> bool:
+        return (self.tenant is None or tenant == self.tenant) and (self.model is None or model == self.model)
+
+    def add(
+        self, acc: dict[GroupKey, Sums], item: LineItem, since_ms: int | None, until_ms: int | None
+    ) -> None:
+        """Count ``item`` in its group if the query (within ``[since_ms, until_ms)``) selects it."""
+        if self.selects(item.tenant, item.model) and in_range(item.ts_ms, since_ms, until_ms):
+            key = group_key(self.group_by, item.tenant, item.model, day_of(item.ts_ms), item.source)
+            acc.setdefault(key, Sums()).add_item(item)
+
+
 def aggregate(
     items: Iterable[LineItem],
     *,
@@ -188,18 +217,11 @@ def aggregate(
     until: TimeArg = None,
     group_by: Sequence[str] = ("tenant", "model"),
 ) -> list[UsageRow]:
-    """The reference query over line items in memory (the Redis stream path uses it; tests compare)."""
-    gb = check_group_by(group_by)
-    since_ms, until_ms = to_ms(since), to_ms(until)
+    """The reference query over line items in memory (tests compare the ledgers with it)."""
+    q = Query.of(tenant, model, since, until, group_by)
     acc: dict[GroupKey, Sums] = {}
     for it in items:
-        if tenant is not None and it.tenant != tenant:
-            continue
-        if model is not None and it.model != model:
-            continue
-        if not in_range(it.ts_ms, since_ms, until_ms):
-            continue
-        acc.setdefault(group_key(gb, it.tenant, it.model, day_of(it.ts_ms), it.source), Sums()).add_item(it)
+        q.add(acc, it, q.since_ms, q.until_ms)
     return rows_from_sums(acc)
 
 
@@ -216,24 +238,3 @@ class Ledger(Protocol):
     ) -> list[UsageRow]: ...
 
     async def close(self) -> None: ...
-
-
-async def open_ledger(
-    cfg: LedgerConfig, redis_client: aioredis.Redis | None = None, key_prefix: str = "pgw"
-) -> Ledger:
-    """The ledger the policy asks for. ``kind: redis`` needs the gateway's Redis client."""
-    if cfg.kind == "redis":
-        if redis_client is None:
-            raise ValueError("billing.ledger.kind is 'redis' but no Redis is configured (redis.url)")
-        from cache.billing.ledger_redis import RedisLedger
-
-        return RedisLedger(
-            redis_client,
-            key_prefix=key_prefix,
-            stream_maxlen=cfg.stream_maxlen,
-            counters_ttl_days=cfg.counters_ttl_days,
-            idempotency_ttl_s=cfg.idempotency_ttl_s,
-        )
-    from cache.billing.ledger_sqlite import SqliteLedger
-
-    return await SqliteLedger.open(cfg.path, synchronous=cfg.synchronous)

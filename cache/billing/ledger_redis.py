@@ -36,16 +36,14 @@ from cache.billing.ledger import (
     DAY_MS,
     GroupKey,
     LedgerRangeUnavailable,
+    Query,
     Sums,
     TimeArg,
     UsageRow,
-    check_group_by,
     day_number,
     day_of,
     group_key,
-    in_range,
     rows_from_sums,
-    to_ms,
 )
 from cache.billing.pricing import KINDS, LineItem
 
@@ -185,8 +183,8 @@ class RedisLedger:
         until: TimeArg = None,
         group_by: Sequence[str] = ("tenant", "model"),
     ) -> list[UsageRow]:
-        gb = check_group_by(group_by)
-        since_ms, until_ms = to_ms(since), to_ms(until)
+        q = Query.of(tenant, model, since, until, group_by)
+        since_ms, until_ms = q.since_ms, q.until_ms
         acc: dict[GroupKey, Sums] = {}
         if since_ms is not None and until_ms is not None and until_ms <= since_ms:
             return []
@@ -205,19 +203,13 @@ class RedisLedger:
             if until_ms is not None and until_ms % DAY_MS:
                 partial.append((end_full * DAY_MS, until_ms))  # type: ignore[operator]
         if counters:
-            await self._from_counters(acc, gb, tenant, model, first_full, end_full)
+            await self._from_counters(acc, q, first_full, end_full)
         for lo, hi in partial:
-            await self._from_stream(acc, gb, tenant, model, lo, hi)
+            await self._from_stream(acc, q, lo, hi)
         return rows_from_sums(acc)
 
     async def _from_counters(
-        self,
-        acc: dict[GroupKey, Sums],
-        gb: tuple[str, ...],
-        tenant: str | None,
-        model: str | None,
-        first_day: int | None,
-        end_day: int | None,
+        self, acc: dict[GroupKey, Sums], q: Query, first_day: int | None, end_day: int | None
     ) -> None:
         lo = "-inf" if first_day is None else first_day
         hi = "+inf" if end_day is None else f"({end_day}"
@@ -227,7 +219,7 @@ class RedisLedger:
         wanted = []
         for m in members:
             day, t, mdl = orjson.loads(m)
-            if (tenant is None or t == tenant) and (model is None or mdl == model):
+            if q.selects(t, mdl):
                 wanted.append((day, t, mdl))
         if not wanted:
             return
@@ -237,17 +229,9 @@ class RedisLedger:
             hashes = await pipe.execute()
         for (day, t, mdl), h in zip(wanted, hashes, strict=True):
             for src, s in _sums_by_source(h).items():
-                acc.setdefault(group_key(gb, t, mdl, day, src), Sums()).add(s)
+                acc.setdefault(group_key(q.group_by, t, mdl, day, src), Sums()).add(s)
 
-    async def _from_stream(
-        self,
-        acc: dict[GroupKey, Sums],
-        gb: tuple[str, ...],
-        tenant: str | None,
-        model: str | None,
-        lo_ms: int,
-        hi_ms: int,
-    ) -> None:
+    async def _from_stream(self, acc: dict[GroupKey, Sums], q: Query, lo_ms: int, hi_ms: int) -> None:
         start_ms = max(0, lo_ms)
         await self._check_retained(start_ms)
         start = f"{start_ms}-0"
@@ -256,14 +240,7 @@ class RedisLedger:
         for _ in range(self.stream_maxlen // _STREAM_PAGE + 2):
             entries = await self.client.xrange(self.stream_key, start, end, count=_STREAM_PAGE)
             for _eid, fields in entries:
-                it = LineItem.from_dict(orjson.loads(fields[b"item"]))
-                if tenant is not None and it.tenant != tenant:
-                    continue
-                if model is not None and it.model != model:
-                    continue
-                if in_range(it.ts_ms, lo_ms, hi_ms):
-                    key = group_key(gb, it.tenant, it.model, day_of(it.ts_ms), it.source)
-                    acc.setdefault(key, Sums()).add_item(it)
+                q.add(acc, LineItem.from_dict(orjson.loads(fields[b"item"])), lo_ms, hi_ms)
             if len(entries) < _STREAM_PAGE:
                 return
             start = "(" + entries[-1][0].decode()

@@ -30,14 +30,14 @@ from pathlib import Path
 from typing import Any
 
 from cache.billing.ledger import (
+    GROUP_KEYS,
     GroupKey,
+    Query,
     Sums,
     TimeArg,
     UsageRow,
-    check_group_by,
     day_of,
     rows_from_sums,
-    to_ms,
 )
 from cache.billing.pricing import KINDS, LineItem
 
@@ -250,22 +250,18 @@ class SqliteLedger:
         until: TimeArg = None,
         group_by: Sequence[str] = ("tenant", "model"),
     ) -> list[UsageRow]:
-        gb = check_group_by(group_by)
+        q = Query.of(tenant, model, since, until, group_by)
         where, args = [], []
-        if tenant is not None:
-            where.append("tenant = ?")
-            args.append(tenant)
-        if model is not None:
-            where.append("model = ?")
-            args.append(model)
-        since_ms, until_ms = to_ms(since), to_ms(until)
-        if since_ms is not None:
-            where.append("ts_ms >= ?")
-            args.append(since_ms)
-        if until_ms is not None:
-            where.append("ts_ms < ?")
-            args.append(until_ms)
-        cols = [g for g in ("tenant", "model", "day", "source") if g in gb]
+        for column, op, value in (
+            ("tenant", "=", q.tenant),
+            ("model", "=", q.model),
+            ("ts_ms", ">=", q.since_ms),
+            ("ts_ms", "<", q.until_ms),
+        ):
+            if value is not None:
+                where.append(f"{column} {op} ?")
+                args.append(value)
+        cols = [g for g in GROUP_KEYS if g in q.group_by]
         sums = ", ".join(
             [
                 "COUNT(*)",

@@ -18,8 +18,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from config.billing import RulesConfig
+
 MARKER_KEY = "cache_control"
-DEFAULT_MAX_MARKERS = 4
+DEFAULT_MAX_MARKERS = RulesConfig().max_markers
 
 
 class MarkerError(ValueError):

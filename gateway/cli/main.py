@@ -1,4 +1,4 @@
-"""``prefix-gateway`` command line: serve, check-config, sim, demo."""
+"""``prefix-gateway`` command line: serve, check-config, sim, demo, usage, advise."""
 
 from __future__ import annotations
 
@@ -10,11 +10,20 @@ import signal
 import sys
 from collections.abc import Awaitable, Callable
 
+from bench.sim import SimConfig, start_replicas
+from bench.sim import cli as sim_cli
 from config import PolicyError, load_policy
 from config.loader import example_path
 from config.policy import ModelPoolConfig, Policy
 from config.routing import PolicyName
+from gateway.cli.advise import add_advise_command
+from gateway.cli.quickstart import DiscoveryError, policy_from_flags
+from gateway.cli.usage import add_usage_command
 from gateway.observability.logs import configure_logging
+from gateway.process.process import PROCESS
+from gateway.process.reload import reload
+from gateway.process.workers import supervise
+from gateway.server.app import serve
 
 log = logging.getLogger("prefix_gateway")
 
@@ -53,24 +62,20 @@ async def serve_until_signal(
     """Serve until SIGTERM/SIGINT, then drain: stop accepting at once (and /ready answers 503), let
     requests in flight finish within ``server.drain_timeout_s``, run the shutdown hooks, exit 0.
     SIGHUP reloads the policy file."""
-    from gateway.process.reload import reload_app
-    from gateway.process.state import current_state
-    from gateway.server.app import serve
-
     runner, url = await serve(policy, policy_path=policy_path, reuse_port=reuse_port)
+    process = runner.app[PROCESS]
     log.info("gateway listening", extra={"event": "listening", "url": url})
     if on_started:
         on_started(url)
     reloads: set[asyncio.Task[object]] = set()
 
     def on_hup() -> None:
-        task = asyncio.ensure_future(reload_app(runner.app, source="sighup"))
+        task = asyncio.ensure_future(reload(process, source="sighup"))
         reloads.add(task)
         task.add_done_callback(reloads.discard)
 
     await wait_for_signal(on_hup)
-    state = current_state(runner.app)
-    state.draining = True
+    process.draining = True
     log.info("draining", extra={"event": "draining", "timeout_s": policy.server.drain_timeout_s})
     await runner.cleanup()
     log.info("stopped", extra={"event": "stopped"})
@@ -99,8 +104,6 @@ def policy_for_serve(args: argparse.Namespace) -> Policy:
     if args.config:
         policy = load_policy(args.config)
     elif args.replica:
-        from gateway.cli.quickstart import DiscoveryError, policy_from_flags
-
         try:
             policy = policy_from_flags(
                 args.replica,
@@ -142,8 +145,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if workers > 1:
         if policy.server.port == 0:
             raise SystemExit("--workers needs a fixed --port (every worker listens on it)")
-        from gateway.process.workers import supervise
-
         return supervise(worker_argv(args._argv), workers)
     return run_async(
         lambda: serve_until_signal(policy, policy_path=args.config, reuse_port=bool(args.reuse_port))
@@ -168,15 +169,11 @@ def worker_argv(argv: list[str]) -> list[str]:
 
 
 def cmd_sim(args: argparse.Namespace) -> int:
-    from bench.sim import cli as sim_cli
-
     return sim_cli.run(args)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """Three simulated replicas and the gateway in one process, with the embedded local policy."""
-    from bench.sim import SimConfig, start_replicas
-
     policy = load_policy(example_path("local"))
     server = {"access_log": args.verbose} | ({"port": args.port} if args.port is not None else {})
     policy = policy.model_copy(update={"server": policy.server.model_copy(update=server)})
@@ -236,14 +233,11 @@ def build_parser() -> argparse.ArgumentParser:
     check.set_defaults(func=cmd_check_config)
 
     sim = sub.add_parser("sim", help="run simulated vLLM-like replicas")
-    from bench.sim import cli as sim_cli
-
     sim_cli.add_arguments(sim)
     sim.set_defaults(func=cmd_sim)
 
-    from gateway.admin.usage import add_usage_command
-
     add_usage_command(sub)
+    add_advise_command(sub)
 
     demo = sub.add_parser("demo", help="gateway + 3 simulated replicas with the embedded local policy")
     demo.add_argument("--port", type=int, help="gateway port (default 8080)")

@@ -17,15 +17,14 @@ import ipaddress
 import logging
 import socket
 from collections.abc import Awaitable, Callable, Iterable
-
-from aiohttp import web
+from typing import TYPE_CHECKING
 
 from config.policy import DiscoveryConfig, ModelPoolConfig
 from gateway.fleet.pools import Pool, replica_states
-from gateway.observability.ops_metrics import ops_metrics
-from gateway.process.runtime import RUNTIME
-from gateway.process.state import GatewayState, current_state
 from router.replica import ReplicaState
+
+if TYPE_CHECKING:
+    from gateway.process.process import Process
 
 log = logging.getLogger("prefix_gateway")
 
@@ -75,7 +74,7 @@ def pool_replicas(pool_cfg: ModelPoolConfig, addresses: Iterable[str]) -> list[R
     return static + dynamic
 
 
-def apply_addresses(state: GatewayState, pool: Pool, addresses: list[str]) -> tuple[set[str], set[str]]:
+def apply_addresses(process: Process, pool: Pool, addresses: list[str]) -> tuple[set[str], set[str]]:
     """Give the pool's router its static + discovered replicas; returns (added ids, removed ids)."""
     router = pool.router
     before = {r.id for r in router.replicas}
@@ -84,37 +83,34 @@ def apply_addresses(state: GatewayState, pool: Pool, addresses: list[str]) -> tu
     if before == after:
         return set(), set()
     router.set_replicas(wanted)
-    if state.fleet is not None:
-        state.fleet.attach(p.router for p in state.pools.values())
+    process.fleet.attach(p.router for p in process.state.pools.values())
     return after - before, before - after
 
 
-async def refresh_pool(app: web.Application, model: str, resolver: Resolver) -> bool:
+async def refresh_pool(process: Process, model: str, resolver: Resolver) -> bool:
     """Resolve one pool's name once and apply the answer; False when resolution failed."""
-    state = current_state(app)
-    pool = state.pools.get(model)
+    pool = process.state.pools.get(model)
     if pool is None or pool.cfg.discovery is None:
         return False
     cfg = pool.cfg.discovery
-    metrics = ops_metrics(state.metrics.registry)
+    metrics = process.metrics
     try:
         addresses = await resolver(cfg.dns, cfg.port)
     except (OSError, UnicodeError, ValueError) as exc:
-        metrics.discovery_errors.labels(model).inc()
+        metrics.child(metrics.discovery_errors, model).inc()
         log.warning(
             "discovery failed; keeping the last known replicas",
             extra={"event": "discovery_error", "model": model, "error": type(exc).__name__},
         )
         return False
-    state = current_state(app)  # a reload may have happened while resolving
-    pool = state.pools.get(model)
+    pool = process.state.pools.get(model)  # a reload may have happened while resolving
     if pool is None or pool.cfg.discovery != cfg:
         return False
-    app[RUNTIME].discovered[model] = (cfg, addresses)
-    added, removed = apply_addresses(state, pool, addresses)
+    process.discovered[model] = (cfg, addresses)
+    added, removed = apply_addresses(process, pool, addresses)
     if added or removed:
-        metrics.discovery_changes.labels(model, "added").inc(len(added))
-        metrics.discovery_changes.labels(model, "removed").inc(len(removed))
+        metrics.child(metrics.discovery_changes, model, "added").inc(len(added))
+        metrics.child(metrics.discovery_changes, model, "removed").inc(len(removed))
         log.info(
             "discovery changed the replicas",
             extra={"event": "discovery", "model": model, "added": sorted(added), "removed": sorted(removed)},
@@ -122,28 +118,26 @@ async def refresh_pool(app: web.Application, model: str, resolver: Resolver) -> 
     return True
 
 
-async def discovery_loop(app: web.Application, model: str, resolver: Resolver) -> None:
+async def discovery_loop(process: Process, model: str, resolver: Resolver) -> None:
     """Re-resolve one pool's name every ``interval_s`` (read afresh, so a reload's value applies)."""
     while True:
-        await refresh_pool(app, model, resolver)
-        pool = current_state(app).pools.get(model)
+        await refresh_pool(process, model, resolver)
+        pool = process.state.pools.get(model)
         if pool is None or pool.cfg.discovery is None:
             return
         await asyncio.sleep(pool.cfg.discovery.interval_s)
 
 
-def start_discovery(app: web.Application, resolver: Resolver | None = None, restart: bool = False) -> None:
+def start_discovery(process: Process, restart: bool = False) -> None:
     """Start one loop per pool that has discovery (``restart``: restart them all, resolving at once);
     stop the loops of pools that no longer have it."""
-    rt = app[RUNTIME]
-    resolver = resolver or rt.resolver or resolve_dns
-    state = current_state(app)
-    wanted = {name for name, pool in state.pools.items() if pool.cfg.discovery is not None}
-    for key in [k for k in rt.tasks if k.startswith("discovery:")]:
+    resolver = process.resolver or resolve_dns
+    wanted = {name for name, pool in process.state.pools.items() if pool.cfg.discovery is not None}
+    for key in [k for k in process.tasks if k.startswith("discovery:")]:
         if key.removeprefix("discovery:") not in wanted:
-            rt.tasks.pop(key).cancel()
+            process.tasks.pop(key).cancel()
     for name in wanted:
         key = f"discovery:{name}"
-        task = rt.tasks.get(key)
+        task = process.tasks.get(key)
         if restart or task is None or task.done():
-            rt.start_task(key, discovery_loop(app, name, resolver))
+            process.start_task(key, discovery_loop(process, name, resolver))

@@ -10,7 +10,7 @@ from 0 means the replica restarted: purge, then follow. On the first batch of a 
 socket the listener also asks for everything from 0, to learn what the replica stored before the
 gateway bound its socket.
 
-Lifecycle: ``start_kv_events(app)`` at the end of startup, ``stop_kv_events(app)`` at cleanup. The
+Lifecycle: ``start_kv_events(process)`` at the end of startup, ``stop_kv_events(process)`` at cleanup. The
 listener reads the current state at every message, so a policy reload keeps the indexes (per pool
 name) and re-attaches them to the new routers; changing ``kv_events.bind`` needs a restart. With several
 worker processes only the first binds; the others log it and route approximately.
@@ -22,16 +22,13 @@ import asyncio
 import contextlib
 import logging
 import time
-import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import aiohttp
-from aiohttp import web
-from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from gateway.fleet.vllm_info import parse_cache_config
-from gateway.process.state import current_state
 from router.exact_index import ExactIndex
 from router.kv_events import (
     ApplyStats,
@@ -49,48 +46,13 @@ try:  # the 'precise' extra; only needed when a pool routes precisely
 except ImportError:  # pragma: no cover - the dev extra installs it
     zmq = None  # type: ignore[assignment]
 
+if TYPE_CHECKING:
+    from gateway.observability.metrics import GatewayMetrics
+    from gateway.process.process import Process
+
 log = logging.getLogger("prefix_gateway")
-NS = "prefix_gateway"
 END_SEQ = -1
 _POLL_MS = 1000
-
-
-class KvEventMetrics:
-    def __init__(self, registry: CollectorRegistry) -> None:
-        self.batches = Counter(
-            f"{NS}_kv_event_batches_total",
-            "KV-event batches applied per replica.",
-            ["replica"],
-            registry=registry,
-        )
-        self.gaps = Counter(
-            f"{NS}_kv_event_gaps_total",
-            "Sequence gaps per replica by outcome (replayed, purged, restart).",
-            ["replica", "outcome"],
-            registry=registry,
-        )
-        self.errors = Counter(
-            f"{NS}_kv_event_errors_total",
-            "Frames that could not be decoded or had an unknown topic.",
-            ["kind"],
-            registry=registry,
-        )
-        self.blocks = Gauge(
-            f"{NS}_kv_event_blocks",
-            "Blocks each replica holds according to its events.",
-            ["replica"],
-            registry=registry,
-        )
-
-
-_METRICS: weakref.WeakKeyDictionary[CollectorRegistry, KvEventMetrics] = weakref.WeakKeyDictionary()
-
-
-def kv_event_metrics(registry: CollectorRegistry) -> KvEventMetrics:
-    m = _METRICS.get(registry)
-    if m is None:
-        m = _METRICS[registry] = KvEventMetrics(registry)
-    return m
 
 
 @dataclass(slots=True)
@@ -105,7 +67,7 @@ class Route:
 class Listener:
     """One bound SUB socket and everything it feeds."""
 
-    app: web.Application
+    process: Process
     bind: str
     ctx: zmq.asyncio.Context
     sock: zmq.asyncio.Socket
@@ -120,7 +82,7 @@ class Listener:
     # -- the pools this socket serves (re-read after a reload) -------------------------------------------
     def refresh(self) -> None:
         """Re-read the pools when the state (reload) or a pool's replicas (discovery) changed."""
-        state = current_state(self.app)
+        state = self.process.state
         signature = hash(
             (
                 id(state),
@@ -151,7 +113,7 @@ class Listener:
 
     # -- the loop ----------------------------------------------------------------------------------------
     async def run(self) -> None:
-        metrics = kv_event_metrics(current_state(self.app).metrics.registry)
+        metrics = self.process.metrics
         try:
             while True:
                 self.refresh()
@@ -167,7 +129,7 @@ class Listener:
         algorithm differs from the pool's routing can never match the gateway's hashes: an error is
         logged and its events are ignored (it is routed approximately). Its KV capacity bounds the
         approximate index when the policy gives none."""
-        state = current_state(self.app)
+        state = self.process.state
         targets = []
         for route in self.routes.values():
             pool = state.pools[route.pool]
@@ -200,7 +162,7 @@ class Listener:
         """At start, ask each replica with a replay socket for its whole buffer (concurrently, each
         bounded by ``replay_timeout_s``): what it stored before this gateway bound is then known before
         the first request, and the replica is live without waiting for its next event."""
-        metrics = kv_event_metrics(current_state(self.app).metrics.registry)
+        metrics = self.process.metrics
         todo = [(t, r) for t, r in self.routes.items() if r.replay and r.replica_id not in self.mismatched]
         results = await asyncio.gather(*(self.replay(r, t, 0, None) for t, r in todo))
         for (topic, route), batches in zip(todo, results, strict=True):
@@ -212,24 +174,24 @@ class Listener:
             for seq, batch in batches:
                 self.apply(route, index, batch)
                 tracker.advance(seq, batch.ts)
-            metrics.gaps.labels(route.replica_id, "caught_up").inc()
+            metrics.child(metrics.kv_event_gaps, route.replica_id, "caught_up").inc()
 
-    async def handle(self, frames: list[bytes], metrics: KvEventMetrics) -> None:
+    async def handle(self, frames: list[bytes], metrics: GatewayMetrics) -> None:
         if len(frames) != 3 or len(frames[1]) != 8:
-            metrics.errors.labels("frames").inc()
+            metrics.child(metrics.kv_event_errors, "frames").inc()
             return
         topic, seq = frames[0], int.from_bytes(frames[1], "big", signed=True)
         route = self.routes.get(topic)
         if route is None:
-            metrics.errors.labels("unknown_topic").inc()
+            metrics.child(metrics.kv_event_errors, "unknown_topic").inc()
             return
         if route.replica_id in self.mismatched:
-            metrics.errors.labels("mismatched_replica").inc()
+            metrics.child(metrics.kv_event_errors, "mismatched_replica").inc()
             return
         try:
             batch = decode_batch(frames[2])
         except DecodeError:
-            metrics.errors.labels("decode").inc()
+            metrics.child(metrics.kv_event_errors, "decode").inc()
             return
         index = self.indexes[route.pool]
         tracker = self.trackers.setdefault(topic, SeqTracker())
@@ -239,7 +201,7 @@ class Listener:
             return
         if verdict is SeqVerdict.RESTART:
             index.purge(rid)
-            metrics.gaps.labels(rid, "restart").inc()
+            metrics.child(metrics.kv_event_gaps, rid, "restart").inc()
         if seq > 0 and verdict is not SeqVerdict.APPLY and (verdict is SeqVerdict.GAP or route.replay):
             # Missed batches: after a gap, before the first batch seen, or of a restarted replica.
             start = tracker.expected if verdict is SeqVerdict.GAP and tracker.expected is not None else 0
@@ -247,15 +209,15 @@ class Listener:
             if missed is None:
                 if verdict is SeqVerdict.GAP:
                     index.purge(rid)
-                    metrics.gaps.labels(rid, "purged").inc()
+                    metrics.child(metrics.kv_event_gaps, rid, "purged").inc()
             else:
                 for _, b in missed:
                     self.apply(route, index, b)
-                metrics.gaps.labels(rid, "replayed").inc()
+                metrics.child(metrics.kv_event_gaps, rid, "replayed").inc()
         self.apply(route, index, batch)
         tracker.advance(seq, batch.ts)
-        metrics.batches.labels(rid).inc()
-        metrics.blocks.labels(rid).set(index.stats().held.get(rid, 0))
+        metrics.child(metrics.kv_event_batches, rid).inc()
+        metrics.child(metrics.kv_event_blocks, rid).set(index.stats().held.get(rid, 0))
 
     def apply(self, route: Route, index: ExactIndex, batch: Batch) -> None:
         stats = self.stats.setdefault(route.replica_id, ApplyStats())
@@ -321,25 +283,20 @@ async def _metrics_text(session: aiohttp.ClientSession, url: str, timeout_s: flo
         return None
 
 
-_LISTENERS: weakref.WeakKeyDictionary[web.Application, list[Listener]] = weakref.WeakKeyDictionary()
-
-
-def _binds(app: web.Application) -> Iterable[str]:
+def _binds(process: Process) -> Iterable[str]:
     seen: list[str] = []
-    for pool in current_state(app).pools.values():
+    for pool in process.state.pools.values():
         rc = pool.cfg.routing
         if rc.index == "precise" and rc.kv_events is not None and rc.kv_events.bind not in seen:
             seen.append(rc.kv_events.bind)
     return seen
 
 
-async def start_kv_events(app: web.Application) -> list[Listener]:
+async def start_kv_events(process: Process) -> list[Listener]:
     """Bind a SUB socket per distinct ``kv_events.bind`` of the precise pools and start listening."""
-    from gateway.process.runtime import RUNTIME
-
     listeners: list[Listener] = []
     ctx: zmq.asyncio.Context | None = None
-    binds = list(_binds(app))
+    binds = list(_binds(process))
     if binds and zmq is None:
         raise RuntimeError(
             "routing index 'precise' needs pyzmq and msgpack (pip install 'prefix-gateway[precise]')"
@@ -359,27 +316,23 @@ async def start_kv_events(app: web.Application) -> list[Listener]:
                 extra={"event": "kv_events_bind_failed", "bind": bind, "error": str(exc)},
             )
             continue
-        listener = Listener(app, bind, ctx, sock)
+        listener = Listener(process, bind, ctx, sock)
         listener.refresh()
         await listener.inspect()
         await listener.catch_up()
         listeners.append(listener)
-        app[RUNTIME].start_task(f"kv_events:{bind}", listener.run())
-    if listeners:
-        _LISTENERS[app] = listeners
-    elif ctx is not None:
+        process.start_task(f"kv_events:{bind}", listener.run())
+    process.kv_listeners = listeners
+    if not listeners and ctx is not None:
         ctx.term()
     return listeners
 
 
-async def stop_kv_events(app: web.Application) -> None:
+async def stop_kv_events(process: Process) -> None:
     """Stop listening (idempotent): cancel the loops, close the sockets."""
-    from gateway.process.runtime import RUNTIME
-
-    listeners = _LISTENERS.pop(app, [])
-    rt = app.get(RUNTIME)
+    listeners, process.kv_listeners = process.kv_listeners, []
     for listener in listeners:
-        task = rt.tasks.pop(f"kv_events:{listener.bind}", None) if rt is not None else None
+        task = process.tasks.pop(f"kv_events:{listener.bind}", None)
         if task is not None:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -387,7 +340,3 @@ async def stop_kv_events(app: web.Application) -> None:
         listener.close()
     if listeners:
         listeners[0].ctx.term()
-
-
-def listeners_of(app: web.Application) -> list[Listener]:
-    return list(_LISTENERS.get(app, []))

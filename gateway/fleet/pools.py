@@ -19,10 +19,6 @@ class Pool:
         return self.cfg.name
 
     @property
-    def upstream_model(self) -> str:
-        return self.cfg.served_model_name or self.cfg.name
-
-    @property
     def sends_cache_salt(self) -> bool:
         """vLLM and SGLang isolate prefix-cache blocks by ``cache_salt``; an OpenAI backend rejects it."""
         return self.cfg.backend in ("vllm", "sglang")

@@ -10,15 +10,17 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import aiohttp
-from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.fleet.vllm_info import cache_info_of, is_cache_config
-from gateway.process.state import GatewayState, current_state
 from router.pool import PoolRouter
 from router.replica import ReplicaState
+
+if TYPE_CHECKING:
+    from gateway.process.process import Process
 
 log = logging.getLogger("prefix_gateway")
 
@@ -93,10 +95,10 @@ def learn_capacity(router: PoolRouter, replica: ReplicaState, tokens: int | None
         )
 
 
-async def scrape_loop(app: web.Application, interval_s: float, timeout_s: float) -> None:
+async def scrape_loop(process: Process, interval_s: float, timeout_s: float) -> None:
     learned: set[str] = set()  # replicas whose index bound came from their own metrics, not the policy
     while True:
-        state: GatewayState = current_state(app)
+        state = process.state
         targets = [
             (pool.router, r) for pool in state.pools.values() for r in pool.router.replicas if r.healthy
         ]

@@ -1,162 +1,187 @@
-"""Prometheus metrics of one gateway process, in a registry of its own (several apps may share a
-process in tests). Label values are bounded: models and replicas come from the policy, tenants from
-its tenant list (others are ``other``), statuses are numbers; never prompt text.
+"""Every Prometheus metric of one gateway process, declared in one table, in a registry of its own
+(several apps may share a process in tests).
+
+Label values are bounded: models and replicas come from the policy or discovery, tenants from its
+tenant list (others are ``other``), statuses are numbers, reasons and kinds are fixed words; never
+prompt text. ``child(metric, *labels)`` caches the labelled child, so the request path does not pay
+prometheus_client's label lookup (a lock and a tuple hash) for every observation.
 """
 
 from __future__ import annotations
 
+import contextlib
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from cache.advisor.render import GAUGE_FINDINGS, GAUGE_SAVING_MICROS, GAUGE_SAVING_TOKENS
 
 NS = "prefix_gateway"
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 FRACTION_BUCKETS = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 1.0)
+STORE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5)
+
+# attribute, type, name (after the namespace), help, labels[, histogram buckets]
+_SPECS: tuple[tuple[Any, ...], ...] = (
+    # -- requests and routing
+    ("requests", Counter, "requests_total", "Requests answered, by model, replica and HTTP status.",
+     ("model", "replica", "status")),
+    ("duration", Histogram, "request_duration_seconds", "Whole request latency as seen by the gateway.",
+     ("model",), LATENCY_BUCKETS),
+    ("ttfb", Histogram, "time_to_first_byte_seconds", "Time from request to the first byte sent back.",
+     ("model",), LATENCY_BUCKETS),
+    ("in_flight", Gauge, "in_flight", "Requests in flight per replica (this process).", ("replica",)),
+    ("upstream_errors", Counter, "upstream_errors_total", "Failed upstream attempts by replica and kind.",
+     ("replica", "kind")),
+    ("decisions", Counter, "routing_decisions_total", "Routing decisions by policy and reason.",
+     ("model", "policy", "reason")),
+    ("match_fraction", Histogram, "prefix_match_fraction",
+     "Fraction of the prompt matched in the chosen replica's index.", ("model",), FRACTION_BUCKETS),
+    ("predicted_tokens", Counter, "prefix_predicted_tokens_total",
+     "Prompt tokens the gateway's index predicted cached, for requests whose replica reported usage.",
+     ("replica",)),
+    ("reported_cached_tokens", Counter, "prefix_reported_cached_tokens_total",
+     "Prompt tokens the replica reported cached (usage.prompt_tokens_details.cached_tokens).", ("replica",)),
+    ("index_blocks", Gauge, "prefix_index_blocks", "Block hashes held in the gateway's index per replica.",
+     ("replica",)),
+    # -- response cache and limits
+    ("cache_requests", Counter, "cache_requests_total", "Response-cache outcomes (the x-cache header).",
+     ("result",)),
+    ("cache_bypass", Counter, "cache_bypass_total",
+     "Requests the response cache did not serve or store, by reason.", ("reason",)),
+    ("cache_not_stored", Counter, "cache_not_stored_total", "Answers not stored, by reason.", ("reason",)),
+    ("cache_store_seconds", Histogram, "cache_store_seconds", "Latency of response-store calls.", ("op",),
+     STORE_BUCKETS),
+    ("ratelimited", Counter, "ratelimited_total", "Requests refused by a token bucket.", ("tenant", "kind")),
+    ("redis_errors", Counter, "redis_errors_total", "Failed Redis calls (the caller failed open or closed).",
+     ("component", "op")),
+    # -- billing
+    ("billed_tokens", Counter, "billed_tokens_total", "Tokens in the billing ledger by tenant and kind.",
+     ("tenant", "kind")),
+    ("billed_cost", Counter, "billed_cost_micros_total", "Billed cost in micro-units of the policy currency.",
+     ("tenant",)),
+    ("ledger_errors", Counter, "ledger_errors_total", "Failed ledger writes.", ()),
+    ("explicit_entries", Gauge, "explicit_cache_entries",
+     "Explicit prompt-cache entries (live, created, hits, expired).", ("state",)),
+    # -- replicas: health, breakers, admission
+    ("replica_healthy", Gauge, "replica_healthy",
+     "1 when the replica takes new requests (active check ok, breaker not open, not drained).", ("replica",)),
+    ("breaker_state", Gauge, "breaker_state", "Circuit breaker per replica: 0 closed, 1 half-open, 2 open.",
+     ("replica",)),
+    ("breaker_transitions", Counter, "breaker_transitions_total",
+     "Circuit breaker state changes per replica, by the state entered.", ("replica", "to")),
+    ("admission_rejected", Counter, "admission_rejected_total",
+     "Requests answered 503 because no slot freed in time, by scope (process, replica).", ("scope",)),
+    ("admission_queued", Gauge, "admission_queued",
+     "Requests waiting for a slot now, by scope (process, replica).", ("scope",)),
+    # -- process: reloads, discovery
+    ("reloads", Counter, "config_reloads_total", "Policy reloads by result (ok, invalid, error, unchanged).",
+     ("result",)),
+    ("discovery_changes", Counter, "discovery_changes_total", "Replicas added or removed by discovery, per model.",
+     ("model", "change")),
+    ("discovery_errors", Counter, "discovery_errors_total",
+     "Failed resolutions of a discovery name (the last known replicas are kept).", ("model",)),
+    # -- precise routing: vLLM KV-cache events
+    ("kv_event_batches", Counter, "kv_event_batches_total", "KV-event batches applied per replica.",
+     ("replica",)),
+    ("kv_event_gaps", Counter, "kv_event_gaps_total",
+     "Sequence gaps per replica by outcome (replayed, purged, restart).", ("replica", "outcome")),
+    ("kv_event_errors", Counter, "kv_event_errors_total",
+     "Frames that could not be decoded or had an unknown topic.", ("kind",)),
+    ("kv_event_blocks", Gauge, "kv_event_blocks", "Blocks each replica holds according to its events.",
+     ("replica",)),
+    # -- the semantic cache (cache/semantic)
+    ("semantic_requests", Counter, "semantic_requests_total", "Semantic-cache lookups by mode and result.",
+     ("mode", "result")),
+    ("semantic_bypass", Counter, "semantic_bypass_total",
+     "Requests the semantic cache neither served nor stored, by reason (admission, question shape, "
+     "fingerprint gap, embedder).", ("reason",)),
+    ("semantic_vetoes", Counter, "semantic_guard_veto_total",
+     "Candidates above the similarity threshold refused by a guard feature.", ("guard",)),
+    ("semantic_not_stored", Counter, "semantic_not_stored_total", "Semantic fills not stored, by reason.",
+     ("reason",)),
+    ("semantic_stale", Gauge, "semantic_stale_refused",
+     "Entries an event had invalidated, found at read time and refused instead of served, since the "
+     "process started (stale serves are impossible by construction: docs/semantic-cache.md).", ()),
+    ("semantic_events", Counter, "semantic_events_total", "Business events applied, by type.", ("type",)),
+    ("semantic_invalidated", Counter, "semantic_invalidated_entries_total",
+     "Entries removed by business events.", ()),
+    ("semantic_similarity", Histogram, "semantic_similarity", "Cosine similarity of embedding-mode hits.",
+     (), FRACTION_BUCKETS),
+    # -- the layout advisor (set at each scrape from the advice document; cache/advisor/render.py)
+    ("advice_saving_micros", Gauge, GAUGE_SAVING_MICROS.removeprefix(f"{NS}_"),
+     "Estimated saving per day if the tenant changed its prompt layout as advised, in micro-units.",
+     ("tenant", "kind")),
+    ("advice_saving_tokens", Gauge, GAUGE_SAVING_TOKENS.removeprefix(f"{NS}_"),
+     "The same saving in token-equivalents at the model's input price.", ("tenant", "kind")),
+    ("advice_findings", Gauge, GAUGE_FINDINGS.removeprefix(f"{NS}_"), "Layout findings per tenant and kind.",
+     ("tenant", "kind")),
+)  # fmt: skip
 
 
 class GatewayMetrics:
+    requests: Counter
+    duration: Histogram
+    ttfb: Histogram
+    in_flight: Gauge
+    upstream_errors: Counter
+    decisions: Counter
+    match_fraction: Histogram
+    predicted_tokens: Counter
+    reported_cached_tokens: Counter
+    index_blocks: Gauge
+    cache_requests: Counter
+    cache_bypass: Counter
+    cache_not_stored: Counter
+    cache_store_seconds: Histogram
+    ratelimited: Counter
+    redis_errors: Counter
+    billed_tokens: Counter
+    billed_cost: Counter
+    ledger_errors: Counter
+    explicit_entries: Gauge
+    replica_healthy: Gauge
+    breaker_state: Gauge
+    breaker_transitions: Counter
+    admission_rejected: Counter
+    admission_queued: Gauge
+    reloads: Counter
+    discovery_changes: Counter
+    discovery_errors: Counter
+    kv_event_batches: Counter
+    kv_event_gaps: Counter
+    kv_event_errors: Counter
+    kv_event_blocks: Gauge
+    semantic_requests: Counter
+    semantic_bypass: Counter
+    semantic_vetoes: Counter
+    semantic_not_stored: Counter
+    semantic_stale: Gauge
+    semantic_events: Counter
+    semantic_invalidated: Counter
+    semantic_similarity: Histogram
+    advice_saving_micros: Gauge
+    advice_saving_tokens: Gauge
+    advice_findings: Gauge
+
     def __init__(self, registry: CollectorRegistry | None = None):
         self.registry = registry or CollectorRegistry()
-        r = self.registry
-        self.requests = Counter(
-            f"{NS}_requests_total",
-            "Requests answered, by model, replica and HTTP status.",
-            ["model", "replica", "status"],
-            registry=r,
-        )
-        self.duration = Histogram(
-            f"{NS}_request_duration_seconds",
-            "Whole request latency as seen by the gateway.",
-            ["model"],
-            buckets=LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.ttfb = Histogram(
-            f"{NS}_time_to_first_byte_seconds",
-            "Time from request to the first byte sent back.",
-            ["model"],
-            buckets=LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.in_flight = Gauge(
-            f"{NS}_in_flight",
-            "Requests in flight per replica (this process).",
-            ["replica"],
-            registry=r,
-        )
-        self.upstream_errors = Counter(
-            f"{NS}_upstream_errors_total",
-            "Failed upstream attempts by replica and kind.",
-            ["replica", "kind"],
-            registry=r,
-        )
-        self.replica_healthy = Gauge(
-            f"{NS}_replica_healthy",
-            "1 when the replica is in the routing set.",
-            ["replica"],
-            registry=r,
-        )
-        self.decisions = Counter(
-            f"{NS}_routing_decisions_total",
-            "Routing decisions by policy and reason.",
-            ["model", "policy", "reason"],
-            registry=r,
-        )
-        self.match_fraction = Histogram(
-            f"{NS}_prefix_match_fraction",
-            "Fraction of the prompt matched in the chosen replica's index.",
-            ["model"],
-            buckets=FRACTION_BUCKETS,
-            registry=r,
-        )
-        self.predicted_tokens = Counter(
-            f"{NS}_prefix_predicted_tokens_total",
-            "Prompt tokens the gateway's index predicted cached, for requests whose replica reported usage.",
-            ["replica"],
-            registry=r,
-        )
-        self.reported_cached_tokens = Counter(
-            f"{NS}_prefix_reported_cached_tokens_total",
-            "Prompt tokens the replica reported cached (usage.prompt_tokens_details.cached_tokens).",
-            ["replica"],
-            registry=r,
-        )
-        self.index_blocks = Gauge(
-            f"{NS}_prefix_index_blocks",
-            "Block hashes held in the gateway's index per replica.",
-            ["replica"],
-            registry=r,
-        )
-        self.cache_requests = Counter(
-            f"{NS}_cache_requests_total",
-            "Response-cache outcomes (the x-cache header).",
-            ["result"],
-            registry=r,
-        )
-        self.cache_bypass = Counter(
-            f"{NS}_cache_bypass_total",
-            "Requests the response cache did not serve or store, by reason.",
-            ["reason"],
-            registry=r,
-        )
-        self.cache_not_stored = Counter(
-            f"{NS}_cache_not_stored_total",
-            "Answers not stored, by reason.",
-            ["reason"],
-            registry=r,
-        )
-        self.cache_store_seconds = Histogram(
-            f"{NS}_cache_store_seconds",
-            "Latency of response-store calls.",
-            ["op"],
-            buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5),
-            registry=r,
-        )
-        self.ratelimited = Counter(
-            f"{NS}_ratelimited_total",
-            "Requests refused by a token bucket.",
-            ["tenant", "kind"],
-            registry=r,
-        )
-        self.redis_errors = Counter(
-            f"{NS}_redis_errors_total",
-            "Failed Redis calls (the caller failed open or closed).",
-            ["component", "op"],
-            registry=r,
-        )
-        self.billed_tokens = Counter(
-            f"{NS}_billed_tokens_total",
-            "Tokens in the billing ledger by tenant and kind.",
-            ["tenant", "kind"],
-            registry=r,
-        )
-        self.billed_cost = Counter(
-            f"{NS}_billed_cost_micros_total",
-            "Billed cost in micro-units of the policy currency.",
-            ["tenant"],
-            registry=r,
-        )
-        self.ledger_errors = Counter(f"{NS}_ledger_errors_total", "Failed ledger writes.", registry=r)
-        self.explicit_entries = Gauge(
-            f"{NS}_explicit_cache_entries",
-            "Explicit prompt-cache entries (live, created, hits, expired).",
-            ["state"],
-            registry=r,
-        )
-        self._request_children: dict[tuple[str, str, int], object] = {}
-        self._decision_children: dict[tuple[str, str, str], object] = {}
+        for attr, kind, name, doc, labels, *buckets in _SPECS:
+            extra = {"buckets": buckets[0]} if buckets else {}
+            setattr(self, attr, kind(f"{NS}_{name}", doc, labels, registry=self.registry, **extra))
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
 
-    def count_request(self, model: str, replica: str, status: int) -> None:
-        key = (model, replica, status)
-        child = self._request_children.get(key)
-        if child is None:
-            child = self._request_children[key] = self.requests.labels(model, replica, str(status))
-        child.inc()  # type: ignore[attr-defined]
+    def child(self, metric: Any, *labels: str) -> Any:
+        """``metric.labels(*labels)``, cached (label values are bounded, so is the cache)."""
+        key = (id(metric), labels)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*labels)
+        return found
 
-    def count_decision(self, model: str, policy: str, reason: str, matched: int, prompt: int) -> None:
-        key = (model, policy, reason)
-        child = self._decision_children.get(key)
-        if child is None:
-            child = self._decision_children[key] = self.decisions.labels(model, policy, reason)
-        child.inc()  # type: ignore[attr-defined]
-        if prompt:
-            self.match_fraction.labels(model).observe(matched / prompt)
+    def forget(self, metric: Any, *labels: str) -> None:
+        """Drop one labelled series (a replica gone for good leaves no stale series behind)."""
+        self._children.pop((id(metric), labels), None)
+        with contextlib.suppress(KeyError):
+            metric.remove(*labels)

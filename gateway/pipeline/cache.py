@@ -8,23 +8,27 @@
    the prompt; the answer is unmasked with this request's own values.
 3. A live entry (younger than the client's ``max-age``) is served as JSON or replayed as SSE, whichever
    the client asked for: ``x-cache: hit`` and ``age``. ``no-cache`` skips this step (``refresh``).
+   On an exact miss, the semantic layer (``cache.semantic``, for models that have one) looks for an
+   entry by the question's domain fingerprint or a guarded embedding: ``x-cache: semantic-hit``,
+   billed as a response-cache hit (ledger source ``semantic_cache``).
 4. A miss joins the key's flight: the leader goes upstream (within the key's bucket), followers get the
    leader's answer (streaming followers get its chunks as they arrive): ``x-cache: coalesced``. A failed
    leader sends its followers upstream themselves.
 5. The leader stores the answer only if it completed normally, is small enough, and (bypass mode)
-   carries no PII. Errors are never stored.
+   carries no PII, under its exact key and, when the semantic lookup missed, under its semantic key
+   (refused when a business event came while it was being generated). Errors are never stored.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from aiohttp import web
 
 from cache.coalesce import Flight, FlightFailed
-from cache.entry import Entry, make_entry, storable
+from cache.entry import make_entry, storable
 from cache.keys import CacheControl, cache_key, is_cacheable, parse_cache_control
 from cache.pii import (
     ChunkUnmasker,
@@ -36,11 +40,16 @@ from cache.pii import (
 )
 from cache.sse import DONE, replay_sse
 from config.cache import CacheConfig
-from gateway.errors import GatewayError, error_body
-from gateway.pipeline.context import Call, Outcome
-from gateway.pipeline.dispatch import SSE_HEADERS, Relay, proxy
+from gateway.errors import GatewayError
+from gateway.pipeline import respond
+from gateway.pipeline.context import RequestContext
+from gateway.pipeline.dispatch import dispatch
+from gateway.pipeline.relay import Relay
 from gateway.pipeline.stream_tap import StreamTap, is_usage_only
-from gateway.process.state import GatewayState
+
+if TYPE_CHECKING:
+    from cache.semantic.layer import Lookup, SemanticLayer
+    from gateway.process.cache_runtime import CacheRuntime
 
 
 def wants_usage(body: dict[str, Any]) -> bool:
@@ -57,20 +66,20 @@ def with_usage_requested(payload: dict[str, Any]) -> dict[str, Any]:
 
 
 async def forward(
-    call: Call,
+    ctx: RequestContext,
     payload: dict[str, Any],
     *,
     mapping: PiiMapping | None = None,
     assemble: bool = False,
     flight: Flight | None = None,
 ) -> web.StreamResponse:
-    """Proxy with a tap that collects usage (and the whole answer when someone needs it)."""
-    parsed = call.parsed
-    client_wants_usage = wants_usage(parsed.body)
-    relay = Relay(
+    """Dispatch with a tap that collects usage (and the whole answer when someone needs it)."""
+    assert ctx.parsed is not None
+    parsed = ctx.parsed
+    how = Relay(
         tap=StreamTap(
             assemble=assemble,
-            strip_usage=not client_wants_usage,
+            strip_usage=not wants_usage(parsed.body),
             unmasker=ChunkUnmasker(mapping) if mapping else None,
             publish=flight.publish if flight is not None else None,
         )
@@ -78,87 +87,116 @@ async def forward(
         else None,
         rewrite_whole=(lambda r: unmask_response(r, mapping)) if mapping else None,
     )
-    return await proxy(call, with_usage_requested(payload), relay)
+    return await dispatch(ctx, with_usage_requested(payload), how)
 
 
-def _bypass(state: GatewayState, outcome: Outcome, reason: str) -> None:
-    state.metrics.cache_bypass.labels(reason).inc()
-    outcome.cache = "bypass"
-    outcome.extra_headers["x-cache"] = "bypass"
+def _bypass(ctx: RequestContext, reason: str) -> None:
+    metrics = ctx.process.metrics
+    metrics.child(metrics.cache_bypass, reason).inc()
+    ctx.cache = "bypass"
 
 
-async def serve(call: Call, payload: dict[str, Any]) -> web.StreamResponse:
-    """Answer one request through the cache; ``payload`` is what a replica would receive."""
-    state, pool, parsed, outcome = call.state, call.pool, call.parsed, call.outcome
-    rt = state.cache
-    cfg = rt.configs.get(pool.name) if rt is not None else None
+async def serve(ctx: RequestContext) -> web.StreamResponse:
+    """Answer one request through the cache; ``ctx.payload`` is what a replica would receive."""
+    assert ctx.parsed is not None and ctx.pool is not None and ctx.payload is not None
+    parsed, payload = ctx.parsed, ctx.payload
+    rt = ctx.state.cache
+    cfg = rt.configs.get(ctx.pool.name) if rt is not None else None
     if rt is None or cfg is None or not cfg.enabled or parsed.endpoint == "embeddings":
-        return await forward(call, payload)
-    control = parse_cache_control(call.request.headers.get("Cache-Control"), parsed.body)
+        return await forward(ctx, payload)
+    control = parse_cache_control(ctx.request.headers.get("Cache-Control"), parsed.body)
     if control.no_store:
-        _bypass(state, outcome, "no_store")
-        return await forward(call, payload)
+        _bypass(ctx, "no_store")
+        return await forward(ctx, payload)
     ok, reason = is_cacheable(payload, cfg.rule)
     if not ok:
-        _bypass(state, outcome, reason)
-        return await forward(call, payload)
+        _bypass(ctx, reason)
+        return await forward(ctx, payload)
     mapping: PiiMapping | None = None
     if cfg.pii == "bypass" and find_pii_in_request(payload):
-        _bypass(state, outcome, "pii")
-        return await forward(call, payload)
+        _bypass(ctx, "pii")
+        return await forward(ctx, payload)
     if cfg.pii == "mask":
         payload, mapping = mask_request(payload)
-    key = cache_key(parsed.endpoint, payload, call.tenant.salt)
+    key = cache_key(parsed.endpoint, payload, ctx.tenant.salt)  # type: ignore[union-attr]
 
+    semantic: Lookup | None = None
     if not control.no_cache:
-        entry = await _timed_get(state, key)
+        t0 = time.perf_counter()
+        entry = await rt.store.get(key)
+        _store_seconds(ctx, "get", t0)
         if entry is not None and control.accepts_age(entry.age_s()):
-            return await _answer_from_entry(call, entry.response, mapping, "hit", age_s=entry.age_s())
+            ctx.source, ctx.age_s = "response_cache", entry.age_s()
+            return await _answer_from(ctx, entry.response, mapping, "hit")
+        if rt.semantic is not None:
+            semantic = await _semantic_lookup(ctx, rt.semantic, payload)
+            found = semantic.entry if semantic is not None else None
+            if found is not None and control.accepts_age(found.age_s()):
+                ctx.source, ctx.age_s = "semantic_cache", found.age_s()
+                return await _answer_from(ctx, found.response, mapping, "semantic-hit")
 
     if cfg.fill_breaker.enabled:
         tripped = await rt.gate.breaker_check(key)
         if not tripped.allowed:
-            return await _fallback(call, cfg)
+            return await _fallback(ctx, cfg)
 
     if not cfg.coalescing.enabled:
-        return await _lead(call, payload, mapping, key, cfg, control, None)
+        return await _lead(ctx, rt, payload, mapping, key, cfg, control, None, semantic)
     async with rt.coalescer.acquire(key) as flight:
         if flight.role == "leader":
-            return await _lead(call, payload, mapping, key, cfg, control, flight)
+            return await _lead(ctx, rt, payload, mapping, key, cfg, control, flight, semantic)
         try:
-            return await _follow(call, flight, mapping)
+            return await _follow(ctx, flight, mapping)
         except FlightFailed:
             pass
     # The leader failed (its error is its own): go upstream ourselves, uncoalesced.
-    outcome.extra_headers["x-cache"] = outcome.cache = "miss"
-    state.metrics.cache_bypass.labels("leader_failed").inc()
-    return await forward(call, payload, mapping=mapping)
+    ctx.cache = "miss"
+    metrics = ctx.process.metrics
+    metrics.child(metrics.cache_bypass, "leader_failed").inc()
+    return await forward(ctx, payload, mapping=mapping)
 
 
-async def _timed_get(state: GatewayState, key: str) -> Entry | None:
-    assert state.cache is not None
-    t0 = time.perf_counter()
-    entry = await state.cache.store.get(key)
-    state.metrics.cache_store_seconds.labels("get").observe(time.perf_counter() - t0)
-    return entry
+async def _semantic_lookup(
+    ctx: RequestContext, layer: SemanticLayer, payload: dict[str, Any]
+) -> Lookup | None:
+    """The semantic layer's lookup for this request (None: no semantic cache for its model), counted."""
+    assert ctx.pool is not None and ctx.parsed is not None and ctx.tenant is not None
+    analysis = layer.analyse(ctx.pool.name, ctx.parsed.endpoint, payload)
+    if analysis is None:
+        return None
+    found = await layer.lookup(ctx.pool.name, analysis, ctx.tenant.salt)
+    m = ctx.process.metrics
+    m.child(m.semantic_requests, found.mode, found.outcome).inc()
+    if found.outcome == "bypass":
+        m.child(m.semantic_bypass, found.reason).inc()
+    for guard in found.vetoes:
+        m.child(m.semantic_vetoes, guard).inc()
+    if found.similarity is not None:
+        m.semantic_similarity.observe(found.similarity)
+    return found
+
+
+def _store_seconds(ctx: RequestContext, op: str, t0: float) -> None:
+    metrics = ctx.process.metrics
+    metrics.child(metrics.cache_store_seconds, op).observe(time.perf_counter() - t0)
 
 
 async def _lead(
-    call: Call,
+    ctx: RequestContext,
+    rt: CacheRuntime,
     payload: dict[str, Any],
     mapping: PiiMapping | None,
     key: str,
     cfg: CacheConfig,
     control: CacheControl,
     flight: Flight | None,
+    semantic: Lookup | None,
 ) -> web.StreamResponse:
-    state, outcome = call.state, call.outcome
-    rt = state.cache
-    assert rt is not None
     if cfg.key_bucket.enabled:
         admitted = await rt.gate.admit(key)
         if not admitted.allowed:
-            state.metrics.ratelimited.labels(call.tenant.metric_label, "cache_key").inc()
+            metrics = ctx.process.metrics
+            metrics.child(metrics.ratelimited, ctx.tenant.metric_label, "cache_key").inc()  # type: ignore[union-attr]
             retry = (
                 max(1, int(admitted.retry_after_s + 0.999)) if admitted.retry_after_s != float("inf") else 60
             )
@@ -168,12 +206,11 @@ async def _lead(
                 code="rate_limit_exceeded",
                 headers={"Retry-After": str(retry)},
             )
-    outcome.cache = "refresh" if control.no_cache else "miss"
-    outcome.extra_headers["x-cache"] = outcome.cache
-    answer = await forward(call, payload, mapping=mapping, assemble=True, flight=flight)
-    response = outcome.response if outcome.status == 200 else None
+    ctx.cache = "refresh" if control.no_cache else "miss"
+    answer = await forward(ctx, payload, mapping=mapping, assemble=True, flight=flight)
+    response = ctx.response if ctx.status == 200 else None
     if response is not None:
-        await _fill(state, key, response, cfg, control)
+        await _fill(ctx, rt, key, response, cfg, control, semantic)
     if flight is not None:
         if response is not None:
             await flight.finish(response)
@@ -183,119 +220,102 @@ async def _lead(
 
 
 async def _fill(
-    state: GatewayState, key: str, response: dict[str, Any], cfg: CacheConfig, control: CacheControl
+    ctx: RequestContext,
+    rt: CacheRuntime,
+    key: str,
+    response: dict[str, Any],
+    cfg: CacheConfig,
+    control: CacheControl,
+    semantic: Lookup | None,
 ) -> bool:
+    metrics = ctx.process.metrics
     ok, why = storable(response)
     if ok and cfg.pii == "bypass" and find_pii_in_response(response):
         ok, why = False, "pii_in_answer"
     if not ok:
-        state.metrics.cache_not_stored.labels(why).inc()
+        metrics.child(metrics.cache_not_stored, why).inc()
         return False
     ttl = cfg.ttl_s if control.ttl_s is None else min(cfg.ttl_s, max(1, control.ttl_s))
-    assert state.cache is not None
     t0 = time.perf_counter()
-    stored = await state.cache.store.set(key, make_entry(response), ttl)
-    state.metrics.cache_store_seconds.labels("set").observe(time.perf_counter() - t0)
+    stored = await rt.store.set(key, make_entry(response), ttl)
+    _store_seconds(ctx, "set", t0)
     if not stored:
-        state.metrics.cache_not_stored.labels("too_large_or_store_error").inc()
+        metrics.child(metrics.cache_not_stored, "too_large_or_store_error").inc()
+    if semantic is not None and semantic.outcome == "miss" and rt.semantic is not None:
+        result = await rt.semantic.fill(semantic, response, control.ttl_s)
+        if result != "stored":
+            metrics.child(metrics.semantic_not_stored, result).inc()
     return stored
 
 
-async def _follow(call: Call, flight: Flight, mapping: PiiMapping | None) -> web.StreamResponse:
+async def _follow(ctx: RequestContext, flight: Flight, mapping: PiiMapping | None) -> web.StreamResponse:
     """Answer from the leader's flight: its chunks as they come (stream), or its final answer."""
-    parsed, outcome = call.parsed, call.outcome
-    outcome.source = "coalesced"
+    assert ctx.parsed is not None
+    parsed = ctx.parsed
+    ctx.source = "coalesced"
     if parsed.stream and flight.role == "follower":
         out: web.StreamResponse | None = None
         unmasker = ChunkUnmasker(mapping) if mapping else None
         keep_usage = wants_usage(parsed.body)
+        done = False
         try:
             async for chunk in flight.chunks():
                 if out is None:
-                    out = await _start_sse(call, "coalesced")
+                    ctx.cache = "coalesced"
+                    out = await respond.open_stream(ctx, ctx.answer_headers())
                 if chunk == DONE:
-                    if outcome.settle is not None:
-                        await outcome.settle()
-                    await out.write(b"data: [DONE]\n\n")
+                    done = True
                     continue
                 if isinstance(chunk, dict) and isinstance(chunk.get("usage"), dict):
-                    outcome.usage = chunk["usage"]
+                    ctx.usage = chunk["usage"]
                 if is_usage_only(chunk) and not keep_usage:
                     continue
                 if unmasker is not None:
                     chunk = unmasker.process(chunk)
-                await out.write(b"data: " + orjson.dumps(chunk) + b"\n\n")
+                await out.write(respond.sse_event(chunk))
             if out is not None:
-                outcome.response = await flight.result()
+                ctx.response = await flight.result()
         except FlightFailed as failed:
             if out is None:
                 raise
             # Part of the leader's stream already reached this client: end it as a failed stream.
-            event = error_body(
-                f"the shared upstream stream failed ({failed})",
-                "upstream_error",
-                None,
-                "upstream_stream_error",
+            return await respond.close_stream(
+                ctx, out, done=False, error=f"the shared upstream stream failed ({failed})"
             )
-            await out.write(b"data: " + orjson.dumps(event) + b"\n\n")
         if out is not None:
-            await out.write_eof()
-            return out
+            return await respond.close_stream(ctx, out, done=done)
     response = await flight.result()
-    return await _answer_from_entry(call, response, mapping, "coalesced")
+    return await _answer_from(ctx, response, mapping, "coalesced")
 
 
-async def _start_sse(call: Call, cache: str) -> web.StreamResponse:
-    outcome = call.outcome
-    outcome.cache = cache
-    headers = {**SSE_HEADERS, **outcome.extra_headers, "x-cache": cache, "x-request-id": outcome.request_id}
-    out = web.StreamResponse(status=200, headers=headers)
-    await out.prepare(call.request)
-    outcome.status = 200
-    outcome.first_byte_s = time.perf_counter() - outcome.started
-    return out
-
-
-async def _answer_from_entry(
-    call: Call,
-    response: dict[str, Any],
-    mapping: PiiMapping | None,
-    cache: str,
-    age_s: float | None = None,
+async def _answer_from(
+    ctx: RequestContext, response: dict[str, Any], mapping: PiiMapping | None, cache: str
 ) -> web.StreamResponse:
-    parsed, outcome = call.parsed, call.outcome
-    if cache == "hit":
-        outcome.source = "response_cache"
-    outcome.response = response
+    """Answer with a stored (or the leader's, or a fallback) response, as JSON or replayed SSE."""
+    assert ctx.parsed is not None
+    ctx.cache = cache
+    ctx.response = response
     usage = response.get("usage")
-    outcome.usage = usage if isinstance(usage, dict) else None
-    outcome.replica = "-"
+    ctx.usage = usage if isinstance(usage, dict) else None
     if mapping:
         response = unmask_response(response, mapping)
-    if age_s is not None:
-        outcome.extra_headers["age"] = str(int(age_s))
-    if parsed.stream:
-        out = await _start_sse(call, cache)
-        events = replay_sse(response, include_usage=wants_usage(parsed.body))
-        await out.write(b"".join(events[:-1]))
-        if outcome.settle is not None:
-            await outcome.settle()
-        await out.write(events[-1])  # [DONE], after the ledger row
-        await out.write_eof()
-        return out
-    outcome.cache = cache
-    outcome.status = 200
-    headers = {**outcome.extra_headers, "x-cache": cache, "x-request-id": outcome.request_id}
-    return web.Response(body=orjson.dumps(response), content_type="application/json", headers=headers)
+    if ctx.parsed.stream:
+        out = await respond.open_stream(ctx, ctx.answer_headers())
+        events = replay_sse(response, include_usage=wants_usage(ctx.parsed.body))
+        await out.write(b"".join(events[:-1]))  # the last is [DONE], written after the ledger row
+        return await respond.close_stream(ctx, out, done=True)
+    return await respond.whole(ctx, 200, orjson.dumps(response), ctx.answer_headers(), response)
 
 
-async def _fallback(call: Call, cfg: CacheConfig) -> web.StreamResponse:
+async def _fallback(ctx: RequestContext, cfg: CacheConfig) -> web.StreamResponse:
     """The fill breaker is open for this key: the configured answer instead of the fleet (not billed)."""
-    parsed, outcome = call.parsed, call.outcome
+    assert ctx.parsed is not None
+    parsed = ctx.parsed
     fb = cfg.fill_breaker
-    call.state.metrics.ratelimited.labels(call.tenant.metric_label, "fill_breaker").inc()
-    outcome.cache = "fallback"
-    outcome.source = "fallback"
+    metrics = ctx.process.metrics
+    metrics.child(metrics.ratelimited, ctx.tenant.metric_label, "fill_breaker").inc()  # type: ignore[union-attr]
+    ctx.cache = "fallback"
+    ctx.source = "fallback"
     if fb.fallback_text is None:
         raise GatewayError(
             fb.fallback_status,
@@ -310,10 +330,10 @@ async def _fallback(call: Call, cfg: CacheConfig) -> web.StreamResponse:
     else:
         choice["text"] = fb.fallback_text
     body = {
-        "id": f"fallback-{outcome.request_id}",
+        "id": f"fallback-{ctx.request_id}",
         "object": "chat.completion" if chat else "text_completion",
         "created": int(time.time()),
         "model": parsed.model,
         "choices": [choice],
     }
-    return await _answer_from_entry(call, body, None, "fallback")
+    return await _answer_from(ctx, body, None, "fallback")

@@ -1,51 +1,77 @@
-"""One request on its way through the gateway: who asked what, where it goes, and what happened."""
+"""One request on its way through the pipeline: what the stages read and write.
+
+The stages fill it in order (``gateway.pipeline.handler`` lists them); the lifecycle hooks
+(``gateway.pipeline.lifecycle``) read it. What can be derived is not stored: the replica, the route
+reason and the prefix match come from the current ``decision``; the ``x-cache`` and ``age`` headers
+from ``cache`` and ``age_s``.
+"""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from gateway.fleet.pools import Pool
-from gateway.pipeline.parse import ParsedRequest
-from gateway.pipeline.tenant import Tenant
-from gateway.process.state import GatewayState
+if TYPE_CHECKING:
+    from cache.billing.pricing import LineItem
+    from cache.buckets import Reservation
+    from gateway.fleet.pools import Pool
+    from gateway.pipeline.billing import Marked
+    from gateway.pipeline.parse import ParsedRequest
+    from gateway.pipeline.tenant import Tenant
+    from gateway.process.process import Process
+    from gateway.process.state import State
+    from router.types import Decision
 
 
-@dataclass(slots=True)
-class Outcome:
-    """What happened, for the access log and metrics (filled as the request goes)."""
-
+@dataclass(slots=True, eq=False)
+class RequestContext:
+    request: web.Request
+    process: Process
+    state: State
+    endpoint: str
     request_id: str
     started: float = field(default_factory=time.perf_counter)
-    replica: str = "-"
-    status: int = 0
-    first_byte_s: float | None = None
+    # -- who and what (parse, tenant)
+    tenant: Tenant | None = None
+    parsed: ParsedRequest | None = None
+    pool: Pool | None = None
+    payload: dict[str, Any] | None = None  # what a replica receives: markers stripped, PII masked
+    # -- billing and limits
+    marked: Marked | None = None  # the explicit cache_control prefix, when the request has one
+    pinned_replica: str | None = None  # holds that prefix's live explicit entry
+    reservation: Reservation | None = None  # tokens reserved from the tenant's per-minute bucket
+    line_item: LineItem | None = None  # the ledger row, once billed
+    billed: bool = False
+    # -- where it went (dispatch)
+    decision: Decision | None = None  # the current (last) attempt's
     attempts: int = 0
-    route_reason: str | None = None
-    matched_tokens: int = 0
-    prompt_tokens: int = 0
     upstream_error: str | None = None
+    # -- the answer (relay, cache, respond)
+    cache: str | None = None  # hit | miss | bypass | coalesced | refresh | fallback (x-cache)
+    age_s: float | None = None  # of a cached answer
+    source: str = "upstream"  # upstream | response_cache | coalesced | fallback
+    status: int = 0
+    first_byte_s: float | None = None  # when the answer's first byte was sent to the client
     usage: dict[str, Any] | None = None
     response: dict[str, Any] | None = None  # the complete answer (parsed or assembled), when known
-    cache: str | None = None  # x-cache value
-    source: str = "upstream"  # upstream | response_cache | coalesced | fallback (billing, logs)
     generated_chunks: int = 0  # stream events relayed (an aborted stream is billed for these)
-    settle: Callable[[], Awaitable[Any]] | None = None  # billing: called once before a stream's [DONE]
-    pinned_replica: str | None = None  # routing hint: holds this request's live explicit cache entry
-    extra_headers: dict[str, str] = field(default_factory=dict)
 
+    @property
+    def replica_id(self) -> str:
+        return self.decision.replica.id if self.decision is not None else "-"
 
-@dataclass(slots=True)
-class Call:
-    """Everything the request path passes along, in one value instead of six arguments."""
+    @property
+    def model(self) -> str:
+        return self.pool.name if self.pool is not None else "-"
 
-    request: web.Request
-    state: GatewayState
-    pool: Pool
-    parsed: ParsedRequest
-    tenant: Tenant
-    outcome: Outcome
+    def answer_headers(self) -> dict[str, str]:
+        """Headers every answer of this request carries, derived from what happened."""
+        headers = {"x-request-id": self.request_id}
+        if self.cache is not None:
+            headers["x-cache"] = self.cache
+        if self.age_s is not None:
+            headers["age"] = str(int(self.age_s))
+        return headers

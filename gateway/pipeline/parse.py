@@ -6,6 +6,7 @@ what the gateway itself needs to route, cache and bill, and every limit it names
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,12 +15,6 @@ from aiohttp import web
 
 from config.policy import LimitsConfig
 from gateway.errors import GatewayError
-
-ENDPOINT_PATHS = {
-    "chat": "/v1/chat/completions",
-    "completions": "/v1/completions",
-    "embeddings": "/v1/embeddings",
-}
 
 
 @dataclass(slots=True)
@@ -143,7 +138,21 @@ def _check_input(body: dict[str, Any]) -> int:
     raise _bad("'input' must be a string or a non-empty array", "input")
 
 
-_CHECKS = {"chat": _check_messages, "completions": _check_prompt, "embeddings": _check_input}
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """An inference endpoint: its path (on the gateway and on the replica), and its body check, which
+    returns the prompt's characters."""
+
+    path: str
+    check: Callable[[dict[str, Any]], int]
+
+
+# The one list of inference endpoints: routes, admission and the upstream path all derive from it.
+ENDPOINTS: dict[str, Endpoint] = {
+    "chat": Endpoint("/v1/chat/completions", _check_messages),
+    "completions": Endpoint("/v1/completions", _check_prompt),
+    "embeddings": Endpoint("/v1/embeddings", _check_input),
+}
 
 
 def _check_common(body: dict[str, Any]) -> None:
@@ -170,7 +179,7 @@ def validate(endpoint: str, body: dict[str, Any], limits: LimitsConfig) -> Parse
         raise _bad("'model' is a required property", "model", "missing_required_parameter")
     if not isinstance(model, str) or not model:
         raise _bad("'model' must be a non-empty string", "model")
-    chars = _CHECKS[endpoint](body)
+    chars = ENDPOINTS[endpoint].check(body)
     _check_common(body)
     if chars > limits.max_prompt_chars:
         raise _bad(

@@ -4,25 +4,22 @@ Past the limit a request waits in a FIFO queue, itself bounded in length (``max_
 in time (``queue_timeout_s``); past either bound it gets 503 with ``Retry-After`` in OpenAI's error
 format, so a burst is smoothed while an overload sheds load early instead of piling up memory and
 latency. Both limits count this process only (each worker process of ``--workers N`` has its own).
+
+The per-replica cap itself is the router's slot filter (``router.filters.slots``); here is only the
+queue of requests waiting for one of a pool's replicas to free a slot. The limits are passed in at
+each call, so a reload's new limits apply at once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import weakref
 from collections import deque
-from collections.abc import Container
-from typing import TYPE_CHECKING
+from collections.abc import AsyncIterator
 
 from config.policy import LimitsConfig
 from gateway.errors import GatewayError
-from gateway.observability.ops_metrics import OpsMetrics, ops_metrics
-from router.pool import PoolRouter
-from router.types import Decision, ReplicasBusy, RouteRequest
-
-if TYPE_CHECKING:
-    from gateway.process.state import GatewayState
+from gateway.observability.metrics import GatewayMetrics
 
 RETRY_AFTER_S = "1"
 
@@ -38,7 +35,7 @@ def overloaded(scope: str) -> GatewayError:
 
 
 class Waiters:
-    """A FIFO of futures woken one at a time, bounded in length."""
+    """A FIFO of futures woken one at a time."""
 
     __slots__ = ("_queue",)
 
@@ -77,89 +74,69 @@ class Waiters:
         return False
 
 
-class ProcessAdmission:
-    """At most ``max_concurrent_requests`` inference requests at once in this process."""
+class Queued:
+    """One request's place in a queue: ``wait`` until woken, within the queue's deadline, else 503."""
 
-    def __init__(self, limits: LimitsConfig, metrics: OpsMetrics):
-        self.limits = limits
+    __slots__ = ("_deadline", "_scope", "_waiters", "metrics")
+
+    def __init__(self, waiters: Waiters, deadline: float, scope: str, metrics: GatewayMetrics):
+        self._waiters, self._deadline, self._scope, self.metrics = waiters, deadline, scope, metrics
+
+    async def wait(self) -> None:
+        left = self._deadline - asyncio.get_running_loop().time()
+        if left <= 0 or not await self._waiters.wait(left):
+            self.metrics.child(self.metrics.admission_rejected, self._scope).inc()
+            raise overloaded(self._scope)
+
+
+class Admission:
+    """The process's concurrency: at most ``max_concurrent_requests`` inference requests at once, and
+    the queues of requests waiting for a replica slot, per pool."""
+
+    def __init__(self, metrics: GatewayMetrics):
         self.metrics = metrics
         self.active = 0
-        self._waiters = Waiters()
+        self._process = Waiters()
+        self._replicas: dict[str, Waiters] = {}
 
-    async def acquire(self) -> None:
-        limit = self.limits.max_concurrent_requests
-        if not limit or (self.active < limit and not len(self._waiters)):
-            self.active += 1
-            return
-        if len(self._waiters) >= self.limits.max_queued_requests:
-            self.metrics.admission_rejected.labels("process").inc()
-            raise overloaded("process")
-        gauge = self.metrics.admission_queued.labels("process")
+    @contextlib.asynccontextmanager
+    async def _queue(self, waiters: Waiters, scope: str, limits: LimitsConfig) -> AsyncIterator[Queued]:
+        m = self.metrics
+        if len(waiters) >= limits.max_queued_requests:
+            m.child(m.admission_rejected, scope).inc()
+            raise overloaded(scope)
+        gauge = m.child(m.admission_queued, scope)
         gauge.inc()
         try:
-            deadline = asyncio.get_running_loop().time() + self.limits.queue_timeout_s
-            while self.active >= limit:
-                left = deadline - asyncio.get_running_loop().time()
-                if left <= 0 or not await self._waiters.wait(left):
-                    self.metrics.admission_rejected.labels("process").inc()
-                    raise overloaded("process")
-                limit = self.limits.max_concurrent_requests or self.active + 1
-            self.active += 1
+            deadline = asyncio.get_running_loop().time() + limits.queue_timeout_s
+            yield Queued(waiters, deadline, scope, m)
         finally:
             gauge.dec()
 
+    # -- the process limit ----------------------------------------------------------------------------
+    async def acquire(self, limits: LimitsConfig) -> None:
+        limit = limits.max_concurrent_requests
+        if not limit or (self.active < limit and not len(self._process)):
+            self.active += 1
+            return
+        async with self._queue(self._process, "process", limits) as queued:
+            while self.active >= limit:
+                await queued.wait()
+            self.active += 1
+
     def release(self) -> None:
         self.active -= 1
-        self._waiters.wake_one()
+        self._process.wake_one()
 
+    # -- waiting for a replica slot -------------------------------------------------------------------
+    def replica_queue(
+        self, pool: str, limits: LimitsConfig
+    ) -> contextlib.AbstractAsyncContextManager[Queued]:
+        """A place in the queue of ``pool``'s requests waiting for a replica to free a slot."""
+        return self._queue(self._replicas.setdefault(pool, Waiters()), "replica", limits)
 
-_REPLICA_WAITERS: weakref.WeakKeyDictionary[PoolRouter, Waiters] = weakref.WeakKeyDictionary()
-
-
-def _waiters_of(router: PoolRouter) -> Waiters:
-    w = _REPLICA_WAITERS.get(router)
-    if w is None:
-        w = _REPLICA_WAITERS[router] = Waiters()
-    return w
-
-
-async def route_with_slots(
-    state: GatewayState, router: PoolRouter, request: RouteRequest, exclude: Container[str]
-) -> Decision:
-    """``router.route``; when every healthy replica not yet tried is at ``max_concurrent_per_replica``
-    (the router's slot filter raises ``ReplicasBusy``), wait for one to free a slot (bounded), else 503.
-
-    ``NoReplicaAvailable`` still comes out unchanged when no healthy replica is left at all."""
-    limits = state.policy.limits
-    metrics = ops_metrics(state.metrics.registry)
-    loop = asyncio.get_running_loop()
-    deadline: float | None = None
-    gauge = None
-    try:
-        while True:
-            try:
-                return router.route(request, exclude=exclude)
-            except ReplicasBusy:
-                pass
-            waiters = _waiters_of(router)
-            if deadline is None:
-                if len(waiters) >= limits.max_queued_requests:
-                    metrics.admission_rejected.labels("replica").inc()
-                    raise overloaded("replica") from None
-                deadline = loop.time() + limits.queue_timeout_s
-                gauge = metrics.admission_queued.labels("replica")
-                gauge.inc()
-            left = deadline - loop.time()
-            if left <= 0 or not await waiters.wait(left):
-                metrics.admission_rejected.labels("replica").inc()
-                raise overloaded("replica") from None
-    finally:
-        if gauge is not None:
-            gauge.dec()
-
-
-def replica_released(router: PoolRouter) -> None:
-    """Call after ``router.release(decision)``: a request waiting for a replica slot may go."""
-    w = _REPLICA_WAITERS.get(router)
-    if w is not None:
-        w.wake_one()
+    def replica_released(self, pool: str) -> None:
+        """A replica of ``pool`` finished a request: a request waiting for a slot may go."""
+        w = self._replicas.get(pool)
+        if w is not None:
+            w.wake_one()

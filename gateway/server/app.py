@@ -1,38 +1,51 @@
-"""Application factory and process lifecycle."""
+"""Application factory: the process, its hooks, the routes, one middleware; and serving it.
+
+``create_app`` builds a ``Process`` (opened at startup and closed at cleanup through aiohttp's
+``cleanup_ctx``, after the drain), installs the lifecycle hooks of the pipeline (routing feedback, the
+layout advisor's observation, billing, tenant refunds, metrics and the access log), and the routes: the public ones
+(``gateway.server.endpoints``) and the admin API (``gateway.admin``).
+
+One middleware does what every request needs, in this order: OpenAI-format errors for anything that
+escapes (404, 405, an unexpected exception: never a crash); a POST body read within
+``limits.body_timeout_s``; process admission for inference requests (at most
+``limits.max_concurrent_requests`` at once, others queued, bounded).
+"""
 
 from __future__ import annotations
 
 import asyncio
 
-import redis.asyncio as aioredis
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from cache.store_redis import REDIS_ERRORS, connect
 from config.policy import Policy
-from gateway.admin import cache as cache_admin
-from gateway.admin import usage
-from gateway.admin.routes import add_admin_route
+from gateway.admin.routes import add_admin_routes
 from gateway.errors import GatewayError, error_response
-from gateway.fleet import probes as health
-from gateway.fleet.kv_events import start_kv_events, stop_kv_events
 from gateway.observability.metrics import GatewayMetrics
-from gateway.pipeline import handler as handlers
-from gateway.pipeline.billing import build_metering
-from gateway.process.state import STATE, StateHolder, build_state, current_state
-from gateway.server import hardening
-from gateway.server.conn_guard import GatewayRunner
-from gateway.upstream.client import make_session
-from gateway.upstream.health import ObservedUpstream
+from gateway.pipeline import advise, billing, dispatch, limits, observe
+from gateway.process.process import PROCESS, Process, process_context
+from gateway.server.conn_guard import GatewayRunner, read_body_within
+from gateway.server.endpoints import INFERENCE_PATHS, add_public_routes
 
-OWN_REDIS = web.AppKey("own_redis", aioredis.Redis)
+HOOKS = (dispatch.install, advise.install, billing.install, limits.install, observe.install)
 
 
 @web.middleware
-async def openai_errors(request: web.Request, handler):  # type: ignore[no-untyped-def]
-    """Routing errors (404, 405) and anything unexpected in OpenAI's error format, never a crash."""
+async def gateway_middleware(request: web.Request, handler):  # type: ignore[no-untyped-def]
+    process = request.app[PROCESS]
     try:
-        return await handler(request)
+        if request.method != "POST":
+            return await handler(request)
+        lim = process.state.policy.limits
+        early = await read_body_within(request, lim.body_timeout_s)
+        if early is not None:
+            return early
+        if request.path not in INFERENCE_PATHS:
+            return await handler(request)
+        await process.admission.acquire(lim)
+        try:
+            return await handler(request)
+        finally:
+            process.admission.release()
     except GatewayError as err:
         return error_response(err)
     except web.HTTPException as exc:
@@ -52,23 +65,6 @@ async def openai_errors(request: web.Request, handler):  # type: ignore[no-untyp
         return error_response(GatewayError(500, "internal gateway error", code="internal_error"))
 
 
-async def metrics_endpoint(request: web.Request) -> web.Response:
-    state = current_state(request.app)
-    for pool in state.pools.values():
-        for replica_id, blocks in pool.router.index.stats().per_replica.items():
-            state.metrics.index_blocks.labels(replica_id).set(blocks)
-    if state.metering is not None:
-        try:
-            stats = await state.metering.registry.stats()
-        except REDIS_ERRORS:  # Redis away: /metrics still answers, the gauges keep their last values
-            state.metrics.redis_errors.labels("explicit", "stats").inc()
-        else:
-            for name in ("live", "created", "hits", "expired"):
-                state.metrics.explicit_entries.labels(name).set(getattr(stats, name))
-    registry = state.metrics.registry
-    return web.Response(body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
-
-
 def create_app(
     policy: Policy,
     *,
@@ -77,44 +73,14 @@ def create_app(
     policy_path: str | None = None,
 ) -> web.Application:
     """``policy_path``: the file a reload (SIGHUP, file watch, ``POST /admin/reload``) reads again."""
-    app = web.Application(middlewares=[openai_errors], client_max_size=policy.limits.max_body_bytes)
-    app.router.add_post("/v1/chat/completions", handlers.chat_completions)
-    app.router.add_post("/v1/completions", handlers.completions)
-    app.router.add_post("/v1/embeddings", handlers.embeddings)
-    app.router.add_get("/v1/models", handlers.list_models)
-    app.router.add_get("/health", health.health)
-    app.router.add_get("/ready", health.ready)
-    app.router.add_get("/metrics", metrics_endpoint)
-    hardening.install(app, policy, policy_path=policy_path, secret=secret)
-    add_admin_route(app, "GET", "/admin/usage", usage.usage_endpoint)
-    add_admin_route(app, "POST", "/admin/cache/purge", cache_admin.purge)
-
-    async def startup(app: web.Application) -> None:
-        upstream = ObservedUpstream(make_session(policy.timeouts), policy.timeouts)
-        state = build_state(policy, metrics or GatewayMetrics(), upstream, secret)
-        redis = state.cache.redis if state.cache is not None else None
-        if redis is None and policy.redis.url is not None and policy.billing.ledger.kind == "redis":
-            redis = connect(policy.redis.url, policy.redis.socket_timeout_s, policy.redis.max_connections)
-            app[OWN_REDIS] = redis
-        state.metering = await build_metering(policy, state.metrics, redis)
-        app[STATE] = StateHolder(state)
-        await hardening.started(app)  # breaker wiring, admission, health/scrape/discovery/watch loops
-        await start_kv_events(app)  # precise pools: bind the KV-event SUB socket(s)
-
-    async def cleanup(app: web.Application) -> None:
-        await stop_kv_events(app)
-        await hardening.stopping(app)  # loops, then the shutdown hooks (runtime.add_shutdown_hook)
-        state = current_state(app)
-        if state.metering is not None:
-            await state.metering.close()
-        if state.cache is not None:
-            await state.cache.close()
-        await state.upstream.session.close()
-        if OWN_REDIS in app:
-            await app[OWN_REDIS].aclose()
-
-    app.on_startup.append(startup)
-    app.on_cleanup.append(cleanup)
+    process = Process(policy, policy_path=policy_path, secret=secret, metrics=metrics or GatewayMetrics())
+    for install in HOOKS:
+        install(process.hooks)
+    app = web.Application(middlewares=[gateway_middleware], client_max_size=policy.limits.max_body_bytes)
+    app[PROCESS] = process
+    add_public_routes(app, process)
+    add_admin_routes(app)
+    app.cleanup_ctx.append(process_context(process))
     return app
 
 

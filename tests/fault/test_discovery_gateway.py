@@ -57,7 +57,7 @@ async def test_replicas_appear_and_failures_keep_the_last_set() -> None:
         dns = FakeDNS()
         async with gateway_with(discovery_policy(port, static=[static_url]), resolver=dns) as gw:
             router = gw.state.pools["sim-llama"].router
-            registry = gw.state.metrics.registry
+            registry = gw.process.metrics.registry
             await wait_for(lambda: dns.calls >= 2)
             assert [r.id for r in router.replicas] == ["s0"]  # nothing resolved yet: static only
             assert _metric(registry, "prefix_gateway_discovery_errors_total", {"model": "sim-llama"}) >= 1

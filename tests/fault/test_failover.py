@@ -109,7 +109,7 @@ async def test_breaker_alone_ejects_refused_replicas_without_health_checks() -> 
         status, headers, raw = await post(s, gw.url, chat("after"))
         assert status == 503 and headers["Retry-After"] == "1"
         assert orjson.loads(raw)["error"]["code"] == "no_replica_available"
-        fleet = gw.state.fleet
+        fleet = gw.process.fleet
         assert fleet is not None and {r.breaker.state for r in fleet.records()} == {"open"}
         async with s.get(gw.url + "/ready") as r:
             assert r.status == 503  # open breakers count in readiness
@@ -135,7 +135,7 @@ async def test_breaker_opens_on_5xx_and_closes_after_recovery(monkeypatch) -> No
             assert 'prefix_gateway_breaker_state{replica="r0"} 2.0' in text
             assert 'prefix_gateway_breaker_transitions_total{replica="r0",to="open"} 1.0' in text
             await sim_faults(fleet.urls[0], {})
-            await wait_for(lambda: gw.state.fleet.get(fleet.urls[0]).breaker.state == "half_open", 3)
+            await wait_for(lambda: gw.process.fleet.get(fleet.urls[0]).breaker.state == "half_open", 3)
             replicas = []
             for i in range(8):
                 status, headers, _ = await post(s, gw.url, chat(f"d{i}"))
@@ -211,7 +211,7 @@ async def test_malformed_json_is_retried_elsewhere_and_broken_sse_does_not_break
                 status, headers, raw = await post(s, gw.url, chat(f"m{i}"))
                 assert status == 200 and headers["x-gateway-replica"] == "r1"
                 assert orjson.loads(raw)["choices"]
-            errors = gw.state.metrics.registry.get_sample_value(
+            errors = gw.process.metrics.registry.get_sample_value(
                 "prefix_gateway_upstream_errors_total", {"replica": "r0", "kind": "protocol"}
             )
             assert errors == 6  # round robin: each request tried r0 first (the retry took r1's turn)
@@ -255,9 +255,9 @@ async def test_connect_timeout_to_a_replica_that_never_accepts() -> None:
                 elapsed = time.monotonic() - t0
                 assert [r[0] for r in results] == [200, 200, 200]
                 assert {r[1]["x-gateway-replica"] for r in results} == {"r1"}
-                errors = gw.state.metrics.registry.get_sample_value(
+                errors = gw.process.metrics.registry.get_sample_value(
                     "prefix_gateway_upstream_errors_total", {"replica": "r0", "kind": "timeout"}
-                ) or gw.state.metrics.registry.get_sample_value(
+                ) or gw.process.metrics.registry.get_sample_value(
                     "prefix_gateway_upstream_errors_total", {"replica": "r0", "kind": "connect"}
                 )
                 assert errors == 1  # one timed-out connect, then r0's breaker kept requests away

@@ -56,7 +56,7 @@ async def test_invalid_then_valid_reload_under_load(monkeypatch) -> None:
 
             workers = [asyncio.create_task(load(w)) for w in range(8)]
             await wait_for(lambda: len(statuses) > 50)
-            old_state = gw.state
+            old_state, old_fleet = gw.state, gw.process.fleet
             old_router = old_state.pools["sim-llama"].router
             blocks_before = sum(old_router.index.stats().per_replica.values())
 
@@ -79,7 +79,7 @@ async def test_invalid_then_valid_reload_under_load(monkeypatch) -> None:
             # routing unchanged: the same router, its index kept
             assert new_state.pools["sim-llama"].router is old_router
             assert sum(old_router.index.stats().per_replica.values()) >= min(blocks_before, 1)
-            assert new_state.fleet is old_state.fleet
+            assert gw.process.fleet is old_fleet
 
             n = len(statuses)
             await wait_for(lambda: len(statuses) > n + 100)
@@ -139,7 +139,7 @@ async def test_a_policy_that_validates_but_cannot_be_built_leaves_everything_as_
                 assert (await r.json())["result"] == "error"
             assert gw.state is old_state
             assert [r.id for r in router.replicas] == ["r0"]  # the kept router was not touched
-            assert [rec.replica_id for rec in old_state.fleet.records()] == ["r0"]
+            assert [rec.replica_id for rec in gw.process.fleet.records()] == ["r0"]
             status, headers, _ = await post(s, gw.url, chat("still here"))
             assert status == 200 and headers["x-gateway-replica"] == "r0"
             assert await _metric(s, gw.url, 'prefix_gateway_config_reloads_total{result="error"}') == 1
@@ -168,5 +168,5 @@ async def test_reload_applies_new_prices_to_the_same_ledger(monkeypatch) -> None
                 "v1",
                 "v2",
             )
-            rows = await gw.state.metering.ledger.query(group_by=("tenant",))
+            rows = await gw.process.metering.ledger.query(group_by=("tenant",))
             assert rows[0].requests == 2  # one ledger across the reload

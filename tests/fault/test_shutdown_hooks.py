@@ -8,8 +8,7 @@ import asyncio
 import aiohttp
 from aiohttp import web
 
-from gateway.process.runtime import add_shutdown_hook
-from gateway.process.state import current_state
+from gateway.process.process import PROCESS, add_shutdown_hook
 from gateway.server.app import create_app, runner_for
 from tests.fault.support import chat
 from tests.support.stack import TEST_SECRET, policy_for, sim_fleet
@@ -30,7 +29,7 @@ async def test_hooks_run_after_the_drain_in_order() -> None:
             raise RuntimeError("a broken hook")
 
         async def second(app: web.Application) -> None:
-            events.append(f"second session_closed={current_state(app).upstream.session.closed}")
+            events.append(f"second session_closed={app[PROCESS].state.upstream.session.closed}")
 
         add_shutdown_hook(app, first)
         add_shutdown_hook(app, second)
@@ -49,7 +48,7 @@ async def test_hooks_run_after_the_drain_in_order() -> None:
 
             task = asyncio.create_task(request())
             await asyncio.sleep(0.2)  # in flight (it takes about 0.8 s)
-            current_state(app).draining = True
+            app[PROCESS].draining = True
             async with s.get(url + "/ready") as r:
                 assert r.status == 503 and (await r.json())["draining"] is True
             await runner.cleanup()

@@ -58,7 +58,7 @@ async def test_implicit_hits_come_from_the_replica_and_are_priced() -> None:
         # By hand: uncached at 2 USD/1M, cached at 20 % of it, output at 8 USD/1M; micros rounded half-up.
         expected = round((u2["prompt_tokens"] - cached) * 2) + round(cached * 2 * 0.2) + 10 * 8
         assert h2["x-gateway-billing-cost"] == f"{expected / 1e6:.6f}"
-        rows = await gw.state.metering.ledger.query(group_by=("tenant",))
+        rows = await gw.process.metering.ledger.query(group_by=("tenant",))
         assert rows[0].requests == 2 and rows[0].tokens.implicit_hit == cached
 
 
@@ -111,7 +111,7 @@ async def test_streams_are_billed_and_the_usage_chunk_is_only_sent_when_asked() 
         assert raw.endswith(b"data: [DONE]\n\n")
         _, _, raw2 = await post(s, gw.url, {**body, "stream_options": {"include_usage": True}})
         assert b'"completion_tokens":7' in raw2
-        rows = await gw.state.metering.ledger.query(group_by=("tenant",))
+        rows = await gw.process.metering.ledger.query(group_by=("tenant",))
         assert rows[0].requests == 2 and rows[0].tokens.output == 14
         assert (await sim_requests(fleet.urls[0]))[-2]["stream_options"] == {"include_usage": True}
 
@@ -132,7 +132,7 @@ async def test_response_cache_hits_are_served_tokens_at_zero() -> None:
         _, h, _ = await post(s, gw.url, body)
         assert h["x-cache"] == "hit" and h["x-gateway-billing-source"] == "response_cache"
         assert h["x-gateway-billing-cost"] == "0.000000"
-        rows = await gw.state.metering.ledger.query(group_by=("source",))
+        rows = await gw.process.metering.ledger.query(group_by=("source",))
         by_source = {r.source: r for r in rows}
         assert by_source["response_cache"].served_tokens > 0
         assert by_source["upstream"].tokens.output == 5

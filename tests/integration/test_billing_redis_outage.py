@@ -43,17 +43,17 @@ async def test_rows_survive_a_redis_outage() -> None:
                 assert await ask("before") == 200
                 server.stop()
                 assert [await ask(f"during {i}") for i in range(3)] == [200, 200, 200]
-                assert len(gw.state.metering._pending) == 3
+                assert len(gw.process.metering._pending) == 3
                 server.start()
                 for _ in range(100):
-                    if not gw.state.metering._pending:
+                    if not gw.process.metering._pending:
                         break
                     await asyncio.sleep(0.1)
-                assert not gw.state.metering._pending
+                assert not gw.process.metering._pending
                 # The test's Redis runs without persistence, so the restart emptied it: what is there now
                 # is exactly the three rows kept through the outage (a production ledger Redis keeps
                 # AOF on; see docs/billing.md). They carry no explicit discount: the registry was away.
-                rows = await gw.state.metering.ledger.query(group_by=("tenant",))
+                rows = await gw.process.metering.ledger.query(group_by=("tenant",))
                 assert rows[0].requests == 3
                 assert rows[0].tokens.explicit_create == rows[0].tokens.explicit_hit == 0
                 assert rows[0].tokens.output == 9

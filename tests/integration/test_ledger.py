@@ -70,18 +70,6 @@ async def redis_client(redis_url: str) -> AsyncIterator[aioredis.Redis]:
     await c.aclose()
 
 
-@pytest.fixture(params=["sqlite", "redis"])
-async def ledger(request, tmp_path, redis_url) -> AsyncIterator[SqliteLedger | RedisLedger]:
-    if request.param == "sqlite":
-        led = await SqliteLedger.open(str(tmp_path / "var" / "ledger.db"))
-        yield led
-        await led.close()
-    else:
-        client = aioredis.from_url(redis_url)
-        yield RedisLedger(client, key_prefix="test", stream_maxlen=10_000)
-        await client.aclose()
-
-
 def _item(
     rid: str = "r1", tenant: str = "acme", ts_ms: int = DAY0 + 1000, source: str = "upstream"
 ) -> LineItem:

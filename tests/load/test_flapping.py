@@ -40,7 +40,7 @@ async def test_burst_with_a_flapping_replica_has_no_client_errors() -> None:
 
             await asyncio.gather(flap(), *(worker() for _ in range(64)))
             assert statuses == {200: 3000}
-            registry = gw.state.metrics.registry
+            registry = gw.process.metrics.registry
 
             def opened(replica: str) -> float:
                 return (

@@ -41,18 +41,7 @@ class Fleet:
 def fleet() -> Iterator[Fleet]:
     R.check_installed()  # a missing setup is a failure, not a skip
     bind = f"tcp://127.0.0.1:{free_port()}"
-    specs = [
-        R.ReplicaSpec(
-            replica_id=f"r{i}",
-            port=free_port(),
-            core=i,
-            block_size=BLOCK,
-            kv_bytes=KV_BYTES,
-            kv_events_endpoint=bind,
-            replay_port=free_port(),
-        )
-        for i in range(2)
-    ]
+    specs = R.fleet_specs(2, bind, block_size=BLOCK, kv_bytes=KV_BYTES)
     started = [R.start(s) for s in specs]
     try:
         R.wait_ready(started)

@@ -22,25 +22,10 @@ from tests.real_vllm.conftest import BLOCK, KEYS
 
 pytestmark = pytest.mark.real_vllm
 
-WORDS = [
-    "river",
-    "stone",
-    "cloud",
-    "field",
-    "forest",
-    "garden",
-    "harbor",
-    "island",
-    "meadow",
-    "mountain",
-    "ocean",
-    "valley",
-]
-
 
 def system_prompt(words: int = 400) -> str:
     nonce = uuid.uuid4().hex
-    return f"[{nonce}] You answer briefly. " + " ".join(WORDS[i % len(WORDS)] for i in range(words))
+    return f"[{nonce}] You answer briefly. " + " ".join(R.WORDS[i % len(R.WORDS)] for i in range(words))
 
 
 def chat(system: str, user: str, **extra) -> dict:

@@ -13,8 +13,8 @@ from aiohttp import web
 from bench.sim.config import SimConfig
 from bench.sim.fleet import Fleet, start_replicas
 from config.policy import Policy
-from gateway.process.runtime import RUNTIME
-from gateway.process.state import GatewayState, current_state
+from gateway.process.process import PROCESS, Process
+from gateway.process.state import State
 from gateway.server.app import create_app, runner_for
 
 TEST_SECRET = b"test-secret"
@@ -69,8 +69,12 @@ class Gateway:
     runner: web.AppRunner
 
     @property
-    def state(self) -> GatewayState:
-        return current_state(self.app)
+    def process(self) -> Process:
+        return self.app[PROCESS]
+
+    @property
+    def state(self) -> State:
+        return self.app[PROCESS].state
 
 
 @asynccontextmanager
@@ -80,7 +84,7 @@ async def gateway(
     """A gateway on a free loopback port; ``resolver`` replaces DNS for discovery tests."""
     app = create_app(policy, secret=secret, policy_path=policy_path)
     if resolver is not None:
-        app[RUNTIME].resolver = resolver
+        app[PROCESS].resolver = resolver
     runner = runner_for(app, policy)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry
 
 from config.policy import BreakerConfig, RoutingConfig
-from gateway.observability.ops_metrics import OpsMetrics
+from gateway.observability.metrics import GatewayMetrics
 from gateway.upstream.breaker import Breaker
 from gateway.upstream.health import FleetHealth, base_url_of
 from router.pool import PoolRouter
@@ -80,7 +80,7 @@ def _fleet(n: int = 2) -> tuple[FleetHealth, PoolRouter, list[ReplicaState]]:
     now = [0.0]
     replicas = [ReplicaState(id=f"r{i}", url=f"http://127.0.0.1:{9000 + i}") for i in range(n)]
     router = PoolRouter(replicas, RoutingConfig(policy="round_robin"))
-    fleet = FleetHealth(CFG, OpsMetrics(CollectorRegistry()), clock=lambda: now[0])
+    fleet = FleetHealth(CFG, GatewayMetrics(CollectorRegistry()), clock=lambda: now[0])
     fleet.attach([router])
     fleet._now = now  # type: ignore[attr-defined]
     return fleet, router, replicas

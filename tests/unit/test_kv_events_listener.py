@@ -19,7 +19,6 @@ import pytest
 import zmq
 import zmq.asyncio
 
-from gateway.fleet.kv_events import listeners_of
 from router.kv_events import Removed, Stored, decode_batch
 from tests.support.ports import free_port
 from tests.support.stack import gateway, policy_for
@@ -117,7 +116,7 @@ async def test_batches_in_order_build_the_exact_index(model_dir, frames):
             assert exact.is_live("r1") and not exact.is_live("r0")  # r0 publishes nothing: approximate
             await publish(pub, b"nobody", 0, frames[0][1])  # unknown topic: counted, ignored
             await publish(pub, b"topic-r1", len(frames), b"\xc1")  # undecodable: counted, ignored
-            registry = gw.state.metrics.registry
+            registry = gw.process.metrics.registry
 
             def errors(kind: str) -> float | None:
                 return registry.get_sample_value("prefix_gateway_kv_event_errors_total", {"kind": kind})
@@ -150,7 +149,7 @@ async def test_a_gap_without_replay_purges_and_a_restart_purges(model_dir, frame
             await publish(pub, b"topic-r1", 1, with_ts(frames[1][1], time.time()))
             await wait_for(lambda: exact.stats().purges.get("r1") == 2)
             assert exact.stats().held["r1"] == len(expected_held([frames[1][1]]))
-            registry = gw.state.metrics.registry
+            registry = gw.process.metrics.registry
             assert registry.get_sample_value("prefix_gateway_kv_event_batches_total", {"replica": "r1"}) == 3
         finally:
             pub.close(0)
@@ -232,7 +231,7 @@ async def test_a_gateway_started_late_catches_up_from_the_replay_buffer(model_di
             pub = await connected_pub(ctx, bind)
             try:  # the live stream then continues where the buffer ended, without another replay
                 await publish(pub, b"topic-r1", len(frames), frames[0][1])
-                registry = gw.state.metrics.registry
+                registry = gw.process.metrics.registry
                 await wait_for(
                     lambda: (
                         registry.get_sample_value("prefix_gateway_kv_event_batches_total", {"replica": "r1"})
@@ -254,7 +253,7 @@ async def test_bind_conflict_leaves_the_gateway_routing_approximately(model_dir)
     squatter.bind(bind)
     try:
         async with gateway(precise_policy(model_dir, bind)) as gw:
-            assert listeners_of(gw.app) == []
+            assert gw.process.kv_listeners == []
             assert gw.state.pools["sim-llama"].router.exact is None
     finally:
         squatter.close(0)
@@ -275,7 +274,7 @@ async def test_a_reload_reattaches_the_same_exact_index_to_the_new_router(model_
             await wait_for(lambda: exact.stats().held.get("r1", 0) > 0)
             changed = precise_policy(model_dir, bind)
             changed.models[0].routing.load_factor = 2.0  # a routing change: the pool gets a new router
-            await swap_policy(gw.app, changed)
+            swap_policy(gw.process, changed)
             new_router = gw.state.pools["sim-llama"].router
             assert new_router is not old_router
             await wait_for(lambda: new_router.exact is exact)  # the events so far are kept
@@ -313,7 +312,7 @@ async def test_replicas_cache_config_is_checked_and_gives_capacity(model_dir, fr
             pub = await connected_pub(ctx, bind)
             try:
                 await publish(pub, b"topic-r1", 0, frames[0][1])
-                registry = gw.state.metrics.registry
+                registry = gw.process.metrics.registry
                 if engine_block_size == 32:
                     assert router.replica("r1").kv_capacity_blocks == 256  # learnt: 256 blocks of 32
                     await wait_for(lambda: router.exact.stats().held.get("r1", 0) > 0)

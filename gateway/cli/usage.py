@@ -1,0 +1,75 @@
+"""``prefix-gateway usage``: the same report as ``GET /admin/usage``, read from the policy's ledger."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from typing import Any
+
+import orjson
+
+from cache.billing.ledger import LedgerRangeUnavailable
+from cache.billing.ledgers import open_ledger
+from cache.billing.report import parse_group_by, parse_time, render_csv, render_table, report
+from cache.store_redis import connect
+from config import PolicyError, load_policy
+
+
+def add_usage_command(sub: Any) -> None:
+    """``prefix-gateway usage``: the same report as ``GET /admin/usage``, read from the policy's ledger."""
+    p = sub.add_parser("usage", help="usage report from the billing ledger (tokens, cost, savings)")
+    p.add_argument("--config", required=True, help="the gateway's policy file (names the ledger)")
+    p.add_argument("--since", help="ISO date/time or epoch seconds (inclusive)")
+    p.add_argument("--until", help="ISO date/time or epoch seconds (exclusive)")
+    p.add_argument("--tenant")
+    p.add_argument("--model")
+    p.add_argument("--group-by", default="tenant,model", help="any of tenant,model,day,source")
+    p.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    p.set_defaults(func=cmd_usage)
+
+
+def cmd_usage(args: Any) -> int:
+    try:
+        policy = load_policy(args.config)
+        since, until = parse_time(args.since, "--since"), parse_time(args.until, "--until")
+        group_by = parse_group_by(args.group_by)
+    except (PolicyError, ValueError) as exc:
+        print(str(exc), file=sys.stderr)
+        return 1
+
+    async def run() -> dict[str, Any]:
+        redis = None
+        if policy.billing.ledger.kind == "redis":
+            if policy.redis.url is None:
+                raise ValueError("billing.ledger.kind is 'redis' but redis.url is not set")
+            redis = connect(policy.redis.url, policy.redis.socket_timeout_s)
+        ledger = await open_ledger(
+            policy.billing.ledger, redis_client=redis, key_prefix=policy.redis.key_prefix
+        )
+        try:
+            return await report(
+                ledger,
+                policy.billing.currency,
+                tenant=args.tenant,
+                model=args.model,
+                since=since,
+                until=until,
+                group_by=group_by,
+            )
+        finally:
+            await ledger.close()
+            if redis is not None:
+                await redis.aclose()
+
+    try:
+        rep = asyncio.run(run())
+    except (ValueError, LedgerRangeUnavailable, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    if args.format == "json":
+        print(orjson.dumps(rep, option=orjson.OPT_INDENT_2).decode())
+    elif args.format == "csv":
+        print(render_csv(rep), end="")
+    else:
+        print(render_table(rep))
+    return 0

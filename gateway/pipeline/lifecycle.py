@@ -1,0 +1,58 @@
+"""A request's lifecycle as named events, and the hooks registered on them.
+
+Billing, tenant limits, routing feedback, metrics and the access log are not called by the stages
+of the pipeline: each registers hooks here once, when the process is built, and the pipeline emits
+the events as they happen. Nothing is stored in the request's data to be called back later.
+
+Events, in the order one request can see them:
+
+- ``routed``: a replica was picked for an attempt (``ctx.decision`` is that attempt's).
+- ``first_byte``: the replica's first byte arrived (its prefill for this request is done).
+- ``completed``: a 200 answer is complete and its end (the JSON body, a stream's ``[DONE]`` or its
+  error event) is about to be written: what the ledger must hold is written now, before the client
+  can see the end.
+- ``failed``: the request ends with an error status (the gateway's or a replica's).
+- ``cancelled``: the client went away before the answer ended.
+- ``finished``: always last, once the response is written (or abandoned): limits are settled, the
+  request is counted and logged.
+
+Hooks run in registration order; an async hook is awaited before the next runs.
+"""
+
+from __future__ import annotations
+
+import enum
+import inspect
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gateway.pipeline.context import RequestContext
+
+
+class Event(enum.Enum):
+    ROUTED = "routed"
+    FIRST_BYTE = "first_byte"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    FINISHED = "finished"
+
+
+Hook = Callable[["RequestContext"], Awaitable[Any] | None]
+
+
+class Hooks:
+    """The hooks of one process, per event."""
+
+    def __init__(self) -> None:
+        self._hooks: dict[Event, list[Hook]] = {e: [] for e in Event}
+
+    def on(self, event: Event, hook: Hook) -> None:
+        self._hooks[event].append(hook)
+
+    async def emit(self, event: Event, ctx: RequestContext) -> None:
+        for hook in self._hooks[event]:
+            result = hook(ctx)
+            if inspect.isawaitable(result):
+                await result

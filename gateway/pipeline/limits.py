@@ -1,0 +1,59 @@
+"""Per-tenant token buckets on the request path: requests/s, then prompt + max_tokens reserved from
+tokens/min before the call (429 with ``Retry-After`` beyond either); what the request did not use is
+refunded when it finishes (the ``finished`` hook), all of it when nothing was generated."""
+
+from __future__ import annotations
+
+from cache.buckets import TakeResult
+from gateway.errors import GatewayError
+from gateway.pipeline.context import RequestContext
+from gateway.pipeline.lifecycle import Event, Hooks
+
+
+async def admit(ctx: RequestContext) -> None:
+    cache = ctx.state.cache
+    if cache is None:
+        return
+    assert ctx.tenant is not None and ctx.parsed is not None and ctx.pool is not None
+    limiter, metrics, tenant = cache.limiter, ctx.process.metrics, ctx.tenant
+    took = await limiter.check_request(tenant.id)
+    if not took.allowed:
+        metrics.child(metrics.ratelimited, tenant.metric_label, "requests").inc()
+        raise _rate_limited(took, "requests per second", limiter.request_burst or 0)
+    body = ctx.parsed.body
+    estimate = ctx.parsed.prompt_chars // ctx.pool.router.tokenizer.chars_per_token + int(
+        body.get("max_tokens") or body.get("max_completion_tokens") or 16
+    )
+    took, ctx.reservation = await limiter.reserve_tokens(tenant.id, estimate)
+    if not took.allowed:
+        metrics.child(metrics.ratelimited, tenant.metric_label, "tokens").inc()
+        raise _rate_limited(took, "tokens per minute", limiter.tokens_per_min or 0)
+
+
+def _rate_limited(took: TakeResult, what: str, limit: float) -> GatewayError:
+    retry = 60 if took.retry_after_s == float("inf") else max(1, int(took.retry_after_s + 0.999))
+    return GatewayError(
+        429,
+        f"Rate limit reached for {what} (limit {limit:g}); retry after {retry}s",
+        code="rate_limit_exceeded",
+        headers={
+            "Retry-After": str(retry),
+            "x-ratelimit-limit": f"{limit:g}",
+            "x-ratelimit-remaining": f"{max(0.0, took.remaining):.0f}",
+            "x-ratelimit-reset": f"{retry}s",
+        },
+    )
+
+
+async def _refund(ctx: RequestContext) -> None:
+    """Refund what the reservation did not use (all of it when nothing was generated)."""
+    if ctx.reservation is None or ctx.state.cache is None:
+        return
+    used = 0
+    if ctx.usage and ctx.source == "upstream":
+        used = int(ctx.usage.get("total_tokens") or 0)
+    await ctx.state.cache.limiter.settle(ctx.reservation, used)
+
+
+def install(hooks: Hooks) -> None:
+    hooks.on(Event.FINISHED, _refund)

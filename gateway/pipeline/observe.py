@@ -1,0 +1,49 @@
+"""Request metrics and the access log: the ``finished`` hook, once per request.
+
+One JSON access-log line per request (ids, tenant, model, replica, status, timings, routing and cache
+outcome; never prompt text), serialised once with orjson.
+"""
+
+from __future__ import annotations
+
+import time
+
+from gateway.observability.logs import log_access
+from gateway.pipeline.context import RequestContext
+from gateway.pipeline.lifecycle import Event, Hooks
+
+
+def _finished(ctx: RequestContext) -> None:
+    elapsed = time.perf_counter() - ctx.started
+    metrics, model, d = ctx.process.metrics, ctx.model, ctx.decision
+    metrics.child(metrics.requests, model, ctx.replica_id, str(ctx.status)).inc()
+    if ctx.cache:
+        metrics.child(metrics.cache_requests, ctx.cache).inc()
+    if model != "-":
+        metrics.child(metrics.duration, model).observe(elapsed)
+        ttfb = ctx.first_byte_s if ctx.first_byte_s is not None else elapsed
+        metrics.child(metrics.ttfb, model).observe(ttfb)
+    if ctx.state.policy.server.access_log:
+        log_access(
+            {
+                "request_id": ctx.request_id,
+                "tenant": ctx.tenant.metric_label if ctx.tenant is not None else "-",
+                "model": model,
+                "endpoint": ctx.endpoint,
+                "status": ctx.status,
+                "replica": ctx.replica_id,
+                "attempts": ctx.attempts,
+                "route_reason": d.reason if d is not None else None,
+                "prompt_tokens_est": d.prompt_tokens if d is not None else 0,
+                "matched_tokens_est": d.matched_tokens if d is not None else 0,
+                "upstream_error": ctx.upstream_error,
+                "cache": ctx.cache,
+                "source": ctx.source,
+                "ttfb_ms": round(ctx.first_byte_s * 1000, 2) if ctx.first_byte_s is not None else None,
+                "duration_ms": round(elapsed * 1000, 2),
+            }
+        )
+
+
+def install(hooks: Hooks) -> None:
+    hooks.on(Event.FINISHED, _finished)

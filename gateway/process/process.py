@@ -1,0 +1,217 @@
+"""The gateway process: everything that outlives a reload, opened and closed in pairs.
+
+A ``Process`` owns the metrics registry, the lifecycle hooks, the fleet's health (breakers, active
+verdicts, drains), the Redis client and its pool (when the policy names Redis), the billing ledger,
+admission, the layout advisor's sketches, the background tasks (health checks, load scrape, discovery, the policy file watch,
+KV events), the draining flag, and the current ``State``: the policy-derived part, which a reload
+swaps (``swap``).
+
+``open`` and ``close`` run from the app's cleanup context (aiohttp ``cleanup_ctx``): every resource
+is registered on an exit stack as it is opened, so ``close`` closes them in reverse order, each once,
+whatever failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis.asyncio as aioredis
+from aiohttp import web
+
+from cache.advisor.advisor import Advisor
+from cache.store_redis import connect
+from config.policy import Policy
+from gateway.fleet import probes, scrape
+from gateway.fleet.discovery import start_discovery
+from gateway.fleet.kv_events import Listener, start_kv_events, stop_kv_events
+from gateway.observability.metrics import GatewayMetrics
+from gateway.pipeline.lifecycle import Hooks
+from gateway.pipeline.tenant import server_secret
+from gateway.process.admission import Admission
+from gateway.process.metering import Metering, open_metering
+from gateway.process.reload import watch_file
+from gateway.process.state import State, build_state, replaced
+from gateway.upstream.health import FleetHealth
+
+log = logging.getLogger("prefix_gateway")
+
+ShutdownHook = Callable[[], Awaitable[Any]]
+
+
+@dataclass(eq=False)
+class Process:
+    initial: Policy  # the policy the process starts with (``state.policy`` is the current one)
+    policy_path: str | None = None  # the file a reload (SIGHUP, file watch, admin) reads again
+    secret: bytes | None = None  # salt secret; from the environment at open when not given
+    metrics: GatewayMetrics = field(default_factory=GatewayMetrics)
+    hooks: Hooks = field(default_factory=Hooks)
+    resolver: Any = None  # discovery's DNS resolver (None: loop.getaddrinfo); injectable in tests
+    admission: Admission = field(init=False)
+    fleet: FleetHealth = field(init=False)
+    advisor: Advisor = field(init=False)
+    redis: aioredis.Redis | None = None
+    metering: Metering | None = None
+    state: State = field(init=False)
+    draining: bool = False
+    server: web.Server | None = None  # the HTTP server (connection counts for /admin/debug)
+    tasks: dict[str, asyncio.Task[Any]] = field(default_factory=dict)
+    # model name -> (discovery config it was resolved with, addresses in resolver order)
+    discovered: dict[str, tuple[Any, list[str]]] = field(default_factory=dict)
+    kv_listeners: list[Listener] = field(default_factory=list)
+    reload_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # Run in order after in-flight requests drained (or the drain period ended), before the upstream
+    # session closes: e.g. flushing something. Exceptions are logged.
+    shutdown_hooks: list[ShutdownHook] = field(default_factory=list)
+    _retired: list[tuple[asyncio.Task[Any], Callable[[], Awaitable[Any]]]] = field(default_factory=list)
+    _stack: contextlib.AsyncExitStack = field(default_factory=contextlib.AsyncExitStack)
+
+    def __post_init__(self) -> None:
+        self.admission = Admission(self.metrics)
+        self.fleet = FleetHealth(self.initial.breaker, self.metrics)
+        self.advisor = Advisor.from_policy(self.initial)
+
+    # -- open / close ---------------------------------------------------------------------------------
+    async def open(self) -> None:
+        policy, stack = self.initial, self._stack
+        if self.secret is None:
+            self.secret = server_secret(policy.tenancy, required=policy.redis.url is not None)
+        if policy.redis.url is not None:
+            r = policy.redis
+            self.redis = connect(r.url, r.socket_timeout_s, r.max_connections)  # type: ignore[arg-type]
+            stack.push_async_callback(self.redis.aclose)
+        self.metering = await open_metering(policy, self.metrics, self.redis)
+        if self.metering is not None:
+            stack.push_async_callback(self.metering.close)
+        self.state, pending = self.build(policy, previous=None)
+        for apply in pending:
+            apply()
+        stack.push_async_callback(self._close_state)
+        self.fleet.attach(p.router for p in self.state.pools.values())
+        stack.callback(self.fleet.close)
+        stack.push_async_callback(self._run_shutdown_hooks)
+        stack.push_async_callback(self._stop_tasks)
+        self.start_loops(policy)
+        start_discovery(self)
+        stack.push_async_callback(stop_kv_events, self)
+        await start_kv_events(self)
+
+    async def close(self) -> None:
+        await self._stack.aclose()
+
+    async def _close_state(self) -> None:
+        await self.state.upstream.session.close()
+        if self.state.cache is not None:
+            await self.state.cache.close()
+
+    async def _run_shutdown_hooks(self) -> None:
+        for hook in self.shutdown_hooks:
+            try:
+                await hook()
+            except Exception:
+                log.exception("shutdown hook failed", extra={"event": "shutdown_hook_error"})
+
+    # -- a reload's build and swap --------------------------------------------------------------------
+    def build(self, policy: Policy, previous: State | None) -> tuple[State, list[Callable[[], None]]]:
+        """The state of ``policy`` with what this process owns, carrying over from ``previous``."""
+        assert self.secret is not None
+        return build_state(
+            policy,
+            secret=self.secret,
+            fleet=self.fleet,
+            metrics=self.metrics,
+            redis=self.redis,
+            discovered=self.discovered,
+            pools_now=lambda: self.state.pools,
+            previous=previous,
+        )
+
+    def swap(self, new: State, pending: list[Callable[[], None]]) -> None:
+        """Make ``new`` current (nothing awaited between here and the caller's build), then close what
+        the old state owned and the new one does not carry, once the old state's requests had the
+        drain period to finish."""
+        old = self.state
+        self.state = new
+        for apply in pending:
+            apply()
+        self.fleet.reconfigure(new.policy.breaker)
+        self.fleet.attach(p.router for p in new.pools.values())
+        self.advisor.reconfigure(new.policy)
+        drain_s = max(old.policy.server.drain_timeout_s, 1.0)
+        for close in replaced(old, new):
+            self.retire(close, drain_s)
+
+    # -- background tasks -----------------------------------------------------------------------------
+    def start_task(self, name: str, coro: Awaitable[Any]) -> None:
+        old = self.tasks.pop(name, None)
+        if old is not None:
+            old.cancel()
+        self.tasks[name] = asyncio.ensure_future(coro)
+
+    def start_loops(self, policy: Policy) -> None:
+        """(Re)start the loops whose settings come from the policy (they read ``self.state`` afresh)."""
+        for name in ("health", "scrape", "watch"):
+            task = self.tasks.pop(name, None)
+            if task is not None:
+                task.cancel()
+        if policy.health.enabled:
+            h = policy.health
+            self.start_task("health", probes.health_loop(self, h.interval_s, h.timeout_s, h.fails_to_eject))
+        if policy.scrape.enabled:
+            self.start_task(
+                "scrape", scrape.scrape_loop(self, policy.scrape.interval_s, policy.scrape.timeout_s)
+            )
+        if policy.reload.watch_interval_s > 0 and self.policy_path is not None:
+            self.start_task("watch", watch_file(self, policy.reload.watch_interval_s))
+
+    def retire(self, close: Callable[[], Awaitable[Any]], after_s: float) -> None:
+        """Call ``close()`` after ``after_s`` seconds (or at shutdown, whichever comes first)."""
+
+        async def later() -> None:
+            await asyncio.sleep(after_s)
+            await close()
+
+        entry = (asyncio.ensure_future(later()), close)
+        self._retired.append(entry)
+        entry[0].add_done_callback(lambda _t: self._retired.remove(entry) if entry in self._retired else None)
+
+    async def _stop_tasks(self) -> None:
+        tasks = list(self.tasks.values())
+        self.tasks.clear()
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        retired, self._retired = self._retired, []
+        for task, close in retired:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+            with contextlib.suppress(Exception):
+                await close()
+
+
+PROCESS = web.AppKey("process", Process)
+
+
+def process_context(process: Process) -> Callable[[web.Application], AsyncIterator[None]]:
+    """The app's cleanup context: open the process at startup, close it at cleanup (after the drain)."""
+
+    async def ctx(_app: web.Application) -> AsyncIterator[None]:
+        try:
+            await process.open()
+            yield
+        finally:
+            await process.close()
+
+    return ctx
+
+
+def add_shutdown_hook(app: web.Application, hook: Callable[[web.Application], Awaitable[Any]]) -> None:
+    """Run ``hook(app)`` at shutdown, after the drain and before the upstream session closes."""
+    app[PROCESS].shutdown_hooks.append(lambda: hook(app))

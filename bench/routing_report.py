@@ -174,6 +174,12 @@ def markdown(results: Sequence[Any], meta: dict[str, Any], with_plots: bool = Fa
         "*routing reasons* = the gateway's `prefix_gateway_routing_decisions_total`, smg's "
         "`smg_cache_aware_policy_branch_total` (sglang-router 0.3.2 exports none).",
         "",
+        "Reading the trace rows: the replay runs 1 / speed times faster than real time (the replicas' "
+        "`--speed`, in each table's line), so every wall millisecond a router itself adds to a request "
+        "counts 1 / speed model milliseconds of TTFT: the gateway is one Python process sharing two cores "
+        "with the simulator and the load generator, the peers are Rust; smg polls its workers' load every "
+        "second (`--load-monitor-interval 1`, not its default 10 s, which would be minutes of model time).",
+        "",
     ]
     for wl in dict.fromkeys(r.workload for r in results):
         c = cases[wl]

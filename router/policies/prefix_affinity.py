@@ -82,23 +82,29 @@ class PrefixAffinity:
             self.shared_reuse if depth and self._shared(ctx.block_hashes[depth - 1]) else self.private_reuse
         )
         decode = self.decode_cost
-        scores: dict[str, float] = {}
-        tokens: dict[str, int] = {}
+        low = float("inf")
+        longest = 0
+        tied: list[tuple[ReplicaState, int]] = []  # the lowest-scoring replicas, with their match
         for r in cands:
-            m = min(matched.get(r.id, 0) * bs, limit)
-            tokens[r.id] = m
-            scores[r.id] = r.queued_prefill_tokens + decode * r.load() - reuse * m
-        low = min(scores.values())
-        tied = [r for r in cands if scores[r.id] == low]
+            m = matched.get(r.id, 0) * bs
+            if m > limit:
+                m = limit
+            if m > longest:
+                longest = m
+            score = r.queued_prefill_tokens + decode * r.load() - reuse * m
+            if score < low:
+                low, tied = score, [(r, m)]
+            elif score == low:
+                tied.append((r, m))
         if len(tied) > 1 and ctx.index is not None:
-            room = {r.id: ctx.index.headroom(r.id, ctx.now) for r in tied}
-            most = max(room.values())
-            tied = [r for r in tied if room[r.id] == most]
-        chosen = tied[0] if len(tied) == 1 else self._first_on_ring(ctx, tied)
-        longest = max(tokens.values())
+            # The cache with the most room, else the one whose next eviction is the oldest, then the ring.
+            room = [ctx.index.headroom(r.id, ctx.now) for r, _ in tied]
+            most = max(room)
+            tied = [t for t, h in zip(tied, room, strict=True) if h == most]
+        chosen, m = tied[0] if len(tied) == 1 else self._first_on_ring(ctx, tied)
         if longest == 0 or longest < self.min_match_fraction * limit:
             return chosen, "cold"
-        return chosen, "affinity" if tokens[chosen.id] == longest else "spill"
+        return chosen, "affinity" if m == longest else "spill"
 
     def _shared(self, end: int) -> bool:
         """Count a decision's deepest matched block; shared if another decision of the window ended there."""
@@ -115,8 +121,10 @@ class PrefixAffinity:
         ends[end] += 1
         return before > 0
 
-    def _first_on_ring(self, ctx: PickContext, tied: list[ReplicaState]) -> ReplicaState:
-        ids = {r.id: r for r in tied}
+    def _first_on_ring(
+        self, ctx: PickContext, tied: list[tuple[ReplicaState, int]]
+    ) -> tuple[ReplicaState, int]:
+        ids = {r.id: (r, m) for r, m in tied}
         for rid in self.ring.walk(ctx.route_key, ctx.candidates):
             if rid in ids:
                 return ids[rid]

@@ -307,6 +307,15 @@ async def _send_stream(
     return resp
 
 
+async def _whole(request: web.Request, rep: Replica, job: _Job, toks: list[str], cached: int) -> web.Response:
+    """A non-streamed answer (its first half only, then a cut connection, under ``drop_mid_stream_after``)."""
+    rep.counters.generation_tokens += len(toks)
+    payload = orjson.dumps(job.full_response(int(time.time()), toks, cached))
+    if rep.faults.drop_mid_stream_after is not None:
+        await _send_dropped_json(request, payload)  # raises _SimulatedDrop
+    return web.Response(body=payload, content_type=_JSON)
+
+
 async def _send_dropped_json(request: web.Request, payload: bytes) -> web.StreamResponse:
     """Headers and half of the body, then the connection closes: a truncated non-stream answer."""
     resp = web.StreamResponse(status=200, headers={"Content-Type": _JSON})
@@ -354,7 +363,7 @@ async def _run(
     request: web.Request, rep: Replica, job: _Job, faults: Faults, t0: float
 ) -> web.StreamResponse:
     if rep.loop is not None:
-        return await _run_engine(request, rep, job, faults, t0)
+        return await _run_engine(request, rep, job, t0)
     cfg = rep.cfg
     limiter = rep.limiter
     if not limiter.try_acquire():
@@ -377,11 +386,7 @@ async def _run(
             rep.ttft.observe(time.perf_counter() - t0)
             if d.per_token_s and len(toks) > 1:
                 await asyncio.sleep(d.per_token_s * (len(toks) - 1))
-            counters.generation_tokens += len(toks)
-            payload = orjson.dumps(job.full_response(int(time.time()), toks, cached))
-            if faults.drop_mid_stream_after is not None:
-                return await _send_dropped_json(request, payload)
-            resp = web.Response(body=payload, content_type=_JSON)
+            resp = await _whole(request, rep, job, toks, cached)
         counters.completed += 1
         rep.e2e.observe(time.perf_counter() - t0)
         return resp
@@ -390,9 +395,7 @@ async def _run(
         limiter.release()
 
 
-async def _run_engine(
-    request: web.Request, rep: Replica, job: _Job, faults: Faults, t0: float
-) -> web.StreamResponse:
+async def _run_engine(request: web.Request, rep: Replica, job: _Job, t0: float) -> web.StreamResponse:
     """Engine mode: the request joins the engine's queue; tokens come out as its steps end."""
     assert rep.loop is not None
     ereq = EngineRequest(job.hashes, job.prompt_tokens, job.max_tokens)
@@ -409,11 +412,7 @@ async def _run_engine(
                 await progress.next()
             counters.prompt_tokens += job.prompt_tokens
             counters.cached_tokens += ereq.cached_tokens
-            counters.generation_tokens += len(toks)
-            payload = orjson.dumps(job.full_response(int(time.time()), toks, ereq.cached_tokens))
-            if faults.drop_mid_stream_after is not None:
-                return await _send_dropped_json(request, payload)
-            resp = web.Response(body=payload, content_type=_JSON)
+            resp = await _whole(request, rep, job, toks, ereq.cached_tokens)
         counters.completed += 1
         rep.e2e.observe(time.perf_counter() - t0)
         return resp

@@ -55,3 +55,4 @@ def replica_states(cfg: ModelPoolConfig) -> list[ReplicaState]:
         )
         for r in cfg.replicas
     ]
+

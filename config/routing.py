@@ -81,6 +81,53 @@ class KvEventsConfig(BaseModel):
         return self.topics.get(replica_id, replica_id)
 
 
+class SharedIndexConfig(BaseModel):
+    """Gateway processes tell each other where they sent prompts, for the approximate index.
+
+    Each process appends its placements (block hashes per replica, never text) to a transport in
+    batches, off the request path; a background reader applies the other processes' placements to the
+    local index. A decision never waits on the transport: when it is down, each process routes on its
+    own view and catches up when it returns. ``redis``: one stream under ``redis.key_prefix`` in the
+    policy's Redis (pods); ``local``: datagrams between the workers of ``--workers N`` on one host.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = Field(False, description="share placements between gateway processes")
+    transport: Literal["auto", "redis", "local"] = Field(
+        "auto", description="auto: redis when redis.url is set, else local (the workers of one host)"
+    )
+    flush_interval_s: float = Field(
+        0.05, gt=0, le=10, description="placements are sent in one batch this often"
+    )
+    max_pending: int = Field(
+        4096, ge=1, le=1_000_000, description="placements waiting for the next batch; more are dropped"
+    )
+    max_batch_bytes: int = Field(
+        65536, ge=1024, le=1_048_576, description="one stream entry or datagram at most (a batch is split)"
+    )
+    max_blocks: int = Field(
+        256, ge=1, le=65_536, description="leading block hashes of a placement that are shared"
+    )
+    stream_max_len: int = Field(
+        1000, ge=10, le=1_000_000, description="redis: stream entries kept (MAXLEN ~); bounds its memory"
+    )
+    stream_ttl_s: int = Field(
+        3600, ge=10, le=604_800, description="redis: the stream expires when no process wrote for this long"
+    )
+    join_entries: int = Field(
+        1000, ge=0, le=1_000_000, description="redis: newest entries applied at start and after an outage"
+    )
+    read_block_ms: int = Field(
+        1000, ge=10, le=60_000, description="redis: a read waits this long for new entries"
+    )
+    retry_s: float = Field(1.0, gt=0, le=60, description="a failed transport is tried again after this")
+    local_dir: str | None = Field(
+        None,
+        description="local: directory of the processes' sockets (default: the one --workers N creates)",
+    )
+
+
 class RoutingConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 

@@ -38,6 +38,7 @@ RESTART_ONLY = (
     ("billing", "enabled"),
     ("billing", "ledger"),
     ("redis", None),
+    ("shared_index", None),
 )
 
 

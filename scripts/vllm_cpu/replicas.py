@@ -3,14 +3,16 @@
 Used by ``tests/real_vllm`` (as a module) and by hand (as a script)::
 
     python scripts/vllm_cpu/replicas.py start --n 2 --base-port 8100 [--kv-bytes 16M]
-        [--kv-events tcp://127.0.0.1:5557] [--block-size 32]
+        [--kv-events tcp://127.0.0.1:5557 | --kv-events-bind] [--block-size 32]
     python scripts/vllm_cpu/replicas.py stop
 
 Each replica: ``python -m vllm.entrypoints.openai.api_server`` from the vLLM venv, one OMP core
 (``VLLM_CPU_OMP_THREADS_BIND``), ``--load-format dummy`` weights, prefix caching with
 ``sha256_cbor`` hashes (reproducible by the gateway, see ``router.vllm_hash``), prompt-token details
-in usage, and optionally KV-cache events published to the gateway's SUB socket under the topic
-``replica_id``. The script writes pid files under ``$VLLM_CPU_HOME/run`` so that ``stop`` ends exactly
+in usage, and optionally KV-cache events: published to the gateway's SUB socket under the topic
+``replica_id`` (``--kv-events``, the gateway binds), or from a publisher each replica binds itself
+(``--kv-events-bind``: ``tcp://*:<base-port + 100 + i>``, replay on ``+ 200``; every gateway process
+connects, ``kv_events.mode: connect``). The script writes pid files under ``$VLLM_CPU_HOME/run`` so that ``stop`` ends exactly
 the processes it started.
 """
 
@@ -84,6 +86,7 @@ class ReplicaSpec:
     kv_space_gib: int = 1
     block_size: int | None = None  # None: vLLM's CPU default (128); else a multiple of 32
     kv_events_endpoint: str | None = None  # the gateway's bound SUB socket, e.g. tcp://127.0.0.1:5557
+    events_port: int | None = None  # the replica binds its own publisher here (tcp://*:port) instead
     replay_port: int | None = None  # ROUTER socket for missed batches (bound by the replica)
     max_num_seqs: int = 16
     dev_mode: bool = False  # VLLM_SERVER_DEV_MODE=1: POST /reset_prefix_cache (benchmarks reset between runs)
@@ -94,20 +97,30 @@ class ReplicaSpec:
         return f"http://127.0.0.1:{self.port}"
 
     @property
+    def events_endpoint(self) -> str | None:
+        """Where a gateway process connects to hear this replica (when it binds its publisher)."""
+        return f"tcp://127.0.0.1:{self.events_port}" if self.events_port else None
+
+    @property
     def replay_endpoint(self) -> str | None:
         return f"tcp://127.0.0.1:{self.replay_port}" if self.replay_port else None
 
 
-def fleet_specs(n: int, events_endpoint: str | None = None, **common: Any) -> list[ReplicaSpec]:
+def fleet_specs(
+    n: int, events_endpoint: str | None = None, bind_events: bool = False, **common: Any
+) -> list[ReplicaSpec]:
     """``n`` replicas ``r0..``, each on a free port and its own core; with ``events_endpoint``, each
-    publishes its KV events there and binds a replay socket of its own."""
+    publishes its KV events there, with ``bind_events`` from a publisher it binds itself; either way
+    it binds a replay socket of its own."""
+    events = events_endpoint is not None or bind_events
     return [
         ReplicaSpec(
             replica_id=f"r{i}",
             port=free_port(),
             core=i,
             kv_events_endpoint=events_endpoint,
-            replay_port=free_port() if events_endpoint else None,
+            events_port=free_port() if bind_events else None,
+            replay_port=free_port() if events else None,
             **common,
         )
         for i in range(n)
@@ -172,11 +185,12 @@ def command(spec: ReplicaSpec) -> list[str]:
         args += ["--block-size", str(spec.block_size)]
     if spec.kv_bytes is not None:
         args += ["--kv-cache-memory-bytes", spec.kv_bytes]
-    if spec.kv_events_endpoint is not None:
+    if spec.kv_events_endpoint is not None or spec.events_port is not None:
         events = {
             "enable_kv_cache_events": True,
             "publisher": "zmq",
-            "endpoint": spec.kv_events_endpoint,
+            # vLLM binds an endpoint with "*" (its own publisher) and connects to any other
+            "endpoint": spec.kv_events_endpoint or f"tcp://*:{spec.events_port}",
             "topic": spec.replica_id,
         }
         if spec.replay_endpoint:
@@ -279,6 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     st.add_argument("--kv-bytes", default=None, help="e.g. 16M (small evicting cache)")
     st.add_argument("--block-size", type=int, default=None)
     st.add_argument("--kv-events", default=None, help="gateway SUB endpoint, e.g. tcp://127.0.0.1:5557")
+    st.add_argument("--kv-events-bind", action="store_true", help="each replica binds its publisher")
     sub.add_parser("stop")
     args = ap.parse_args(argv)
     if args.cmd == "stop":
@@ -296,13 +311,18 @@ def main(argv: list[str] | None = None) -> int:
             kv_bytes=args.kv_bytes,
             block_size=args.block_size,
             kv_events_endpoint=args.kv_events,
+            events_port=args.base_port + 100 + i if args.kv_events_bind else None,
+            replay_port=args.base_port + 200 + i if args.kv_events_bind else None,
         )
         r = start(spec)
         (_run_dir() / f"{spec.replica_id}.pid").write_text(str(r.popen.pid))
         reps.append(r)
     wait_ready(reps)
     for r in reps:
-        print(f"{r.spec.replica_id} {r.url} log={r.log_path}")
+        events = (
+            f" events={r.spec.events_endpoint} replay={r.spec.replay_endpoint}" if r.spec.events_port else ""
+        )
+        print(f"{r.spec.replica_id} {r.url}{events} log={r.log_path}")
     return 0
 
 

@@ -28,7 +28,7 @@ def bound_fleet() -> Iterator[Fleet]:
     started = [R.start(s) for s in specs]
     try:
         R.wait_ready(started)
-        yield Fleet(started, "")
+        yield Fleet(started, "tcp://127.0.0.1:1")  # no gateway binds: connect mode below
     finally:
         for r in started:
             r.stop()

@@ -1,6 +1,7 @@
 """Routing quality on production traces and synthetic workloads, with the peers on the same replicas.
 
     python -m bench.routing [--trace PATH] [--quick] [--write] [--policies P ...] [--workloads W ...]
+        [--workers-row] [--gateways N ...]
 
 Each workload runs once per router, one after another, on the same simulated replicas (the engine
 model of ``bench.sim``: vLLM V1's scheduler and paged KV cache, step costs of Llama-3-8B on an
@@ -24,6 +25,13 @@ Workloads:
 - ``tight_cache``: sgl-router's tight-cache shape (8 prefixes of 1k tokens, KV for about 2 a replica).
 - the five synthetic workloads of ``bench.workloads`` (shared system prompts, multi-turn chat, agent
   loop, no sharing, one hot prefix), Poisson arrivals at 32/s, KV 4096 blocks a replica.
+
+Several gateway processes (``--gateways 2 4``, trace workloads): ``prefix_affinity, N workers, shared``
+(``--workers N`` on one port, ``shared_index`` over the workers' Unix sockets, no Redis) and
+``prefix_affinity, N pods, shared (Redis)`` (N processes on N ports, each request sent to one drawn at
+random, ``shared_index`` through a real redis-server this benchmark starts); ``--workers-row`` adds
+``--workers 2`` sharing nothing. Routing reasons of a ``--workers`` row are one worker's (each scrape
+of its ``/metrics`` reaches one).
 
 Measured per run: the fleet's hit rate from the replicas' own counters
 (``vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total``), the oracle (one infinite cache)

@@ -36,7 +36,8 @@ from router.replica import ReplicaState
 from router.types import Decision, RouteRequest
 
 _ARRIVE, _STEP, _SCRAPE, _SHARE = 0, 1, 2, 3
-SHARES = ("none", "index", "index+load")
+SHARES = ("none", "index", "index+prefill", "index+load", "merged")
+_PLACED, _PREFILLED, _FINISHED = 0, 1, 2  # what a shared event says of a decision
 
 
 @dataclass
@@ -93,8 +94,10 @@ def replay(
     random (a Service, or the kernel spreading connections over workers), each with its own in-flight
     counts and queued prefill, all hearing the same scrapes. ``share``: what they tell each other of
     their placements: ``none`` (each its own index), ``index`` (each decision's blocks reach the other
-    routers' indexes ``share_delay_s`` later: the placement stream), ``index+load`` (also the queued
-    prefill each sent, with the same delay)."""
+    routers' indexes ``share_delay_s`` later: the placement stream), ``index+prefill`` (also the
+    queued prefill each sent, with the same delay), ``index+load`` (that and its requests in flight),
+    ``merged`` (a probe: the index as ``index``, and one set of replica counters that every router
+    updates inside its decisions)."""
     clock = [0.0]
     fleets = [
         [
@@ -103,9 +106,20 @@ def replay(
         ]
         for _ in range(gateways)
     ]
+    if share == "merged":  # one set of replica counters for every router: no separate processes can
+        fleets = [fleets[0]] * gateways  # have it (a probe of what load sharing could at best do)
     routers = [PoolRouter(states, routing, clock=lambda: clock[0]) for states in fleets]
     pick_gw = random.Random(seed + 1)
-    shares: dict[int, tuple[int, Decision, int]] = {}  # pending placements: id -> (router, decision, sign)
+    shares: dict[int, tuple[int, Decision, int]] = {}  # pending: id -> (router, decision, what happened)
+
+    def share_event(g: int, d: Decision, what: int) -> None:
+        nonlocal seq
+        wanted = share != "none" if what == _PLACED else share.startswith("index+")
+        if gateways > 1 and wanted:
+            seq += 1
+            shares[seq] = (g, d, what)
+            push(now + share_delay_s, _SHARE, seq)
+
     engines = [Engine(engine) for _ in range(replicas)]
     stepping = [False] * replicas
     events: list[tuple[float, int, int, int]] = []
@@ -157,26 +171,30 @@ def replay(
                     router.update_reported(states[k].id, len(e.running), len(e.waiting), e.pool.usage(), now)
             push(now + scrape_interval_s, _SCRAPE, 0)
         elif kind == _SHARE:
-            g, d, sign = shares.pop(arg)
+            g, d, what = shares.pop(arg)
             for h, other in enumerate(routers):
                 if h == g:
                     continue
-                if sign > 0 and d.block_hashes:
-                    other.index.insert(d.replica.id, d.block_hashes, now)
-                if share == "index+load":
-                    rep = other.replica(d.replica.id)
-                    assert rep is not None
-                    rep.queued_prefill_tokens += sign * d.uncached_tokens
+                rep = other.replica(d.replica.id)
+                assert rep is not None
+                if what == _PLACED:
+                    if d.block_hashes:
+                        other.index.insert(d.replica.id, d.block_hashes, now)
+                    if share.startswith("index+"):
+                        rep.queued_prefill_tokens += d.uncached_tokens
+                    if share == "index+load":
+                        rep.in_flight += 1
+                elif what == _PREFILLED:
+                    rep.queued_prefill_tokens -= d.uncached_tokens
+                elif share == "index+load":
+                    rep.in_flight -= 1
         elif kind == _ARRIVE:
             r = reqs[arg]
             body = r.body
             g = pick_gw.randrange(gateways)
             router = routers[g]
             d = router.route(RouteRequest("chat", body["model"], body))
-            if share != "none" and gateways > 1:
-                seq += 1
-                shares[seq] = (g, d, 1)
-                push(now + share_delay_s, _SHARE, seq)
+            share_event(g, d, _PLACED)
             k = int(d.replica.id[1:])
             data = render_chat(body)
             tokens = count_tokens(len(data), 4)
@@ -197,10 +215,7 @@ def replay(
             for ereq in out.first_tokens:
                 i, d, sent, g = decisions[ereq]
                 routers[g].release_prefill(d)
-                if share == "index+load" and gateways > 1:
-                    seq += 1
-                    shares[seq] = (g, d, -1)
-                    push(now + share_delay_s, _SHARE, seq)
+                share_event(g, d, _PREFILLED)
                 ttft.append(now - sent)
                 if log is not None:
                     log.append(
@@ -218,6 +233,7 @@ def replay(
                 i, d, _, g = decisions.pop(ereq)
                 routers[g].observe_usage(d, ereq.cached_tokens)
                 routers[g].release(d)
+                share_event(g, d, _FINISHED)
                 pending -= 1
                 last_end = now
                 for j in dependents.pop(i, ()):

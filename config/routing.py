@@ -137,7 +137,10 @@ class SharedIndexConfig(BaseModel):
         0.05, gt=0, le=10, description="placements are sent in one batch this often"
     )
     max_pending: int = Field(
-        4096, ge=1, le=1_000_000, description="placements waiting for the next batch; more are dropped"
+        4096,
+        ge=1,
+        le=1_000_000,
+        description="placements waiting for the next batch, and batches waiting to be applied; more are dropped",
     )
     max_batch_bytes: int = Field(
         65536, ge=1024, le=1_048_576, description="one stream entry or datagram at most (a batch is split)"
@@ -152,7 +155,7 @@ class SharedIndexConfig(BaseModel):
         3600, ge=10, le=604_800, description="redis: the stream expires when no process wrote for this long"
     )
     join_entries: int = Field(
-        1000, ge=0, le=1_000_000, description="redis: newest entries applied at start and after an outage"
+        200, ge=0, le=100_000, description="redis: newest entries applied at start and after an outage"
     )
     read_block_ms: int = Field(
         1000, ge=10, le=60_000, description="redis: a read waits this long for new entries"

@@ -44,6 +44,7 @@ from gateway.process.metering import Metering, open_metering
 from gateway.process.reload import watch_file
 from gateway.process.state import State, build_state, replaced
 from gateway.upstream.health import FleetHealth
+from router.pool import PoolRouter
 
 log = logging.getLogger("prefix_gateway")
 
@@ -122,7 +123,7 @@ class Process:
     async def close(self) -> None:
         await self._stack.aclose()
 
-    def _router_of(self, pool: str) -> Any:
+    def _router_of(self, pool: str) -> PoolRouter | None:
         found = self.state.pools.get(pool)
         return found.router if found is not None else None
 

@@ -163,3 +163,10 @@ async def test_workers_of_one_host_share_through_unix_sockets(tmp_path: Path) ->
 async def test_a_single_process_without_redis_shares_nothing(tmp_path: Path) -> None:
     policy = shared_policy()  # transport auto, no Redis, no workers' directory
     assert await open_shared_index(policy, GatewayMetrics(), lambda _p: None) is None
+
+
+async def test_a_transport_that_cannot_open_leaves_the_process_on_its_own_view(tmp_path: Path) -> None:
+    blocked = tmp_path / "file"
+    blocked.write_text("not a directory")
+    policy = shared_policy(transport="local", local_dir=str(blocked / "sockets"))
+    assert await open_shared_index(policy, GatewayMetrics(), lambda _p: None) is None

@@ -48,5 +48,13 @@ async def open_shared_index(
             )
         return None
     shared = SharedIndex(policy.shared_index, TRANSPORTS[name](policy), routers, metrics)
-    await shared.start()
+    try:
+        await shared.start()
+    except OSError as exc:  # e.g. the workers' directory is not writable: route on the own view
+        log.warning(
+            "shared index: cannot open the transport, routing on this process's own view",
+            extra={"event": "shared_index_failed", "transport": name, "error": str(exc)},
+        )
+        await shared.transport.close()
+        return None
     return shared

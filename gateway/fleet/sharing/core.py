@@ -46,6 +46,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("prefix_gateway")
 
+# Placements applied between two yields to the loop. Applying one costs about 60 us (88 block hashes,
+# the Mooncake trace's mean; decode and index insert), so a 64 KB batch (about 90 of them) held the
+# loop 5 ms and every decision planned meanwhile waited (python -m bench.multigw); 8 is about 0.5 ms.
+APPLY_SLICE = 8
+
 
 class TransportError(Exception):
     """A transport call failed (the caller drops the batch or tries again later)."""
@@ -125,23 +130,38 @@ class SharedIndex:
         self._count("sent", len(placements))
         return len(placements)
 
-    def apply(self, batch: bytes) -> int:
-        """Apply another process's batch to the local index; returns the placements applied."""
+    def placements(self, batch: bytes) -> list[Placement]:
+        """Another process's placements in ``batch`` (none of this process's own, none of a bad batch)."""
         try:
             origin, placements = decode(batch)
         except PlacementError:
             self.metrics.child(self.metrics.shared_errors, self.transport.name, "decode").inc()
-            return 0
+            return []
         if origin == self.origin:
-            return 0
+            return []
+        self._count("received", len(placements))
+        return placements
+
+    def learn(self, placements: Sequence[Placement]) -> int:
+        """Apply placements to the local index; returns how many named a pool and replica of ours."""
         applied = 0
         for p in placements:
             router = self.routers(p.pool)
             if router is not None and router.learn(p.replica, p.hashes):
                 applied += 1
-        self._count("received", len(placements))
         self._count("applied", applied)
         self._count("unknown", len(placements) - applied)
+        return applied
+
+    async def apply(self, batch: bytes) -> int:
+        """Apply a batch in slices of ``APPLY_SLICE`` placements, yielding to the loop in between, so
+        that a decision waits behind one slice at most, not a whole batch."""
+        placements = self.placements(batch)
+        applied = 0
+        for at in range(0, len(placements), APPLY_SLICE):
+            if at:
+                await asyncio.sleep(0)
+            applied += self.learn(placements[at : at + APPLY_SLICE])
         return applied
 
     async def _flush_loop(self) -> None:
@@ -155,11 +175,11 @@ class SharedIndex:
             try:
                 if not joined:
                     for batch in await self.transport.join():
-                        self.apply(batch)
+                        await self.apply(batch)
                     joined = True
                     self._set_up(True)
                 for batch in await self.transport.receive():
-                    self.apply(batch)
+                    await self.apply(batch)
             except TransportError as exc:
                 if self._closing:
                     return

@@ -25,6 +25,10 @@ from config.policy import Policy
 from gateway.fleet.sharing.core import TransportError
 
 _FIELD = b"b"
+# Stream entries one read returns at most. redis-py parses a reply in Python (no hiredis here): a page
+# of 16 entries of a few KB is well under a millisecond of the loop, 1,000 of them were tens of ms that
+# every decision planned meanwhile waited (python -m bench.multigw).
+PAGE = 16
 
 
 def stream_key(prefix: str) -> str:

@@ -12,9 +12,11 @@ publish-on-decision, read-with-a-2-ms-deadline) would buy nothing on this trace 
 trip, and a deadline to tune, on every decision; here a decision never waits on anything: the
 ``first_byte`` hook appends the placement to a bounded queue, a background task sends a batch every
 ``flush_interval_s``, another applies the other processes' batches to the local index
-(``PoolRouter.learn``). Sharing the queued prefill too (``index+load``) did not help (0.975 and 0.964,
-imbalance 1.04 and 1.02 against 1.06 and 1.04), so only block hashes travel; in-flight load comes
-from the replicas' own metrics, which count every process's requests.
+(``PoolRouter.learn``). Sharing the queued prefill too (``--share index+prefill``: 0.975 and 0.964),
+or that and the requests in flight (``index+load``: 0.974 and 0.965), did not help the hit rate, the
+imbalance or p99 TTFT (which grows with the processes because bursts of simultaneous arrivals are
+decided in parallel; docs/benchmarks.md), so only block hashes travel; the others' in-flight load
+comes from the replicas' own metrics, which count every process's requests.
 
 A placement is shared at the replica's first byte, not at the decision: by then the replica holds
 the prefix, and an attempt that failed before its prefill (which this process unlearns) is never sent.

@@ -14,8 +14,11 @@ Durability (``synchronous``):
 Either way a crash loses at most the requests whose ``record`` had not returned yet (in flight), never
 a completed one, because ``record`` resolves only after COMMIT returned.
 
-Idempotency: PRIMARY KEY (tenant, request_id) with INSERT OR IGNORE. Scoping the id by tenant means a
-client that reuses another tenant's request id cannot suppress that tenant's billing.
+Idempotency: PRIMARY KEY (tenant, request_id) with INSERT OR IGNORE, where ``request_id`` is the
+gateway's own id of the generation (a retried write of one row never counts twice; a client reusing its
+``x-request-id`` cannot merge generations: that id is only the ``client_request_id`` column). A ledger
+file written before that column existed gains it when opened (``ALTER TABLE ... ADD COLUMN``; its
+rows read as NULL).
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ CREATE TABLE IF NOT EXISTS line_items (
     {", ".join(f"{c} INTEGER NOT NULL" for c in _KIND_COLS)},
     total_micros INTEGER NOT NULL,
     cost_without_cache_micros INTEGER NOT NULL,
+    client_request_id TEXT,
     PRIMARY KEY (tenant, request_id)
 );
 CREATE INDEX IF NOT EXISTS line_items_ts ON line_items (ts_ms);
@@ -78,7 +82,10 @@ _COLS = [
     *_KIND_COLS,
     "total_micros",
     "cost_without_cache_micros",
+    "client_request_id",
 ]
+# Columns added after the first schema: (name, declaration), added to older files when opened.
+_ADDED_COLUMNS = (("client_request_id", "TEXT"),)
 _INSERT = f"INSERT OR IGNORE INTO line_items ({', '.join(_COLS)}) VALUES ({', '.join('?' * len(_COLS))})"
 
 
@@ -98,10 +105,15 @@ def _row_values(it: LineItem) -> tuple[Any, ...]:
         *(getattr(it.micros, k) for k in KINDS),
         it.total_micros,
         it.cost_without_cache_micros,
+        it.client_request_id,
     )
 
 
 _STOP = object()
+
+
+def _columns(conn: sqlite3.Connection) -> set[str]:
+    return {row[1] for row in conn.execute("PRAGMA table_info(line_items)")}
 
 
 class SqliteLedger:
@@ -141,6 +153,13 @@ class SqliteLedger:
         conn.execute(f"PRAGMA synchronous={self.synchronous.upper()}")
         conn.execute("PRAGMA busy_timeout=5000")
         conn.executescript(_SCHEMA)
+        for name, decl in _ADDED_COLUMNS:
+            if name not in _columns(conn):
+                try:
+                    conn.execute(f"ALTER TABLE line_items ADD COLUMN {name} {decl}")
+                except sqlite3.OperationalError:
+                    if name not in _columns(conn):  # not another worker adding it at the same time
+                        raise
         return conn
 
     def _run(self) -> None:

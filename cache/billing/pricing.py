@@ -119,6 +119,9 @@ class LineItem:
     cost_without_cache_micros: int
     reported_cached_tokens: int = 0
     """Cached tokens the replica/index reported, recorded even when not discounted (short prompts)."""
+    client_request_id: str | None = None
+    """The client's own ``x-request-id``, kept for reconciliation; ``request_id`` (the gateway's id
+    of the generation) is the row's key, so a client cannot merge generations by reusing its id."""
 
     @property
     def saved_micros(self) -> int:
@@ -162,6 +165,7 @@ def bill(
     tenant: str,
     model: str,
     ts_ms: int,
+    client_request_id: str | None = None,
 ) -> LineItem:
     """Split a request's tokens by kind and price them.
 
@@ -226,6 +230,7 @@ def bill(
         total_micros=micros.total(),
         cost_without_cache_micros=price_micros(prompt, p_in, 100) + price_micros(completion, p_out, 100),
         reported_cached_tokens=reported_cached,
+        client_request_id=client_request_id,
     )
 
 

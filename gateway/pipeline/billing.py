@@ -125,6 +125,7 @@ async def settle(ctx: RequestContext) -> None:
         explicit,
         ctx.source,
         request_id=ctx.request_id,
+        client_request_id=ctx.client_request_id,
         tenant=tenant.id,
         model=pool.name,
         ts_ms=int(time.time() * 1000),

@@ -32,7 +32,8 @@ class RequestContext:
     process: Process
     state: State
     endpoint: str
-    request_id: str
+    request_id: str  # the gateway's own id of this generation: the ledger row's key, sent upstream
+    client_request_id: str | None = None  # the client's x-request-id, kept in the row and echoed
     started: float = field(default_factory=time.perf_counter)
     # -- who and what (parse, tenant)
     tenant: Tenant | None = None
@@ -69,7 +70,10 @@ class RequestContext:
 
     def answer_headers(self) -> dict[str, str]:
         """Headers every answer of this request carries, derived from what happened."""
-        headers = {"x-request-id": self.request_id}
+        headers = {
+            "x-request-id": self.client_request_id or self.request_id,
+            "x-gateway-request-id": self.request_id,
+        }
         if self.cache is not None:
             headers["x-cache"] = self.cache
         if self.age_s is not None:

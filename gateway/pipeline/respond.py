@@ -83,5 +83,6 @@ async def close_stream(
 
 def error(ctx: RequestContext, err: GatewayError) -> web.Response:
     ctx.status = err.status
-    err.headers.setdefault("x-request-id", ctx.request_id)
+    for name, value in ctx.answer_headers().items():
+        err.headers.setdefault(name, value)
     return error_response(err)

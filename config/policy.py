@@ -211,6 +211,11 @@ class TenancyConfig(_Strict):
 
     @model_validator(mode="after")
     def _unique(self) -> TenancyConfig:
+        if self.trusted_header and not self.trusted_proxies:
+            raise ValueError(
+                f"trusted_header {self.trusted_header!r} needs trusted_proxies (the addresses allowed to set "
+                "it); without them the header is never honoured"
+            )
         ids = [t.id for t in self.tenants]
         if len(ids) != len(set(ids)):
             raise ValueError("tenant ids must be unique")
@@ -224,6 +229,11 @@ class AdminConfig(_Strict):
     """``/admin/*`` answers 404 unless the variable named here holds a token (sent as a bearer token)."""
 
     token_env: str = Field("PREFIX_GATEWAY_ADMIN_TOKEN", description="variable holding the admin token")
+    upload_env: list[str] = Field(
+        default_factory=list,
+        description="environment variables a policy uploaded to POST /admin/reload may reference as "
+        "${NAME} (read from the policy file; an upload never expands any other)",
+    )
 
 
 class RedisConfig(_Strict):

@@ -58,29 +58,34 @@ class ApproxTokenizer:
         return Tokens(data, self.bytes_per_token, -(-len(data) // self.bytes_per_token))
 
 
+def load_hf_tokenizer(path: str | Path) -> Any:
+    """A ``tokenizers.Tokenizer`` from a local ``tokenizer.json``; a clear error when it cannot be."""
+    try:
+        from tokenizers import Tokenizer as _HF
+    except ImportError as exc:  # pragma: no cover - the dependency is installed in dev
+        raise RuntimeError("tokenizer kind 'hf' needs the 'tokenizers' package (extra 'hf')") from exc
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"tokenizer file not found: {path}")
+    try:
+        return _HF.from_file(str(path))
+    except Exception as exc:  # the library raises a bare Exception for a malformed file
+        raise ValueError(f"{path} is not a tokenizer.json the tokenizers library can load: {exc}") from None
+
+
 class HFTokenizer:
-    """The ``tokenizers`` library with a local ``tokenizer.json``, loaded at first use."""
+    """The ``tokenizers`` library with a local ``tokenizer.json``, loaded when constructed (so a policy
+    naming a missing or broken file fails at start, not at every request)."""
 
     name = "hf"
     chars_per_token = 4  # BPE vocabularies of current models average about 4 characters a token
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self._tok: Any = None
-
-    def _load(self) -> Any:
-        if self._tok is None:
-            try:
-                from tokenizers import Tokenizer as _HF
-            except ImportError as exc:  # pragma: no cover - the dependency is installed in dev
-                raise RuntimeError("tokenizer kind 'hf' needs the 'tokenizers' package (extra 'hf')") from exc
-            if not self.path.is_file():
-                raise FileNotFoundError(f"tokenizer file not found: {self.path}")
-            self._tok = _HF.from_file(str(self.path))
-        return self._tok
+        self._tok: Any = load_hf_tokenizer(self.path)
 
     def encode(self, text: str) -> Tokens:
-        ids = self._load().encode(text, add_special_tokens=False).ids
+        ids = self._tok.encode(text, add_special_tokens=False).ids
         return from_ids(ids)
 
 

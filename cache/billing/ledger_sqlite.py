@@ -119,10 +119,11 @@ def _columns(conn: sqlite3.Connection) -> set[str]:
 class SqliteLedger:
     """Use ``await SqliteLedger.open(path)``; ``await close()`` when done."""
 
-    def __init__(self, path: str, synchronous: str = "full", batch_max: int = 256):
+    def __init__(self, path: str, synchronous: str = "full", batch_max: int = 256, create: bool = True):
         if synchronous not in ("full", "normal"):
             raise ValueError("synchronous must be 'full' or 'normal'")
         self.path = path
+        self.create = create  # False: a missing file is an error (a report must not invent a ledger)
         self.synchronous = synchronous
         self.batch_max = batch_max
         self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
@@ -133,8 +134,10 @@ class SqliteLedger:
         self.commits = 0  # transactions committed (batches), for tests and metrics
 
     @classmethod
-    async def open(cls, path: str, synchronous: str = "full", batch_max: int = 256) -> SqliteLedger:
-        ledger = cls(path, synchronous, batch_max)
+    async def open(
+        cls, path: str, synchronous: str = "full", batch_max: int = 256, *, create: bool = True
+    ) -> SqliteLedger:
+        ledger = cls(path, synchronous, batch_max, create)
         ledger._thread.start()
         await asyncio.to_thread(ledger._ready.wait, 30.0)
         if ledger._open_error is not None:
@@ -147,6 +150,8 @@ class SqliteLedger:
 
     def _connect(self) -> sqlite3.Connection:
         if self.path != ":memory:":
+            if not self.create and not Path(self.path).is_file():
+                raise FileNotFoundError(f"no SQLite ledger at {self.path}")
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(self.path, isolation_level=None)
         conn.execute("PRAGMA journal_mode=WAL")

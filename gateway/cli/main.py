@@ -13,12 +13,14 @@ from collections.abc import Awaitable, Callable
 from bench.sim import SimConfig, start_replicas
 from bench.sim import cli as sim_cli
 from config import PolicyError, load_policy
+from config.checks import policy_warnings
 from config.loader import example_path
 from config.policy import ModelPoolConfig, Policy
 from config.routing import PolicyName
 from gateway.cli.quickstart import DiscoveryError, policy_from_flags
 from gateway.cli.usage import add_usage_command
 from gateway.observability.logs import configure_logging
+from gateway.process.preflight import check_files
 from gateway.process.process import PROCESS
 from gateway.process.reload import reload
 from gateway.process.workers import supervise
@@ -82,11 +84,15 @@ async def serve_until_signal(
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
+    """Validate a policy and load every file it names; warnings go to stderr and do not fail it."""
     try:
         policy = load_policy(args.file)
+        warnings = check_files(policy, args.file, create=False) + policy_warnings(policy)
     except PolicyError as err:
         print(err.render(), file=sys.stderr)
         return 1
+    for path, message in warnings:
+        print(f"{args.file}: warning: {path}: {message}", file=sys.stderr)
 
     def fleet(m: ModelPoolConfig) -> str:
         found = f" + DNS {m.discovery.dns}:{m.discovery.port}" if m.discovery else ""
@@ -136,10 +142,13 @@ def policy_for_serve(args: argparse.Namespace) -> Policy:
 def cmd_serve(args: argparse.Namespace) -> int:
     try:
         policy = policy_for_serve(args)
+        warnings = check_files(policy, args.config or "<command line>", create=True)
     except PolicyError as err:
         print(err.render(), file=sys.stderr)
         return 1
     configure_logging(policy.server.log_level)
+    for path, message in warnings + policy_warnings(policy):
+        log.warning("policy warning", extra={"event": "policy_warning", "path": path, "warning": message})
     workers = args.workers or 1
     if workers > 1:
         if policy.server.port == 0:

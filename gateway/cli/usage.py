@@ -44,7 +44,7 @@ def cmd_usage(args: Any) -> int:
                 raise ValueError("billing.ledger.kind is 'redis' but redis.url is not set")
             redis = connect(policy.redis.url, policy.redis.socket_timeout_s)
         ledger = await open_ledger(
-            policy.billing.ledger, redis_client=redis, key_prefix=policy.redis.key_prefix
+            policy.billing.ledger, redis_client=redis, key_prefix=policy.redis.key_prefix, create=False
         )
         try:
             return await report(

@@ -46,6 +46,9 @@ ShutdownHook = Callable[[], Awaitable[Any]]
 class Process:
     initial: Policy  # the policy the process starts with (``state.policy`` is the current one)
     policy_path: str | None = None  # the file a reload (SIGHUP, file watch, admin) reads again
+    # The operator's policy: the initial one, then each one read from the file again. An uploaded
+    # policy never replaces it. Public endpoints list its models; it allows the upload's variables.
+    file_policy: Policy = field(init=False)
     secret: bytes | None = None  # salt secret; from the environment at open when not given
     metrics: GatewayMetrics = field(default_factory=GatewayMetrics)
     hooks: Hooks = field(default_factory=Hooks)
@@ -69,6 +72,7 @@ class Process:
     _stack: contextlib.AsyncExitStack = field(default_factory=contextlib.AsyncExitStack)
 
     def __post_init__(self) -> None:
+        self.file_policy = self.initial
         self.admission = Admission(self.metrics)
         self.fleet = FleetHealth(self.initial.breaker, self.metrics)
 

@@ -2,6 +2,10 @@
 
 Inference endpoints come from ``gateway.pipeline.parse.ENDPOINTS`` (the one list of them: their
 paths, what they validate, where they are proxied) and run ``gateway.pipeline.handler.handle``.
+
+Public endpoints echo no configuration: ``/v1/models`` lists the model names of the operator's policy
+file (``Process.file_policy``; never a name that only an uploaded policy brought), ``/ready`` says
+ready or not and nothing more (the details are ``/admin/replicas``).
 """
 
 from __future__ import annotations
@@ -29,9 +33,11 @@ async def list_models(request: web.Request) -> web.Response:
     except GatewayError as err:
         return error_response(err)
     created = int(time.time())
+    published = request.app[PROCESS].file_policy
     data = [
         {"id": name, "object": "model", "created": created, "owned_by": "prefix-gateway"}
         for name in state.pools
+        if published.pool(name) is not None
     ]
     return web.Response(body=orjson.dumps({"object": "list", "data": data}), content_type="application/json")
 
@@ -41,20 +47,25 @@ async def health(request: web.Request) -> web.Response:
     return web.Response(body=b'{"status":"ok"}', content_type="application/json")
 
 
-def readiness(process: Process) -> tuple[bool, dict[str, object]]:
-    models = {}
-    ready = not process.draining
-    for name, pool in process.state.pools.items():
-        healthy = [r.id for r in pool.router.replicas if r.healthy]
-        models[name] = {"healthy_replicas": healthy, "replicas": len(pool.router.replicas)}
-        ready = ready and bool(healthy)
-    return ready, {"ready": ready, "draining": process.draining, "models": models}
+def readiness(process: Process) -> bool:
+    """Not draining, and every pool has a replica that serves (``FleetHealth.serving``)."""
+    if process.draining:
+        return False
+    fleet, checks = process.fleet, process.state.policy.health.enabled
+    return all(
+        any(fleet.serving(r, active_checks=checks) for r in pool.router.replicas)
+        for pool in process.state.pools.values()
+    )
 
 
 async def ready(request: web.Request) -> web.Response:
-    """Ready: not draining, and a healthy replica exists for every model."""
-    ok, detail = readiness(request.app[PROCESS])
-    return web.Response(status=200 if ok else 503, body=orjson.dumps(detail), content_type="application/json")
+    """Ready or not, and nothing more: 200 ``{"ready": true}`` or 503 ``{"ready": false}``."""
+    ok = readiness(request.app[PROCESS])
+    return web.Response(
+        status=200 if ok else 503,
+        body=b'{"ready":true}' if ok else b'{"ready":false}',
+        content_type="application/json",
+    )
 
 
 async def metrics_endpoint(request: web.Request) -> web.Response:

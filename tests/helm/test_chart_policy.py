@@ -86,3 +86,19 @@ def test_redis_url_is_wired_only_when_a_redis_is_configured() -> None:
     # an explicit policy redis.url is left alone
     manifests = render({"redis": {"enabled": True}, "policy": {"redis": {"url": "redis://other:6379/1"}}})
     assert yaml.safe_load(policy_text(manifests))["redis"]["url"] == "redis://other:6379/1"
+
+
+def test_the_sqlite_ledger_lands_in_the_writable_ledger_volume() -> None:
+    """A relative ledger path resolves against the policy's directory (a read-only ConfigMap mount):
+    the chart names the ledger volume's file unless the policy names a path or a Redis ledger."""
+    policy = yaml.safe_load(policy_text(render({"storage": {"ledgerPath": "/data/ledger"}})))
+    assert policy["billing"]["ledger"]["path"] == "/data/ledger/ledger.db"
+    mounts = {
+        m["mountPath"]
+        for m in gateway_container(render({"storage": {"ledgerPath": "/data/ledger"}}))["volumeMounts"]
+    }
+    assert "/data/ledger" in mounts
+    explicit = {"policy": {"billing": {"ledger": {"path": "/elsewhere/l.db"}}}}
+    assert yaml.safe_load(policy_text(render(explicit)))["billing"]["ledger"]["path"] == "/elsewhere/l.db"
+    shared = {"policy": {"billing": {"ledger": {"kind": "redis"}}}, "redis": {"enabled": True}}
+    assert "path" not in yaml.safe_load(policy_text(render(shared)))["billing"]["ledger"]

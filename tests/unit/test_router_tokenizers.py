@@ -36,9 +36,9 @@ def tokenizer_json(tmp_path):
     return path
 
 
-def test_hf_tokenizer_loads_lazily_and_packs_ids(tokenizer_json):
+def test_hf_tokenizer_loads_when_built_and_packs_ids(tokenizer_json):
     hf = HFTokenizer(tokenizer_json)
-    assert hf._tok is None
+    assert hf._tok is not None  # loaded at construction: a bad path fails at start, not per request
     t = hf.encode("the prefix the cache unknownword")
     assert t.stride == 4 and t.count == 5
     ids = array("I", t.data).tolist()

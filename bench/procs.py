@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 
@@ -45,6 +46,7 @@ def free_ports(n: int) -> list[int]:
 class Proc:
     popen: subprocess.Popen[bytes]
     url: str
+    metrics_url: str | None = None  # a gateway's /metrics listener
 
     @property
     def pid(self) -> int:
@@ -115,10 +117,16 @@ def start_gateway(
     checkout: str | None = None,
 ) -> Proc:
     port = port or free_port()
-    popen = _spawn(["serve", "--host", "127.0.0.1", "--port", str(port), *args], env, log_path, checkout)
+    head = ["serve", "--host", "127.0.0.1", "--port", str(port)]
+    metrics_url = None
+    if checkout is None or Path(checkout, "gateway", "process", "exposition.py").exists():
+        metrics_port = free_port()
+        head += ["--metrics-port", str(metrics_port)]
+        metrics_url = f"http://127.0.0.1:{metrics_port}"
+    popen = _spawn([*head, *args], env, log_path, checkout)
     url = f"http://127.0.0.1:{port}"
     wait_http(url + "/health", proc=popen)
-    return Proc(popen, url)
+    return Proc(popen, url, metrics_url)
 
 
 @contextmanager

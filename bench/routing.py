@@ -377,7 +377,7 @@ async def run_one(
         )
         stop.set()
         samples = await sampler
-        gw_metrics = prom_values(await get_text(session, gw.url + "/metrics"))
+        gw_metrics = prom_values(await get_text(session, (gw.metrics_url or gw.url) + "/metrics"))
     finally:
         await asyncio.to_thread(gw.stop)
     sims = [prom_values(await get_text(session, u + "/metrics")) for u in urls]

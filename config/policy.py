@@ -35,6 +35,14 @@ class ServerConfig(_Strict):
     keepalive_timeout_s: float = Field(
         75.0, gt=0, description="an idle keep-alive client connection is closed after this"
     )
+    metrics_port: int | None = Field(
+        29000,
+        ge=0,
+        le=65535,
+        description="port of the separate /metrics listener (worker i of --workers listens on this + i; "
+        "0: any free port; null: none). The serving port answers /metrics only with the admin token",
+    )
+    metrics_host: str | None = Field(None, description="address of the /metrics listener (null: server.host)")
 
 
 class LimitsConfig(_Strict):

@@ -52,6 +52,7 @@ class RequestContext:
     upstream_error: str | None = None
     # -- the answer (relay, cache, respond)
     cache: str | None = None  # hit | miss | bypass | coalesced | refresh | fallback (x-cache)
+    bypass_reason: str | None = None  # why a bypass (x-cache-bypass-reason): the request says why
     age_s: float | None = None  # of a cached answer
     source: str = "upstream"  # upstream | response_cache | coalesced | fallback
     status: int = 0
@@ -76,6 +77,8 @@ class RequestContext:
         }
         if self.cache is not None:
             headers["x-cache"] = self.cache
+        if self.bypass_reason is not None:
+            headers["x-cache-bypass-reason"] = self.bypass_reason
         if self.age_s is not None:
             headers["age"] = str(int(self.age_s))
         return headers

@@ -1,10 +1,10 @@
 """The gateway process: everything that outlives a reload, opened and closed in pairs.
 
-A ``Process`` owns the metrics registry, the lifecycle hooks, the fleet's health (breakers, active
-verdicts, drains), the Redis client and its pool (when the policy names Redis), the billing ledger,
-admission, the background tasks (health checks, load scrape, discovery, the policy file watch,
-KV events), the draining flag, and the current ``State``: the policy-derived part, which a reload
-swaps (``swap``).
+A ``Process`` owns the metrics registry and its listener (``server.metrics_port``), the lifecycle
+hooks, the fleet's health (breakers, active verdicts, drains), the Redis client and its pool (when the
+policy names Redis), the billing ledger, admission, the background tasks (health checks, load scrape,
+discovery, the policy file watch, KV events), the draining flag, and the current ``State``: the
+policy-derived part, which a reload swaps (``swap``).
 
 ``open`` and ``close`` run from the app's cleanup context (aiohttp ``cleanup_ctx``): every resource
 is registered on an exit stack as it is opened, so ``close`` closes them in reverse order, each once,
@@ -32,6 +32,7 @@ from gateway.observability.metrics import GatewayMetrics
 from gateway.pipeline.lifecycle import Hooks
 from gateway.pipeline.tenant import server_secret
 from gateway.process.admission import Admission
+from gateway.process.exposition import open_listener
 from gateway.process.metering import Metering, open_metering
 from gateway.process.reload import watch_file
 from gateway.process.state import State, build_state, replaced
@@ -53,6 +54,7 @@ class Process:
     metrics: GatewayMetrics = field(default_factory=GatewayMetrics)
     hooks: Hooks = field(default_factory=Hooks)
     resolver: Any = None  # discovery's DNS resolver (None: loop.getaddrinfo); injectable in tests
+    worker: int = 0  # index among --workers N: its metrics listener is server.metrics_port + worker
     admission: Admission = field(init=False)
     fleet: FleetHealth = field(init=False)
     redis: aioredis.Redis | None = None
@@ -60,6 +62,7 @@ class Process:
     state: State = field(init=False)
     draining: bool = False
     server: web.Server | None = None  # the HTTP server (connection counts for /admin/debug)
+    metrics_url: str | None = None  # the /metrics listener (server.metrics_port), once open
     tasks: dict[str, asyncio.Task[Any]] = field(default_factory=dict)
     # model name -> (discovery config it was resolved with, addresses in resolver order)
     discovered: dict[str, tuple[Any, list[str]]] = field(default_factory=dict)
@@ -107,6 +110,11 @@ class Process:
         start_discovery(self)
         stack.push_async_callback(stop_kv_events, self)
         await start_kv_events(self)
+        server = policy.server
+        if server.metrics_port is not None:
+            port = server.metrics_port + self.worker if server.metrics_port else 0
+            runner, self.metrics_url = await open_listener(self, server.metrics_host or server.host, port)
+            stack.push_async_callback(runner.cleanup)
 
     async def close(self) -> None:
         await self._stack.aclose()

@@ -40,6 +40,8 @@ RESTART_ONLY = (
     ("server", "host"),
     ("server", "port"),
     ("server", "keepalive_timeout_s"),
+    ("server", "metrics_port"),
+    ("server", "metrics_host"),
     ("limits", "max_body_bytes"),
     ("limits", "max_header_bytes"),
     ("limits", "header_timeout_s"),

@@ -71,9 +71,13 @@ def create_app(
     secret: bytes | None = None,
     metrics: GatewayMetrics | None = None,
     policy_path: str | None = None,
+    worker: int = 0,
 ) -> web.Application:
-    """``policy_path``: the file a reload (SIGHUP, file watch, ``POST /admin/reload``) reads again."""
-    process = Process(policy, policy_path=policy_path, secret=secret, metrics=metrics or GatewayMetrics())
+    """``policy_path``: the file a reload (SIGHUP, file watch, ``POST /admin/reload``) reads again;
+    ``worker``: this process's index among ``--workers N``."""
+    process = Process(
+        policy, policy_path=policy_path, secret=secret, metrics=metrics or GatewayMetrics(), worker=worker
+    )
     for install in HOOKS:
         install(process.hooks)
     app = web.Application(middlewares=[gateway_middleware], client_max_size=policy.limits.max_body_bytes)
@@ -108,10 +112,11 @@ async def serve(
     port: int | None = None,
     policy_path: str | None = None,
     reuse_port: bool = False,
+    worker: int = 0,
 ) -> tuple[web.AppRunner, str]:
     """Start serving; returns the runner (``await runner.cleanup()`` to stop) and the base URL.
-    ``reuse_port``: several worker processes listen on one port (SO_REUSEPORT)."""
-    app = create_app(policy, policy_path=policy_path)
+    ``reuse_port``: several worker processes listen on one port (SO_REUSEPORT); ``worker``: which."""
+    app = create_app(policy, policy_path=policy_path, worker=worker)
     runner = runner_for(app, policy)
     await runner.setup()
     site = web.TCPSite(

@@ -5,7 +5,8 @@ paths, what they validate, where they are proxied) and run ``gateway.pipeline.ha
 
 Public endpoints echo no configuration: ``/v1/models`` lists the model names of the operator's policy
 file (``Process.file_policy``; never a name that only an uploaded policy brought), ``/ready`` says
-ready or not and nothing more (the details are ``/admin/replicas``).
+ready or not and nothing more (the details are ``/admin/replicas``), ``/metrics`` needs the admin
+token here (the scraper reads the listener of ``server.metrics_port``: ``gateway.process.exposition``).
 """
 
 from __future__ import annotations
@@ -15,12 +16,12 @@ from collections.abc import Awaitable, Callable
 
 import orjson
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from cache.store_redis import REDIS_ERRORS
+from gateway.admin.auth import protected
 from gateway.errors import GatewayError, error_response
 from gateway.pipeline.handler import handle
 from gateway.pipeline.parse import ENDPOINTS
+from gateway.process.exposition import exposition
 from gateway.process.process import PROCESS, Process
 
 INFERENCE_PATHS = frozenset(e.path for e in ENDPOINTS.values())
@@ -69,20 +70,9 @@ async def ready(request: web.Request) -> web.Response:
 
 
 async def metrics_endpoint(request: web.Request) -> web.Response:
-    process = request.app[PROCESS]
-    metrics = process.metrics
-    for pool in process.state.pools.values():
-        for replica_id, blocks in pool.router.index.stats().per_replica.items():
-            metrics.child(metrics.index_blocks, replica_id).set(blocks)
-    if process.metering is not None:
-        try:
-            stats = await process.metering.registry.stats()
-        except REDIS_ERRORS:  # Redis away: /metrics still answers, the gauges keep their last values
-            metrics.child(metrics.redis_errors, "explicit", "stats").inc()
-        else:
-            for name in ("live", "created", "hits", "expired"):
-                metrics.child(metrics.explicit_entries, name).set(getattr(stats, name))
-    return web.Response(body=generate_latest(metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+    """``/metrics`` on the serving port: behind the admin token (the separate listener of
+    ``server.metrics_port`` serves it to the scraper without one)."""
+    return await exposition(request.app[PROCESS])
 
 
 def _inference(process: Process, name: str) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
@@ -99,4 +89,4 @@ def add_public_routes(app: web.Application, process: Process) -> None:
     app.router.add_get("/v1/models", list_models)
     app.router.add_get("/health", health)
     app.router.add_get("/ready", ready)
-    app.router.add_get("/metrics", metrics_endpoint)
+    app.router.add_get("/metrics", protected(metrics_endpoint))

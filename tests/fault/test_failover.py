@@ -130,7 +130,7 @@ async def test_breaker_opens_on_5xx_and_closes_after_recovery(monkeypatch) -> No
                 assert status == 200 and headers["x-gateway-replica"] == "r1"
             rows = await admin_replicas(s, gw.url)
             assert rows["r0"]["breaker"] == "open"
-            async with s.get(gw.url + "/metrics") as r:
+            async with s.get(gw.metrics_url + "/metrics") as r:
                 text = await r.text()
             assert 'prefix_gateway_breaker_state{replica="r0"} 2.0' in text
             assert 'prefix_gateway_breaker_transitions_total{replica="r0",to="open"} 1.0' in text

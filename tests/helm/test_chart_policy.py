@@ -66,8 +66,14 @@ def test_policy_is_served_on_all_interfaces_on_the_container_port() -> None:
     policy = yaml.safe_load(policy_text(manifests))
     assert policy["server"]["host"] == "0.0.0.0"
     assert policy["server"]["port"] == 9000
+    assert policy["server"]["metrics_port"] == 29000  # /metrics on its own listener (issue 19, item 6)
     container = gateway_container(manifests)
-    assert container["ports"] == [{"name": "http", "containerPort": 9000, "protocol": "TCP"}]
+    assert container["ports"] == [
+        {"name": "http", "containerPort": 9000, "protocol": "TCP"},
+        {"name": "metrics", "containerPort": 29000, "protocol": "TCP"},
+    ]
+    moved = gateway_container(render({"policy": {"server": {"metrics_port": 9100}}}))
+    assert {"name": "metrics", "containerPort": 9100, "protocol": "TCP"} in moved["ports"]
 
 
 def test_redis_url_is_wired_only_when_a_redis_is_configured() -> None:

@@ -41,6 +41,10 @@ def parse(text: str) -> tuple[dict[str, str], list[Stage]]:
     text = re.sub(r"\\\n", " ", text)
     args: dict[str, str] = {}
     stages: list[Stage] = []
+
+    def expand(value: str) -> str:
+        return re.sub(r"\$\{(\w+)\}", lambda v: args.get(v.group(1), v.group(0)), value)
+
     for raw in text.splitlines():
         line = raw.strip()
         if not line or line.startswith("#"):
@@ -50,12 +54,11 @@ def parse(text: str) -> tuple[dict[str, str], list[Stage]]:
         if op == "FROM":
             m = re.fullmatch(r"(\S+)(?:\s+AS\s+(\S+))?", rest, re.IGNORECASE)
             assert m, line
-            base = re.sub(r"\$\{(\w+)\}", lambda v: args.get(v.group(1), v.group(0)), m.group(1))
-            stages.append(Stage(base, m.group(2)))
+            stages.append(Stage(expand(m.group(1)), m.group(2)))
         elif not stages:
             assert op == "ARG", f"only ARG may precede the first FROM: {line}"
             name, _, default = rest.partition("=")
-            args[name] = default
+            args[name] = expand(default)  # a global ARG may use the ones before it, as in Docker
         else:
             stages[-1].instructions.append((op, rest))
     return args, stages

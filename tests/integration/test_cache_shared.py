@@ -90,7 +90,7 @@ async def test_redis_down_fails_open_then_recovers() -> None:
                 for _ in range(3):  # Redis is gone: requests are proxied, uncached, never failed
                     status, cache = await ask()
                     assert status == 200 and cache == "miss"
-                async with s.get(gw.url + "/metrics") as r:
+                async with s.get(gw.metrics_url + "/metrics") as r:
                     assert 'prefix_gateway_redis_errors_total{component="store"' in await r.text()
                 server.start()
                 assert (await ask())[0] == 200  # reconnects by itself; this answer fills the store again

@@ -86,6 +86,7 @@ resolve against the policy's own read-only directory).
 {{- define "prefix-gateway.policy" -}}
 {{- $policy := deepCopy .Values.policy -}}
 {{- $server := merge (deepCopy (default (dict) $policy.server)) (dict "host" "0.0.0.0" "port" 8080) -}}
+{{- $_ := set $server "metrics_port" (include "prefix-gateway.metricsPort" . | int) -}}
 {{- $_ := set $policy "server" $server -}}
 {{- $billing := deepCopy (default (dict) $policy.billing) -}}
 {{- $ledger := deepCopy (default (dict) $billing.ledger) -}}
@@ -107,6 +108,13 @@ resolve against the policy's own read-only directory).
 {{- define "prefix-gateway.port" -}}
 {{- $server := default (dict) .Values.policy.server -}}
 {{- default 8080 $server.port | int -}}
+{{- end -}}
+
+{{/* The gateway's separate /metrics listener (policy.server.metrics_port; the API port answers
+/metrics only with the admin token). A pod always has one: null or absent means 29000. */}}
+{{- define "prefix-gateway.metricsPort" -}}
+{{- $server := default (dict) .Values.policy.server -}}
+{{- default 29000 $server.metrics_port | int -}}
 {{- end -}}
 
 {{/* Seconds the gateway drains after SIGTERM (policy.server.drain_timeout_s). */}}

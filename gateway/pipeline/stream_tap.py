@@ -5,6 +5,7 @@ The tap re-frames the stream event by event (``data: ...\\n\\n``, as vLLM and SG
 - find the usage chunk (billing) and drop it when the gateway asked for it and the client did not;
 - unmask PII placeholders per request (mask mode), holding back a placeholder split across deltas;
 - hand each parsed chunk to coalesced followers as it arrives;
+- notice a choice that ends with ``finish_reason: "abort"`` (vLLM gave the request up);
 - hold back the final ``[DONE]``: the relay writes it once the request's ledger row is written.
 Events are JSON-parsed only when one of these needs it; otherwise their bytes pass through as they came.
 """
@@ -16,6 +17,7 @@ from typing import Any
 
 import orjson
 
+from cache.entry import aborted
 from cache.pii import ChunkUnmasker
 from cache.sse import DONE, SSEParser, StreamAssembler
 
@@ -23,6 +25,11 @@ from cache.sse import DONE, SSEParser, StreamAssembler
 def _may_carry_usage(event: str) -> bool:
     """Cheap test before parsing: OpenAI-style servers put ``"usage": null`` in every chunk."""
     return '"usage"' in event and '"usage":null' not in event and '"usage": null' not in event
+
+
+def _may_abort(event: str) -> bool:
+    """Cheap test before parsing: only a final chunk carries a finish reason of ``abort``."""
+    return '"abort"' in event and "finish_reason" in event
 
 
 def is_usage_only(chunk: Any) -> bool:
@@ -46,6 +53,7 @@ class StreamTap:
         self.publish = publish
         self.usage: dict[str, Any] | None = None
         self.done = False
+        self.aborted = False  # a chunk ended a choice with finish_reason "abort"
         self.events = 0
 
     def feed(self, data: bytes) -> bytes:
@@ -62,7 +70,12 @@ class StreamTap:
                 if self.publish is not None:
                     self.publish(DONE)
                 continue
-            needs_json = self.assembler is not None or self.unmasker is not None or _may_carry_usage(event)
+            needs_json = (
+                self.assembler is not None
+                or self.unmasker is not None
+                or _may_carry_usage(event)
+                or _may_abort(event)
+            )
             chunk: Any = None
             if needs_json:
                 try:
@@ -80,6 +93,8 @@ class StreamTap:
                     self.publish(chunk)
                 if isinstance(chunk, dict) and isinstance(chunk.get("usage"), dict):
                     self.usage = chunk["usage"]
+                if isinstance(chunk, dict) and aborted(chunk):
+                    self.aborted = True
                 if self.strip_usage and is_usage_only(chunk):
                     continue
                 if self.unmasker is not None:

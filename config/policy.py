@@ -48,6 +48,7 @@ class ServerConfig(_Strict):
 class LimitsConfig(_Strict):
     max_body_bytes: int = Field(16 * 1024 * 1024, ge=1024, description="larger request bodies get 413")
     max_header_bytes: int = Field(16 * 1024, ge=1024, description="longest request line / header field")
+    max_headers: int = Field(128, ge=16, le=4096, description="header fields in one request, else 431")
     max_prompt_chars: int = Field(
         4 * 1024 * 1024, ge=1, description="longest rendered prompt (characters) accepted, else 400"
     )

@@ -44,6 +44,7 @@ RESTART_ONLY = (
     ("server", "metrics_host"),
     ("limits", "max_body_bytes"),
     ("limits", "max_header_bytes"),
+    ("limits", "max_headers"),
     ("limits", "header_timeout_s"),
     ("billing", "enabled"),
     ("billing", "ledger"),

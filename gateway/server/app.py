@@ -99,6 +99,7 @@ def runner_for(app: web.Application, policy: Policy) -> web.AppRunner:
         access_log=None,
         max_line_size=limit,
         max_field_size=limit,
+        max_headers=policy.limits.max_headers,
         keepalive_timeout=policy.server.keepalive_timeout_s,
         lingering_time=1.0,  # after an early answer (408, 413), read and drop the unread body this long
         shutdown_timeout=policy.server.drain_timeout_s,

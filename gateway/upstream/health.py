@@ -9,9 +9,10 @@ routing set, and none may override another, so this module is the only writer of
 - the circuit breaker (``gateway.upstream.breaker``), fed by real requests through ``ObservedUpstream``;
 - ``drained``: an operator's ``POST /admin/replicas/{id}/drain``.
 
-An *ejected* replica (active check failing, or breaker open) also loses its prefix-index entries: its
-KV cache is gone or unknown, so predicting hits there would be wrong; they are re-registered (empty)
-when it comes back. A drained replica keeps them: it is alive, only taking no new work.
+An *ejected* replica (active check failing, or breaker open) also loses its prefix-index entries, the
+approximate and the precise (KV-event) ones: its KV cache is gone or unknown, so predicting hits there
+would be wrong; they are re-registered (empty) when it comes back, the precise ones live again at its
+next event batch. A drained replica keeps them: it is alive, only taking no new work.
 
 Records are keyed by the replica's base URL (one physical server may serve several pools), and
 labelled in metrics by replica id. The ``FleetHealth`` object outlives reloads: the new state's pools
@@ -141,6 +142,8 @@ class FleetHealth:
             known = replica.id in router.index.replica_ids()
             if ejected and known:
                 router.index.drop_replica(replica.id)
+                if router.exact is not None:  # precise mode: its KV-event view is gone with its cache
+                    router.exact.purge(replica.id)
             elif not ejected and not known:
                 router.index.add_replica(
                     replica.id, replica.kv_capacity_blocks or router.cfg.default_kv_capacity_blocks

@@ -111,7 +111,7 @@ def test_usage_from_another_directory_reads_the_ledger_the_gateway_wrote(tmp_pat
     }
     policy.write_text(yaml.safe_dump(raw))
     with running(sim):
-        gw = start_gateway(["--config", str(policy)], env={"PREFIX_GATEWAY_SECRET": "s"})  # cwd: the checkout
+        gw = start_gateway(["--config", str(policy)], env={"PREFIX_GATEWAY_SECRET": "s"})  # cwd elsewhere
         with running(gw), httpx.Client(timeout=10) as c:
             for i in range(3):
                 body = {

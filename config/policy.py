@@ -248,8 +248,25 @@ class AdminConfig(_Strict):
 class RedisConfig(_Strict):
     url: str | None = Field(None, description="redis://host:port/db; None keeps all state in memory")
     key_prefix: str = Field("pgw", description="prefix of every Redis key the gateway writes")
-    socket_timeout_s: float = Field(0.5, gt=0, description="a slower Redis call counts as failed")
+    socket_timeout_s: float = Field(
+        0.5, gt=0, description="socket connect/read timeout of a connection (off the request path: reports)"
+    )
     max_connections: int = Field(64, ge=1, le=10_000, description="Redis connections per gateway process")
+    op_timeout_ms: int = Field(
+        100, ge=1, le=60_000, description="deadline of every Redis command and script, pool wait included"
+    )
+    breaker_failures: int = Field(
+        3,
+        ge=1,
+        le=1000,
+        description="failed calls in a row that open the breaker: then every call fails at once",
+    )
+    probe_interval_ms: int = Field(
+        500,
+        ge=10,
+        le=60_000,
+        description="while open, a background PING this often; the first answer closes it",
+    )
 
 
 class Policy(_Strict):

@@ -23,6 +23,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from aiohttp import web
 
+from cache.redis_guard import BreakerState, RedisGuard
 from cache.store_redis import connect
 from config.policy import Policy
 from gateway.fleet import probes, scrape
@@ -86,7 +87,13 @@ class Process:
             self.secret = server_secret(policy.tenancy, required=policy.redis.url is not None)
         if policy.redis.url is not None:
             r = policy.redis
-            self.redis = connect(r.url, r.socket_timeout_s, r.max_connections)  # type: ignore[arg-type]
+            guard = RedisGuard(
+                op_timeout_ms=r.op_timeout_ms,
+                breaker_failures=r.breaker_failures,
+                probe_interval_ms=r.probe_interval_ms,
+                on_state=self._redis_breaker,
+            )
+            self.redis = connect(r.url, r.socket_timeout_s, r.max_connections, guard)  # type: ignore[arg-type]
             stack.push_async_callback(self.redis.aclose)
         self.metering = await open_metering(policy, self.metrics, self.redis)
         if self.metering is not None:
@@ -118,6 +125,20 @@ class Process:
 
     async def close(self) -> None:
         await self._stack.aclose()
+
+    def _redis_breaker(self, state: BreakerState) -> None:
+        """The Redis breaker opened (every Redis call now fails at once, its caller failing open or
+        as its fail_mode says) or closed (a probe answered)."""
+        m = self.metrics
+        m.redis_breaker_state.set(2 if state == "open" else 0)
+        m.child(m.redis_breaker_transitions, state).inc()
+        if state == "open":
+            log.warning(
+                "Redis missed its deadlines: calls fail at once until a probe answers",
+                extra={"event": "redis_breaker_open", "op_timeout_ms": self.initial.redis.op_timeout_ms},
+            )
+        else:
+            log.info("Redis answers again: calls are sent", extra={"event": "redis_breaker_closed"})
 
     async def _close_state(self) -> None:
         await self.state.upstream.session.close()

@@ -60,7 +60,8 @@ if ! "${PODMAN[@]}" image exists "$BUILDER"; then
 fi
 
 say "podman build of $ROOT/Dockerfile -> $IMAGE"
-"${PODMAN[@]}" build --isolation chroot \
+# --format docker keeps the Dockerfile's HEALTHCHECK (OCI images have no such field).
+"${PODMAN[@]}" build --isolation chroot --format docker \
   --build-arg PYTHON_IMAGE="$BASE" --build-arg BUILDER_IMAGE="$BUILDER" \
   -t "$IMAGE" -f "$ROOT/Dockerfile" "$ROOT"
 
@@ -113,7 +114,7 @@ mount --rbind /dev "$JAIL/dev"
 
 env -i PATH=/opt/venv/bin:/usr/bin:/bin HOME=/nonexistent TMPDIR=/tmp PYTHONUNBUFFERED=1 \
   PREFIX_GATEWAY_SECRET=smoke-secret PREFIX_GATEWAY_ADMIN_TOKEN=smoke-admin \
-  chroot --userspec=10001:10001 "$JAIL" /opt/venv/bin/prefix-gateway serve \
+  "$(command -v chroot)" --userspec=10001:10001 "$JAIL" /opt/venv/bin/prefix-gateway serve \
   --config /etc/prefix-gateway/policy.yaml >"$CASE/gateway.log" 2>&1 &
 GATEWAY_PID=$!
 

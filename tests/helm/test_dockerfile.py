@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import subprocess
 import tomllib
 from dataclasses import dataclass, field
 
@@ -119,3 +120,15 @@ def test_builder_copies_every_package_of_the_project(stages: list[Stage]) -> Non
 def test_dockerignore_keeps_the_context_small() -> None:
     ignored = {line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()}
     assert {".git", "tests", "**/__pycache__"} <= ignored
+
+
+def test_the_podman_script_builds_this_dockerfile_with_a_pipless_final_base() -> None:
+    """scripts/build_image.sh (opt-in, root) passes a base without pip as PYTHON_IMAGE and one with
+    pip as BUILDER_IMAGE: the Dockerfile must use the first for the final stage only."""
+    args, stages = parse((ROOT / "Dockerfile").read_text())
+    assert args["BUILDER_IMAGE"] == args["PYTHON_IMAGE"]  # by default one image, as before
+    text = (ROOT / "Dockerfile").read_text()
+    assert "FROM ${BUILDER_IMAGE} AS builder" in text and "FROM ${PYTHON_IMAGE} AS runtime" in text
+    script = (ROOT / "scripts" / "build_image.sh").read_text()
+    assert '--build-arg PYTHON_IMAGE="$BASE"' in script and '--build-arg BUILDER_IMAGE="$BUILDER"' in script
+    assert subprocess.run(["bash", "-n", str(ROOT / "scripts" / "build_image.sh")]).returncode == 0

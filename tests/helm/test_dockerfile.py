@@ -125,7 +125,7 @@ def test_dockerignore_keeps_the_context_small() -> None:
 def test_the_podman_script_builds_this_dockerfile_with_a_pipless_final_base() -> None:
     """scripts/build_image.sh (opt-in, root) passes a base without pip as PYTHON_IMAGE and one with
     pip as BUILDER_IMAGE: the Dockerfile must use the first for the final stage only."""
-    args, stages = parse((ROOT / "Dockerfile").read_text())
+    args, _ = parse((ROOT / "Dockerfile").read_text())
     assert args["BUILDER_IMAGE"] == args["PYTHON_IMAGE"]  # by default one image, as before
     text = (ROOT / "Dockerfile").read_text()
     assert "FROM ${BUILDER_IMAGE} AS builder" in text and "FROM ${PYTHON_IMAGE} AS runtime" in text

@@ -52,6 +52,12 @@ class LimitsConfig(_Strict):
     max_prompt_chars: int = Field(
         4 * 1024 * 1024, ge=1, description="longest rendered prompt (characters) accepted, else 400"
     )
+    max_messages: int = Field(
+        2048, ge=1, le=1_000_000, description="messages of one chat request (OpenAI's own limit), else 400"
+    )
+    max_n: int = Field(
+        128, ge=1, le=100_000, description="n and best_of: sequences one request asks for, else 400"
+    )
     header_timeout_s: float = Field(
         10.0, gt=0, description="from a request's first byte to the end of its headers, else cut off"
     )

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from router.chat_template import ChatTemplate
-from router.tokenizers import load_hf_tokenizer
+from router.tokenizers import load_hf_tokenizer, prefix_ids
 from router.vllm_hash import block_hashes
 
 
@@ -34,11 +34,19 @@ class EnginePrompt:
         )
         self.block_size = block_size
         self.hash_seed = hash_seed
+        self.max_tokens = max_tokens
         self.max_blocks = max(1, max_tokens // block_size)
         self._tok: Any = load_hf_tokenizer(self.tokenizer_path)
         self._template = ChatTemplate.from_tokenizer_config(self.template_path)
 
     def token_ids(self, endpoint: str, body: Mapping[str, Any]) -> list[int] | None:
+        """The engine's token ids of the request (its first ``max_tokens`` of a longer one)."""
+        found = self.ids_and_count(endpoint, body)
+        return found[0] if found is not None else None
+
+    def ids_and_count(self, endpoint: str, body: Mapping[str, Any]) -> tuple[list[int], int] | None:
+        """The engine's token ids (the first ``max_tokens`` of a longer prompt, which is tokenized only
+        that far: ``router.tokenizers.prefix_ids``) and the prompt's token count."""
         tok, template = self._tok, self._template
         if endpoint == "chat":
             messages = body.get("messages")
@@ -47,15 +55,17 @@ class EnginePrompt:
             text = template.render(messages, body.get("tools"))
             if text is None:
                 return None
-            return list(tok.encode(text, add_special_tokens=False).ids)
+            return prefix_ids(lambda t: tok.encode(t, add_special_tokens=False).ids, (text,), self.max_tokens)
         if endpoint == "completions":
             prompt = body.get("prompt")
             if isinstance(prompt, list) and len(prompt) == 1:
                 prompt = prompt[0]
             if isinstance(prompt, str):
-                return list(tok.encode(prompt, add_special_tokens=True).ids)
+                return prefix_ids(
+                    lambda t: tok.encode(t, add_special_tokens=True).ids, (prompt,), self.max_tokens
+                )
             if isinstance(prompt, list) and prompt and all(type(t) is int for t in prompt):
-                return prompt
+                return prompt, len(prompt)
         return None
 
     def hashes(self, endpoint: str, body: Mapping[str, Any], salt: str) -> tuple[int, ...]:

@@ -181,16 +181,16 @@ async def scenario(
     """One gateway (this checkout's, or ``checkout``'s) on a fresh Redis: load, SIGSTOP, SIGCONT."""
     server = RedisServer()
     server.start()
-    sim, urls = start_sim(2, extra=["--speed", "0"])
     result = StallResult(label, stall_s)
     try:
-        with tempfile.TemporaryDirectory() as tmp:
+        sim, urls = start_sim(2, extra=["--speed", "0"])
+        with running(sim), tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "policy.yaml"
             path.write_text(policy_yaml(urls, server.url))
             gw = start_gateway(
                 ["--config", str(path)], env={"PREFIX_GATEWAY_SECRET": "stall"}, checkout=checkout
             )
-            with running(gw, sim):
+            with running(gw):
                 assert server.proc is not None
                 t0 = time.perf_counter()
                 result.marks = {"before": t0, "stalled": t0 + before_s, "after": t0 + before_s + stall_s}

@@ -42,9 +42,10 @@ def gateway(tmp_path: Path) -> Iterator[tuple[Proc, list[str]]]:
         "PREFIX_GATEWAY_ADMIN_TOKEN": ADMIN_TOKEN,
         "UPLOAD_OK_URL": urls[0],
     }
-    gw = start_gateway(["--config", str(path)], env=env)
-    with running(gw, sim):
-        yield gw, urls
+    with running(sim):
+        gw = start_gateway(["--config", str(path)], env=env)
+        with running(gw):
+            yield gw, urls
 
 
 def public_text(c: httpx.Client, url: str) -> str:

@@ -35,14 +35,17 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proc]:
         "models": [{"name": "sim-llama", "replicas": [{"url": urls[0], "id": "gpu-node-7"}]}],
     }
     path.write_text(yaml.safe_dump(policy))
-    gw = start_gateway(
-        ["--config", str(path)], env={"PREFIX_GATEWAY_SECRET": "s", "PREFIX_GATEWAY_ADMIN_TOKEN": ADMIN_TOKEN}
-    )
-    with running(gw, sim):
-        body = {"model": "sim-llama", "max_tokens": 3, "messages": [{"role": "user", "content": "hi"}]}
-        r = httpx.post(gw.url + "/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {KEY}"})
-        assert r.status_code == 200, r.text
-        yield gw
+    with running(sim):
+        gw = start_gateway(
+            ["--config", str(path)],
+            env={"PREFIX_GATEWAY_SECRET": "s", "PREFIX_GATEWAY_ADMIN_TOKEN": ADMIN_TOKEN},
+        )
+        with running(gw):
+            body = {"model": "sim-llama", "max_tokens": 3, "messages": [{"role": "user", "content": "hi"}]}
+            auth = {"Authorization": f"Bearer {KEY}"}
+            r = httpx.post(gw.url + "/v1/chat/completions", json=body, headers=auth)
+            assert r.status_code == 200, r.text
+            yield gw
 
 
 def test_the_api_port_answers_metrics_only_with_the_admin_token(gateway: Proc) -> None:

@@ -10,7 +10,8 @@ ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 ARG BUILDER_IMAGE=${PYTHON_IMAGE}
 
 FROM ${BUILDER_IMAGE} AS builder
-# Optional extras of the package: fast (uvloop), hf (tokenizers, for `tokenizer.kind: hf`).
+# Optional extras of the package: fast (uvloop), hf (tokenizers, for `tokenizer.kind: hf`), otel
+# (OpenTelemetry export, for `tracing.enabled`): --build-arg EXTRAS=fast,otel.
 ARG EXTRAS=fast
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \

@@ -18,7 +18,8 @@ Synthetic tenants with known layouts (``LAYOUTS``), each with ``--requests`` cha
 1. The traffic as it is goes through a real gateway process (``prefix-gateway serve``, billing on,
    SQLite ledger in a temp dir, ``prefix_affinity``) in front of simulated replicas (``bench.sim``, 2
    replicas, speed 0), tenants interleaved, one request at a time; the same prompts go to an in-process
-   ``Advisor`` (sample rate 1), rendered and hashed as the router does.
+   ``Advisor`` (sample rate 1), rendered and hashed as the router does, and the gateway's own advisor
+   (sample rate 1, ``GET /admin/advice``) must find the same kinds.
 2. Each finding is checked against the layout it was made from: kind, message, role, token range
    (within ``TOLERANCE_TOKENS``); the good layout must get none.
 3. The traffic is rewritten as advised (the fix each finding kind names) and replayed through fresh
@@ -228,6 +229,10 @@ class Replay:
     cached: dict[str, int]  # replicas' cached tokens per tenant
     prompt: dict[str, int]
     errors: int
+    advice_kinds: dict[str, list[str]]  # what the gateway's own advisor found (GET /admin/advice)
+
+
+ADMIN_TOKEN = "advisor-bench-admin"
 
 
 async def replay(stream: list[tuple[str, Body]], tenants: list[str], workdir: Path, tag: str) -> Replay:
@@ -239,16 +244,17 @@ async def replay(stream: list[tuple[str, Body]], tenants: list[str], workdir: Pa
     )
     ledger_path = workdir / f"ledger-{tag}.db"
     cfg = workdir / f"gw-{tag}.yaml"
-    cfg.write_text(yaml.safe_dump(policy_dict(urls, tenants, str(ledger_path), advisor=False)))
+    cfg.write_text(yaml.safe_dump(policy_dict(urls, tenants, str(ledger_path), advisor=True)))
     gw: Proc | None = None
     cached = dict.fromkeys(tenants, 0)
     prompt = dict.fromkeys(tenants, 0)
     errors = 0
+    advice_kinds: dict[str, list[str]] = {}
     try:
         gw = await asyncio.to_thread(
             start_gateway,
             ["--config", str(cfg)],
-            env={"PREFIX_GATEWAY_SECRET": "advisor-bench"},
+            env={"PREFIX_GATEWAY_SECRET": "advisor-bench", "PREFIX_GATEWAY_ADMIN_TOKEN": ADMIN_TOKEN},
             log_path=str(workdir / f"gw-{tag}.log"),
         )
         async with aiohttp.ClientSession() as session:
@@ -266,6 +272,11 @@ async def replay(stream: list[tuple[str, Body]], tenants: list[str], workdir: Pa
                 u = data["usage"]
                 prompt[tenant] += u["prompt_tokens"]
                 cached[tenant] += (u.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+            admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+            async with session.get(gw.url + "/admin/advice", headers=admin) as r:
+                doc = await r.json(loads=orjson.loads)
+            for t in doc["advice"]["tenants"]:
+                advice_kinds[t["tenant"]] = [f["kind"] for m in t["models"] for f in m["findings"]]
     finally:
         if gw is not None:
             await asyncio.to_thread(gw.stop)
@@ -275,7 +286,7 @@ async def replay(stream: list[tuple[str, Body]], tenants: list[str], workdir: Pa
         rows = await led.query(group_by=("tenant",))
     finally:
         await led.close()
-    return Replay({r.tenant: r.cost_micros for r in rows if r.tenant}, cached, prompt, errors)
+    return Replay({r.tenant: r.cost_micros for r in rows if r.tenant}, cached, prompt, errors, advice_kinds)
 
 
 def interleave(lays: list[Layout], n: int, advised: bool, rng: random.Random) -> list[tuple[str, Body]]:
@@ -373,6 +384,14 @@ async def main_async(args: argparse.Namespace) -> int:
         f"\n2. replayed {len(before)} + {len(after)} requests through gateway + 2 sim replicas in {wall:.1f} s "
         f"(errors: {base.errors} + {fixed.errors})"
     )
+    for lay in lays:  # the gateway's own advisor (sample rate 1) saw the same traffic
+        mine, gateway_kinds = (
+            sorted(f.kind for f in found[lay.name]),
+            sorted(base.advice_kinds.get(lay.name, [])),
+        )
+        same = mine == gateway_kinds
+        ok_all &= same
+        print(f"  GET /admin/advice {lay.name:18s} {gateway_kinds} {'same as above' if same else 'DIFFERS'}")
     print(
         f"  {'tenant':18s} {'estimate µ$':>12s} {'measured µ$':>12s} {'est/meas':>9s} {'cached before':>14s} {'cached after':>13s}"
     )

@@ -86,6 +86,10 @@ class MemoryStore:
     def __len__(self) -> int:
         return len(self._items)
 
+    def __contains__(self, key: object) -> bool:
+        """Whether an entry is held for ``key`` (expired or not: ``get`` decides that)."""
+        return key in self._items
+
     def _drop(self, key: str) -> None:
         raw, _ = self._items.pop(key)
         self.bytes -= len(raw) + len(key)

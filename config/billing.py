@@ -125,6 +125,24 @@ class BillingConfig(_Strict):
     rules: RulesConfig = Field(default_factory=RulesConfig)
     ledger: LedgerConfig = Field(default_factory=LedgerConfig)
     response: ResponseExtensionConfig = Field(default_factory=ResponseExtensionConfig)
+    batch_price_factor: Decimal = Field(
+        Decimal("0.5"),
+        ge=0,
+        le=10,
+        description="multiplies every amount of a batch line (OpenAI charges batches half); at most 4 decimals",
+    )
+
+    @field_validator("batch_price_factor")
+    @classmethod
+    def _factor_bp(cls, v: Decimal) -> Decimal:
+        if v * 10_000 != (v * 10_000).to_integral_value():
+            raise ValueError(f"batch_price_factor {v} has more than 4 decimals")
+        return v
+
+    @property
+    def batch_price_factor_bp(self) -> int:
+        """The batch price factor in basis points (0.5 → 5000), for exact integer pricing."""
+        return int(self.batch_price_factor * 10_000)
 
     @model_validator(mode="after")
     def _valid_overrides(self) -> BillingConfig:

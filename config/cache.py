@@ -10,6 +10,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from config.semantic import SemanticConfig
+
 CacheRule = Literal["deterministic", "always", "never"]
 PiiMode = Literal["bypass", "mask", "off"]
 FailMode = Literal["open", "closed"]
@@ -66,6 +68,7 @@ class CacheOverride(_Strict):
     rule: CacheRule | None = Field(None, description="unset: as the section")
     ttl_s: int | None = Field(None, ge=1, description="unset: as the section")
     pii: PiiMode | None = Field(None, description="unset: as the section")
+    semantic: SemanticConfig | None = Field(None, description="unset: as the section (replaced whole)")
 
 
 class CacheConfig(_Strict):
@@ -86,6 +89,7 @@ class CacheConfig(_Strict):
     key_bucket: KeyBucketConfig = Field(default_factory=KeyBucketConfig)
     fill_breaker: FillBreakerConfig = Field(default_factory=FillBreakerConfig)
     tenant_limits: TenantLimitsConfig = Field(default_factory=TenantLimitsConfig)
+    semantic: SemanticConfig = Field(default_factory=SemanticConfig)
     overrides: list[CacheOverride] = Field(default_factory=list)
 
     @model_validator(mode="after")

@@ -72,8 +72,8 @@ def _resolved(path: str | None, base_dir: Path) -> str | None:
 
 
 def resolve_paths(policy: Policy, base_dir: str | os.PathLike[str]) -> Policy:
-    """The policy with its relative file paths (tokenizer, chat template, SQLite ledger) made absolute
-    against ``base_dir``."""
+    """The policy with its relative file paths (tokenizer, chat template, SQLite ledger, the batch
+    files and job store) made absolute against ``base_dir``."""
     base = Path(base_dir).absolute()
     models = []
     for m in policy.models:
@@ -85,7 +85,11 @@ def resolve_paths(policy: Policy, base_dir: str | os.PathLike[str]) -> Policy:
         models.append(m.model_copy(update={"routing": routing}))
     ledger = policy.billing.ledger.model_copy(update={"path": _resolved(policy.billing.ledger.path, base)})
     billing = policy.billing.model_copy(update={"ledger": ledger})
-    return policy.model_copy(update={"models": models, "billing": billing})
+    b = policy.batch
+    batch = b.model_copy(
+        update={"dir": _resolved(b.dir, base), "sqlite_path": _resolved(b.sqlite_path, base)}
+    )
+    return policy.model_copy(update={"models": models, "billing": billing, "batch": batch})
 
 
 def _join(path: str, key: Any) -> str:

@@ -1,9 +1,9 @@
 """Root model of the YAML policy.
 
 Each section lives beside its owner's concerns: routing in ``config/routing.py``, the response cache in
-``config/cache.py``, billing in ``config/billing.py``, the layout advisor in ``config/advisor.py``.
-Unknown keys are rejected everywhere so a typo in a policy is an error at load time, not a silently
-ignored setting.
+``config/cache.py``, billing in ``config/billing.py``, the layout advisor in ``config/advisor.py``,
+offline batches in ``config/batch.py``. Unknown keys are rejected everywhere so a typo in a policy is an
+error at load time, not a silently ignored setting.
 """
 
 from __future__ import annotations
@@ -13,8 +13,10 @@ from typing import Literal
 from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from config.advisor import AdvisorConfig
+from config.batch import BatchConfig
 from config.billing import BillingConfig
 from config.cache import CacheConfig
+from config.protocols import LoraConfig, ProtocolsConfig, TracingConfig
 from config.routing import RoutingConfig
 
 BackendKind = Literal["vllm", "sglang", "openai"]
@@ -53,7 +55,10 @@ class LimitsConfig(_Strict):
         4 * 1024 * 1024, ge=1, description="longest rendered prompt (characters) accepted, else 400"
     )
     max_messages: int = Field(
-        2048, ge=1, le=1_000_000, description="messages of one chat request (OpenAI's own limit), else 400"
+        2048,
+        ge=1,
+        le=1_000_000,
+        description="messages (or input items) of one request, OpenAI's own limit, else 400",
     )
     max_n: int = Field(
         128, ge=1, le=100_000, description="n and best_of: sequences one request asks for, else 400"
@@ -185,6 +190,7 @@ class ModelPoolConfig(_Strict):
     replicas: list[ReplicaConfig] = Field(default_factory=list)
     discovery: DiscoveryConfig | None = Field(None, description="replicas from DNS, besides `replicas`")
     routing: RoutingConfig = Field(default_factory=RoutingConfig)
+    lora: LoraConfig = Field(default_factory=LoraConfig)
 
     @model_validator(mode="after")
     def _unique_replicas(self) -> ModelPoolConfig:
@@ -292,13 +298,33 @@ class Policy(_Strict):
     cache: CacheConfig = Field(default_factory=CacheConfig)
     billing: BillingConfig = Field(default_factory=BillingConfig)
     advisor: AdvisorConfig = Field(default_factory=AdvisorConfig)
+    batch: BatchConfig = Field(default_factory=BatchConfig)
+    protocols: ProtocolsConfig = Field(default_factory=ProtocolsConfig)
+    tracing: TracingConfig = Field(default_factory=TracingConfig)
 
     @model_validator(mode="after")
-    def _unique_models(self) -> Policy:
+    def _consistent(self) -> Policy:
+        """Checks across sections: unique model names; batch, semantic settings naming served models."""
         names = [m.name for m in self.models]
-        dup = {n for n in names if names.count(n) > 1}
+        everything = names + [a.name for m in self.models for a in m.lora.adapters]
+        dup = {n for n in everything if everything.count(n) > 1}
         if dup:
-            raise ValueError(f"model names must be unique, repeated: {sorted(dup)}")
+            raise ValueError(f"model and adapter names must be unique, repeated: {sorted(dup)}")
+        unknown = sorted(set(self.batch.pools) - set(names))
+        if unknown:
+            raise ValueError(f"batch.pools names models the policy does not serve: {unknown}")
+        if self.batch.enabled and self.batch.store == "redis" and self.redis.url is None:
+            raise ValueError("batch.store is 'redis' but redis.url is not set")
+        semantic = [self.cache.semantic, *(o.semantic for o in self.cache.overrides if o.semantic)]
+        for sem in semantic:
+            if (
+                sem.embedding is not None
+                and sem.embedding.pool is not None
+                and sem.embedding.pool not in names
+            ):
+                raise ValueError(
+                    f"cache.semantic.embedding.pool {sem.embedding.pool!r} is not a model of this policy"
+                )
         return self
 
     def pool(self, name: str) -> ModelPoolConfig | None:

@@ -24,7 +24,7 @@ from router.policies import make_policy
 from router.policies.base import PickContext, RoutingPolicy
 from router.prompt import prompt_pieces
 from router.replica import ReplicaState
-from router.tokenizers import Tokenizer, Tokens, from_ids, make_tokenizer
+from router.tokenizers import Tokenizer, Tokens, from_ids, make_tokenizer, tokenize
 from router.types import Decision, NoReplicaAvailable, RouteRequest
 
 __all__ = ["NoReplicaAvailable", "PoolRouter", "RouterStats", "make_policy"]
@@ -244,11 +244,7 @@ class PoolRouter:
             tokens = replace(from_ids(ids), count=count)  # the ids of the hashed prefix, the prompt's count
         else:
             prompt = prompt_pieces(request.endpoint, request.body)
-            tokens = (
-                from_ids(prompt)
-                if isinstance(prompt, list)
-                else self.tokenizer.tokens(prompt, cfg.max_prefix_tokens)
-            )
+            tokens = tokenize(self.tokenizer, prompt, cfg.max_prefix_tokens)
         root = root_hash(request.model, request.tenant_salt)
         hashes = block_hashes(tokens, root, cfg.block_size, cfg.max_prefix_tokens)
         ctx.route_key = route_key(tokens, hashes, root, cfg.block_size, cfg.route_key_tokens)

@@ -35,15 +35,25 @@ _SKIP_MESSAGE_KEYS = frozenset(("role", "content", "cache_control"))
 BATCH_SEPARATOR_ID = 0xFFFFFFFF
 
 
+# The field holding the text of each endpoint that is not chat (vLLM's pass-through endpoints too).
+_TEXT_FIELD = {
+    "completions": "prompt",
+    "tokenize": "prompt",
+    "detokenize": "tokens",
+    "rerank": "query",
+    "score": "text_1",
+}
+
+
 def prompt_pieces(endpoint: str, body: Mapping[str, Any]) -> Iterator[str] | list[int]:
     """A request's rendering as a stream of string pieces; token-id completions prompts come back as a
     list of ids."""
-    if endpoint == "chat":
+    if endpoint == "chat" or (endpoint in ("tokenize", "pooling") and "messages" in body):
         messages = body.get("messages")
         if not isinstance(messages, list):  # malformed: still rendered, the gateway rejects it anyway
             messages = [messages] if messages is not None else []
         return chat_pieces(messages, body.get("tools"))
-    prompt = render_completion_prompt(body.get("prompt") if endpoint == "completions" else body.get("input"))
+    prompt = render_completion_prompt(body.get(_TEXT_FIELD.get(endpoint, "input")))
     return prompt if isinstance(prompt, list) else iter((prompt,))
 
 

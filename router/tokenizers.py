@@ -61,6 +61,12 @@ def from_ids(ids: Sequence[int]) -> Tokens:
     return Tokens(array("I", ids).tobytes(), _ID_STRIDE, len(ids))
 
 
+def tokenize(tokenizer: Tokenizer, prompt: Iterable[str] | list[int], keep: int | None = None) -> Tokens:
+    """A rendering (``router.prompt.prompt_pieces``) as tokens: token ids as they are, text through
+    ``tokenizer``, of which the first ``keep`` tokens are kept (all when None), with the whole count."""
+    return from_ids(prompt) if isinstance(prompt, list) else tokenizer.tokens(prompt, keep)
+
+
 class ApproxTokenizer:
     """No vocabulary: ``bytes_per_token`` UTF-8 bytes make a token (the default, 4)."""
 

@@ -34,6 +34,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--max-model-len", type=int, default=_DEFAULTS.max_model_len)
     add("--default-max-tokens", type=int, default=_DEFAULTS.default_max_tokens)
     add(
+        "--embedding-model",
+        choices=("minilm",),
+        default=None,
+        help="answer /v1/embeddings with all-MiniLM-L6-v2 (needs the embed extra) instead of hashes",
+    )
+    add(
         "--loop",
         choices=("auto", "asyncio", "uvloop"),
         default="auto",
@@ -55,6 +61,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         bytes_per_token=args.bytes_per_token,
         max_model_len=args.max_model_len,
         default_max_tokens=args.default_max_tokens,
+        embedding_model=args.embedding_model,
     )
 
 

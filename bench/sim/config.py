@@ -82,18 +82,24 @@ class SimConfig:
     max_model_len: int = 32768
     max_recorded_requests: int = 1000
     embedding_dim: int = 8
+    embedding_model: str | None = None  # "minilm": real all-MiniLM-L6-v2 vectors (the `embed` extra)
     hang_limit_s: float = 300.0
     faults: Faults = field(default_factory=Faults)
+    lora_adapters: tuple[str, ...] = ()  # LoRA adapters served from the start (listed with parent)
+    allow_runtime_lora: bool = False  # vLLM's VLLM_ALLOW_RUNTIME_LORA_UPDATING: /v1/load_lora_adapter
 
     def __post_init__(self) -> None:
         if isinstance(self.models, str):
             self.models = (self.models,)
         self.models = tuple(self.models)
+        self.lora_adapters = tuple(self.lora_adapters)
         if not self.models:
             raise ValueError("at least one served model name is required")
         for name in ("kv_capacity_blocks", "max_num_seqs", "block_size", "bytes_per_token"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
+        if self.embedding_model not in (None, "minilm"):
+            raise ValueError("embedding_model must be None or 'minilm'")
         for name in ("prefill_s_per_token", "decode_s_per_token", "overhead_s", "speed"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0")

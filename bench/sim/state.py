@@ -74,6 +74,8 @@ class Replica:
         self.e2e = Histogram(TTFT_BUCKETS)
         self.kv_blocks_in_use = 0
         self.requests_log: deque[Any] = deque(maxlen=cfg.max_recorded_requests)
+        self.traces: deque[dict[str, str]] = deque(maxlen=cfg.max_recorded_requests)  # traceparent seen
+        self.adapters: dict[str, str] = dict.fromkeys(cfg.lora_adapters, "")  # LoRA name -> its path
         self._nonce = itertools.count(1)
 
     @property
@@ -101,6 +103,7 @@ class Replica:
         self.ttft.reset()
         self.e2e.reset()
         self.requests_log.clear()
+        self.traces.clear()
         self.limiter.reset_peaks()
 
     def stats(self) -> dict[str, Any]:

@@ -17,11 +17,16 @@ from typing import Any, Literal
 
 from config.billing import BillingConfig, RulesConfig
 
-Source = Literal["upstream", "response_cache", "coalesced"]
+Source = Literal["upstream", "batch", "response_cache", "coalesced"]
 CachedSource = Literal["replica", "gateway_index", "none"]
 ExplicitKind = Literal["created", "hit"]
 
-SOURCES: tuple[str, ...] = ("upstream", "response_cache", "coalesced")
+# Where a request's answer came from. A semantic-cache hit is billed by the response cache's rules; the
+# ledger keeps it apart so that savings can be reported per cache layer.
+SOURCES: tuple[str, ...] = ("upstream", "batch", "response_cache", "semantic_cache", "coalesced")
+SERVED: tuple[str, ...] = ("response_cache", "semantic_cache", "coalesced")
+"""``batch``: a line of an offline batch, run by the fleet and priced like ``upstream`` (same implicit and
+explicit rules) times the policy's ``batch_price_factor``."""
 KINDS: tuple[str, ...] = (
     "uncached",
     "implicit_hit",
@@ -36,6 +41,7 @@ KINDS: tuple[str, ...] = (
 response cache or a coalesced leader: served to the client, computed by nobody for this request."""
 
 _DENOMINATOR = 1_000_000 * 100  # per 1M tokens, percent
+FULL_PRICE_BP = 10_000  # a price factor of 1, in basis points
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,12 +147,14 @@ class LineItem:
         return cls(**kw)
 
 
-def price_micros(tokens: int, micros_per_1m: int, pct: int) -> int:
-    """``tokens * micros_per_1m * pct / 1e8`` in exact integers, rounded half-up (all inputs >= 0)."""
-    if tokens < 0 or micros_per_1m < 0 or pct < 0:
-        raise ValueError("tokens, prices and percentages must be non-negative")
-    num = tokens * micros_per_1m * pct
-    return (2 * num + _DENOMINATOR) // (2 * _DENOMINATOR)
+def price_micros(tokens: int, micros_per_1m: int, pct: int, factor_bp: int = FULL_PRICE_BP) -> int:
+    """``tokens * micros_per_1m * pct / 1e8 * factor_bp / 1e4`` in exact integers, rounded half-up once
+    (all inputs >= 0). At the default factor it is exactly ``tokens * micros_per_1m * pct / 1e8``."""
+    if tokens < 0 or micros_per_1m < 0 or pct < 0 or factor_bp < 0:
+        raise ValueError("tokens, prices, percentages and factors must be non-negative")
+    num = tokens * micros_per_1m * pct * factor_bp
+    den = _DENOMINATOR * FULL_PRICE_BP
+    return (2 * num + den) // (2 * den)
 
 
 def explicit_eligible(prefix_tokens: int, rules: Rules) -> bool:
@@ -166,10 +174,15 @@ def bill(
     model: str,
     ts_ms: int,
     client_request_id: str | None = None,
+    price_factor_bp: int = FULL_PRICE_BP,
 ) -> LineItem:
     """Split a request's tokens by kind and price them.
 
-    - ``source`` ``response_cache`` / ``coalesced``: all tokens are ``served_*`` at that source's rule.
+    - ``source`` ``response_cache`` / ``semantic_cache`` / ``coalesced``: all tokens are ``served_*`` at
+      that source's rule (a semantic hit at the response cache's).
+    - ``upstream`` and ``batch``: the rules below; ``price_factor_bp`` (basis points, a ``batch`` line
+      passes ``billing.batch_price_factor``) multiplies every amount and the cost without cache alike,
+      so ``saved_micros`` is what the prompt cache saved at that price.
     - explicit outcome with an eligible prefix: the prefix at create/hit pct, the rest at 100 %, no
       implicit discount (explicit and implicit are exclusive). The prefix is clamped to the prompt.
     - otherwise implicit: cached tokens (clamped to the prompt) at ``implicit_cached_pct`` when the
@@ -177,6 +190,8 @@ def bill(
     """
     if source not in SOURCES:
         raise ValueError(f"unknown billing source {source!r}; expected one of {SOURCES}")
+    if price_factor_bp != FULL_PRICE_BP and source != "batch":
+        raise ValueError("only batch lines are priced with a price factor")
     prompt = max(0, int(usage.prompt_tokens))
     completion = max(0, int(usage.completion_tokens))
     reported_cached = min(max(0, int(usage.cached_tokens)), prompt)
@@ -184,11 +199,12 @@ def bill(
     tok: dict[str, int] = dict.fromkeys(KINDS, 0)
     amt: dict[str, int] = dict.fromkeys(KINDS, 0)
 
-    if source != "upstream":
+    f = price_factor_bp
+    if source in SERVED:
         in_pct, out_pct = (
-            (rules.response_cache_input_pct, rules.response_cache_output_pct)
-            if source == "response_cache"
-            else (rules.coalesced_input_pct, rules.coalesced_output_pct)
+            (rules.coalesced_input_pct, rules.coalesced_output_pct)
+            if source == "coalesced"
+            else (rules.response_cache_input_pct, rules.response_cache_output_pct)
         )
         tok["served_input"], tok["served_output"] = prompt, completion
         amt["served_input"] = price_micros(prompt, p_in, in_pct)
@@ -198,22 +214,22 @@ def bill(
             prefix = min(explicit.prefix_tokens, prompt)
             if explicit.kind == "created":
                 tok["explicit_create"] = prefix
-                amt["explicit_create"] = price_micros(prefix, p_in, rules.explicit_create_pct)
+                amt["explicit_create"] = price_micros(prefix, p_in, rules.explicit_create_pct, f)
             elif explicit.kind == "hit":
                 tok["explicit_hit"] = prefix
-                amt["explicit_hit"] = price_micros(prefix, p_in, rules.explicit_hit_pct)
+                amt["explicit_hit"] = price_micros(prefix, p_in, rules.explicit_hit_pct, f)
             else:
                 raise ValueError(f"unknown explicit outcome {explicit.kind!r}")
             tok["uncached"] = prompt - prefix
         elif prompt >= rules.implicit_min_tokens:
             tok["implicit_hit"] = reported_cached
-            amt["implicit_hit"] = price_micros(reported_cached, p_in, rules.implicit_cached_pct)
+            amt["implicit_hit"] = price_micros(reported_cached, p_in, rules.implicit_cached_pct, f)
             tok["uncached"] = prompt - reported_cached
         else:
             tok["uncached"] = prompt
-        amt["uncached"] = price_micros(tok["uncached"], p_in, 100)
+        amt["uncached"] = price_micros(tok["uncached"], p_in, 100, f)
         tok["output"] = completion
-        amt["output"] = price_micros(completion, p_out, 100)
+        amt["output"] = price_micros(completion, p_out, 100, f)
 
     micros = KindCounts(**amt)
     return LineItem(
@@ -228,7 +244,8 @@ def bill(
         tokens=KindCounts(**tok),
         micros=micros,
         total_micros=micros.total(),
-        cost_without_cache_micros=price_micros(prompt, p_in, 100) + price_micros(completion, p_out, 100),
+        cost_without_cache_micros=price_micros(prompt, p_in, 100, f)
+        + price_micros(completion, p_out, 100, f),
         reported_cached_tokens=reported_cached,
         client_request_id=client_request_id,
     )

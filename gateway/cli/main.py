@@ -1,4 +1,4 @@
-"""``prefix-gateway`` command line: serve, check-config, sim, demo."""
+"""``prefix-gateway`` command line: serve, check-config, sim, demo, usage, advise."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from config.checks import policy_warnings
 from config.loader import example_path
 from config.policy import ModelPoolConfig, Policy
 from config.routing import PolicyName
+from gateway.cli.advise import add_advise_command
 from gateway.cli.quickstart import DiscoveryError, policy_from_flags
 from gateway.cli.usage import add_usage_command
 from gateway.observability.logs import configure_logging
@@ -124,22 +125,35 @@ def policy_for_serve(args: argparse.Namespace) -> Policy:
             raise SystemExit(f"error: {exc}") from None
     else:
         raise SystemExit("give --config FILE, or one --replica URL per replica (see --help)")
-    updates: dict[str, object] = {}
+    return with_flags(policy, args)
+
+
+def with_flags(policy: Policy, args: argparse.Namespace) -> Policy:
+    """The policy with what the command line overrides (the flags win over the file)."""
+    server: dict[str, object] = {}
     if args.host:
-        updates["host"] = args.host
+        server["host"] = args.host
     if args.port is not None:
-        updates["port"] = args.port
+        server["port"] = args.port
     if args.metrics_port is not None:
-        updates["metrics_port"] = None if args.metrics_port < 0 else args.metrics_port
-    if updates:
-        policy = policy.model_copy(update={"server": policy.server.model_copy(update=updates)})
+        server["metrics_port"] = None if args.metrics_port < 0 else args.metrics_port
+    if args.log_level:
+        server["log_level"] = args.log_level
+    updates: dict[str, object] = {}
+    if server:
+        updates["server"] = policy.server.model_copy(update=server)
+    if args.no_cache:
+        updates["cache"] = policy.cache.model_copy(update={"enabled": False})
+    if args.redis:
+        updates["redis"] = policy.redis.model_copy(update={"url": args.redis})
+    if args.admin_token_env:
+        updates["admin"] = policy.admin.model_copy(update={"token_env": args.admin_token_env})
     if args.policy:
-        models = [
+        updates["models"] = [
             m.model_copy(update={"routing": m.routing.model_copy(update={"policy": args.policy})})
             for m in policy.models
         ]
-        policy = policy.model_copy(update={"models": models})
-    return policy
+    return policy.model_copy(update=updates)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -246,6 +260,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--policy", choices=POLICY_NAMES, help="routing policy for every model")
     serve.add_argument("--host")
     serve.add_argument("--port", type=int)
+    serve.add_argument("--no-cache", action="store_true", help="turn the response cache off")
+    serve.add_argument("--redis", metavar="URL", help="shared state in Redis (redis://host:port/db)")
+    serve.add_argument("--admin-token-env", metavar="NAME", help="variable holding the admin token")
+    serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"], help="JSON logs' level")
     serve.add_argument(
         "--metrics-port", type=int, help="port of the /metrics listener (server.metrics_port; -1: none)"
     )
@@ -264,6 +282,7 @@ def build_parser() -> argparse.ArgumentParser:
     sim.set_defaults(func=cmd_sim)
 
     add_usage_command(sub)
+    add_advise_command(sub)
 
     demo = sub.add_parser("demo", help="gateway + 3 simulated replicas with the embedded local policy")
     demo.add_argument("--port", type=int, help="gateway port (default 8080)")

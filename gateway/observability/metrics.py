@@ -14,6 +14,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from cache.advisor.render import GAUGE_FINDINGS, GAUGE_SAVING_MICROS, GAUGE_SAVING_TOKENS
+
 NS = "prefix_gateway"
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
@@ -66,6 +68,13 @@ _SPECS: tuple[tuple[Any, ...], ...] = (
     ("ledger_errors", Counter, "ledger_errors_total", "Failed ledger writes.", ()),
     ("explicit_entries", Gauge, "explicit_cache_entries",
      "Explicit prompt-cache entries (live, created, hits, expired).", ("state",)),
+    # -- protocols: the Responses store, LoRA adapters
+    ("responses_stored", Counter, "responses_stored_total",
+     "Responses kept for previous_response_id, by result (stored, too_large, error).", ("result",)),
+    ("adapter_requests", Counter, "adapter_requests_total",
+     "Requests naming a LoRA adapter, by model, adapter and HTTP status.", ("model", "adapter", "status")),
+    ("adapter_loads", Counter, "adapter_loads_total",
+     "Dynamic LoRA adapter loads on a replica, by model, adapter and result.", ("model", "adapter", "result")),
     # -- replicas: health, breakers, admission
     ("replica_healthy", Gauge, "replica_healthy",
      "1 when the replica takes new requests (active check ok, breaker not open, not drained).", ("replica",)),
@@ -93,6 +102,32 @@ _SPECS: tuple[tuple[Any, ...], ...] = (
      "Frames that could not be decoded or had an unknown topic.", ("kind",)),
     ("kv_event_blocks", Gauge, "kv_event_blocks", "Blocks each replica holds according to its events.",
      ("replica",)),
+    # -- the semantic cache (cache/semantic)
+    ("semantic_requests", Counter, "semantic_requests_total", "Semantic-cache lookups by mode and result.",
+     ("mode", "result")),
+    ("semantic_bypass", Counter, "semantic_bypass_total",
+     "Requests the semantic cache neither served nor stored, by reason (admission, question shape, "
+     "fingerprint gap, embedder).", ("reason",)),
+    ("semantic_vetoes", Counter, "semantic_guard_veto_total",
+     "Candidates above the similarity threshold refused by a guard feature.", ("guard",)),
+    ("semantic_not_stored", Counter, "semantic_not_stored_total", "Semantic fills not stored, by reason.",
+     ("reason",)),
+    ("semantic_stale", Gauge, "semantic_stale_refused",
+     "Entries an event had invalidated, found at read time and refused instead of served, since the "
+     "process started (stale serves are impossible by construction: docs/semantic-cache.md).", ()),
+    ("semantic_events", Counter, "semantic_events_total", "Business events applied, by type.", ("type",)),
+    ("semantic_invalidated", Counter, "semantic_invalidated_entries_total",
+     "Entries removed by business events.", ()),
+    ("semantic_similarity", Histogram, "semantic_similarity", "Cosine similarity of embedding-mode hits.",
+     (), FRACTION_BUCKETS),
+    # -- the layout advisor (set at each scrape from the advice document; cache/advisor/render.py)
+    ("advice_saving_micros", Gauge, GAUGE_SAVING_MICROS.removeprefix(f"{NS}_"),
+     "Estimated saving per day if the tenant changed its prompt layout as advised, in micro-units.",
+     ("tenant", "kind")),
+    ("advice_saving_tokens", Gauge, GAUGE_SAVING_TOKENS.removeprefix(f"{NS}_"),
+     "The same saving in token-equivalents at the model's input price.", ("tenant", "kind")),
+    ("advice_findings", Gauge, GAUGE_FINDINGS.removeprefix(f"{NS}_"), "Layout findings per tenant and kind.",
+     ("tenant", "kind")),
 )  # fmt: skip
 
 
@@ -119,6 +154,9 @@ class GatewayMetrics:
     billed_cost: Counter
     ledger_errors: Counter
     explicit_entries: Gauge
+    responses_stored: Counter
+    adapter_requests: Counter
+    adapter_loads: Counter
     replica_healthy: Gauge
     breaker_state: Gauge
     breaker_transitions: Counter
@@ -131,6 +169,17 @@ class GatewayMetrics:
     kv_event_gaps: Counter
     kv_event_errors: Counter
     kv_event_blocks: Gauge
+    semantic_requests: Counter
+    semantic_bypass: Counter
+    semantic_vetoes: Counter
+    semantic_not_stored: Counter
+    semantic_stale: Gauge
+    semantic_events: Counter
+    semantic_invalidated: Counter
+    semantic_similarity: Histogram
+    advice_saving_micros: Gauge
+    advice_saving_tokens: Gauge
+    advice_findings: Gauge
 
     def __init__(self, registry: CollectorRegistry | None = None):
         self.registry = registry or CollectorRegistry()

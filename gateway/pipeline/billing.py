@@ -26,6 +26,7 @@ from cache.store_redis import REDIS_ERRORS
 from gateway.errors import GatewayError
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.lifecycle import Event, Hooks
+from gateway.pipeline.parse import ENDPOINTS
 from router.prompt import chat_pieces
 
 # A marked prefix is counted exactly this far, the rest at the same characters per token: an hf
@@ -71,8 +72,10 @@ def prepare(ctx: RequestContext) -> None:
     messages = found.body.get("messages") or []
     pieces = hashed(chat_pieces(messages, found.body.get("tools")))
     tokens = pool.router.tokenizer.tokens(pieces, EXACT_PREFIX_TOKENS).count
-    # The registry is per tenant already; the salt in the hash keeps digests unlinkable across tenants.
-    prefix_hash = xxhash.xxh3_128_hexdigest(ctx.tenant.salt.encode() + hasher.hexdigest().encode())
+    # The registry is per tenant already; the salt in the hash keeps digests unlinkable across tenants,
+    # the model name (a LoRA adapter's own) keeps an adapter's entries apart from its base model's.
+    seed = ctx.tenant.salt.encode() + b"\x00" + parsed.model.encode("utf-8", "surrogatepass") + b"\x00"
+    prefix_hash = xxhash.xxh3_128_hexdigest(seed + hasher.hexdigest().encode())
     ctx.marked = Marked(prefix_hash, tokens)
 
 
@@ -107,6 +110,8 @@ async def settle(ctx: RequestContext) -> None:
         return
     ctx.billed = True
     if ctx.source == "fallback" or ctx.status not in (0, 200):
+        return
+    if ctx.parsed is None or not ENDPOINTS[ctx.parsed.endpoint].billed:
         return
     decision, pool, tenant = ctx.decision, ctx.pool, ctx.tenant
     usage_json = ctx.usage

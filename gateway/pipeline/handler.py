@@ -3,10 +3,13 @@
     context   a request id; the process and the state this request is served with
     tenant    API key (or trusted header) → tenant, its salt            pipeline.tenant   → 401
     parse     body size, UTF-8, JSON, the fields the gateway relies on  pipeline.parse    → 4xx
-    pool      the model's pool                                                             → 404
+    prepare   the client's API mapped onto chat (Responses: the stored  pipeline.protocols → 400
+              conversation expanded; Anthropic Messages)
+    pool      the model's pool (or the pool serving the LoRA adapter it names)              → 404
     billing   cache_control markers → marked prefix; stripped payload;  pipeline.billing  → 400
               the replica holding its live explicit entry (a pin)
     limits    tenant token buckets: requests/s, tokens/min reserved     pipeline.limits   → 429
+              (``admitted``)
     cache     bypass / key / lookup / coalescing                        pipeline.cache
     dispatch  route, attempt, retry before the first byte               pipeline.dispatch → 503, 502, 504
     relay     whole (parsed once) or streamed event by event            pipeline.relay
@@ -26,10 +29,12 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from gateway.errors import GatewayError
+from gateway.fleet.pools import find_pool
 from gateway.pipeline import billing, cache, limits, respond
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.lifecycle import Event
-from gateway.pipeline.parse import parse_request
+from gateway.pipeline.parse import ENDPOINTS, parse_request
+from gateway.pipeline.protocols import FRONTENDS
 
 if TYPE_CHECKING:
     from gateway.process.process import Process
@@ -54,14 +59,22 @@ def client_request_id(request: web.Request) -> str | None:
 
 async def handle(request: web.Request, process: Process, endpoint: str) -> web.StreamResponse:
     state = process.state
+    frontend = FRONTENDS[ENDPOINTS[endpoint].frontend]
     ctx = RequestContext(
-        request, process, state, endpoint, new_request_id(), client_request_id=client_request_id(request)
+        request,
+        process,
+        state,
+        endpoint,
+        new_request_id(),
+        frontend,
+        client_request_id=client_request_id(request),
     )
     hooks = process.hooks
     try:
         ctx.tenant = state.tenants.resolve(request.headers, request.remote)
         ctx.parsed = await parse_request(request, endpoint, state.policy.limits)
-        ctx.pool = state.pools.get(ctx.parsed.model)
+        await frontend.prepare(ctx)
+        ctx.pool, ctx.adapter = find_pool(state.pools, ctx.parsed.model)
         if ctx.pool is None:
             raise GatewayError(
                 404, f"The model '{ctx.parsed.model}' does not exist", param="model", code="model_not_found"
@@ -69,6 +82,7 @@ async def handle(request: web.Request, process: Process, endpoint: str) -> web.S
         billing.prepare(ctx)
         await billing.pin(ctx)
         await limits.admit(ctx)
+        await hooks.emit(Event.ADMITTED, ctx)
         return await cache.serve(ctx)
     except GatewayError as err:
         resp = respond.error(ctx, err)

@@ -5,9 +5,9 @@ dispatcher retries elsewhere); after it, a failed stream ends with an SSE error 
 shape (``respond.close_stream``) whose message says what happened in our words, never the HTTP
 client's (no "TransferEncodingError: 400" for a client to puzzle over).
 
-An error a replica answers is relayed with its status and message in OpenAI's shape
-(``replica_error``): vLLM and SGLang answer ``"type": "BadRequestError", "code": 400``, which OpenAI's
-clients do not know. An answer the replica ended with ``finish_reason: "abort"`` (vLLM: the engine
+An error a replica answers is relayed with its status and message in the client's API's error shape
+(``respond.whole``, ``protocols.base.replica_error``): vLLM and SGLang answer ``"type":
+"BadRequestError", "code": 400``, which OpenAI's clients do not know. An answer the replica ended with ``finish_reason: "abort"`` (vLLM: the engine
 gave the request up) is relayed as it came, and logged and counted as an upstream failure of kind
 ``aborted`` (never cached: ``cache.entry.storable``).
 """
@@ -20,11 +20,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
-import orjson
 from aiohttp import web
 
 from cache.entry import aborted
-from gateway.errors import GatewayError
 from gateway.pipeline import respond
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.lifecycle import Event
@@ -32,29 +30,6 @@ from gateway.pipeline.stream_tap import StreamTap
 from gateway.upstream.client import HOP_BY_HOP, UpstreamFailure
 
 log = logging.getLogger("prefix_gateway")
-
-
-def replica_error(status: int, data: bytes) -> GatewayError:
-    """A replica's error answer as the gateway's own: the replica's status and message, OpenAI's type
-    for that status, ``param`` and ``code`` kept only when they are OpenAI-style strings."""
-    err: Any = None
-    try:
-        body = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        body = None
-    if isinstance(body, dict):
-        err = body.get("error") if isinstance(body.get("error"), dict) else body  # vLLM / SGLang
-    message = err.get("message") if isinstance(err, dict) else None
-    if not isinstance(message, str) or not message:
-        message = f"the replica answered {status}"
-    param = err.get("param") if isinstance(err, dict) else None
-    code = err.get("code") if isinstance(err, dict) else None
-    return GatewayError(
-        status,
-        message,
-        param=param if isinstance(param, str) else None,
-        code=code if isinstance(code, str) else None,
-    )
 
 
 def _count_abort(ctx: RequestContext) -> None:
@@ -106,11 +81,6 @@ async def _whole(
     data, parsed = await ctx.state.upstream.read_answer(resp)
     await ctx.process.hooks.emit(Event.FIRST_BYTE, ctx)
     headers = relayed_headers(resp, ctx)
-    if resp.status >= 400:
-        headers["Content-Type"] = "application/json"
-        return await respond.whole(
-            ctx, resp.status, orjson.dumps(replica_error(resp.status, data).body()), headers
-        )
     if parsed is not None:
         ctx.response = parsed
         usage = parsed.get("usage")

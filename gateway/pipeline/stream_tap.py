@@ -6,20 +6,24 @@ The tap re-frames the stream event by event (``data: ...\\n\\n``, as vLLM and SG
 - unmask PII placeholders per request (mask mode), holding back a placeholder split across deltas;
 - hand each parsed chunk to coalesced followers as it arrives;
 - notice a choice that ends with ``finish_reason: "abort"`` (vLLM gave the request up);
-- hold back the final ``[DONE]``: the relay writes it once the request's ledger row is written.
+- hold back the final ``[DONE]``: the relay writes it once the request's ledger row is written;
+- re-encode each chunk in the client's API when it is not the replica's (the front end's encoder).
 Events are JSON-parsed only when one of these needs it; otherwise their bytes pass through as they came.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from cache.entry import aborted
 from cache.pii import ChunkUnmasker
 from cache.sse import DONE, SSEParser, StreamAssembler
+
+if TYPE_CHECKING:
+    from gateway.pipeline.protocols.base import Encoder
 
 
 def _may_carry_usage(event: str) -> bool:
@@ -45,12 +49,14 @@ class StreamTap:
         strip_usage: bool = False,
         unmasker: ChunkUnmasker | None = None,
         publish: Callable[[Any], None] | None = None,
+        encoder: Encoder | None = None,
     ):
         self.parser = SSEParser()
         self.assembler = StreamAssembler() if assemble or publish is not None else None
         self.strip_usage = strip_usage
         self.unmasker = unmasker if unmasker is not None and unmasker.mapping else None
         self.publish = publish
+        self.encoder = encoder  # None: chunks go out in the replica's own framing
         self.usage: dict[str, Any] | None = None
         self.done = False
         self.aborted = False  # a chunk ended a choice with finish_reason "abort"
@@ -73,6 +79,7 @@ class StreamTap:
             needs_json = (
                 self.assembler is not None
                 or self.unmasker is not None
+                or self.encoder is not None
                 or _may_carry_usage(event)
                 or _may_abort(event)
             )
@@ -95,6 +102,11 @@ class StreamTap:
                     self.usage = chunk["usage"]
                 if isinstance(chunk, dict) and aborted(chunk):
                     self.aborted = True
+                if self.encoder is not None:
+                    if self.unmasker is not None:
+                        chunk = self.unmasker.process(chunk)
+                    out.append(self.encoder.chunk(chunk))
+                    continue
                 if self.strip_usage and is_usage_only(chunk):
                     continue
                 if self.unmasker is not None:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from cache.advisor.render import GAUGE_FINDINGS, GAUGE_SAVING_MICROS, GAUGE_SAVING_TOKENS, gauge_values
 from cache.store_redis import REDIS_ERRORS
 
 if TYPE_CHECKING:
@@ -23,7 +24,8 @@ if TYPE_CHECKING:
 
 
 async def exposition(process: Process) -> web.Response:
-    """The process's metrics, with the gauges read at scrape time (index sizes, explicit entries)."""
+    """The process's metrics, with the gauges read at scrape time (index sizes, explicit entries, the
+    semantic cache's stale entries, the advisor's savings)."""
     metrics = process.metrics
     for pool in process.state.pools.values():
         for replica_id, blocks in pool.router.index.stats().per_replica.items():
@@ -36,7 +38,27 @@ async def exposition(process: Process) -> web.Response:
         else:
             for name in ("live", "created", "hits", "expired"):
                 metrics.child(metrics.explicit_entries, name).set(getattr(stats, name))
+    cache = process.state.cache
+    if cache is not None and cache.semantic is not None:
+        metrics.semantic_stale.set(cache.semantic.store.stats.stale)
+    if process.advisor.cfg.enabled:
+        set_advice_gauges(process)
     return web.Response(body=generate_latest(metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+def set_advice_gauges(process: Process) -> None:
+    """The advisor's potential savings per tenant (listed, else ``other``) and finding kind; series of
+    kinds that no longer apply drop to 0 (``gauge_values`` lists every kind of a present tenant)."""
+    metrics = process.metrics
+    listed = {t.id for t in process.state.policy.tenancy.tenants}
+    values = gauge_values(process.advisor.advice(), listed)
+    for name, gauge in (
+        (GAUGE_SAVING_MICROS, metrics.advice_saving_micros),
+        (GAUGE_SAVING_TOKENS, metrics.advice_saving_tokens),
+        (GAUGE_FINDINGS, metrics.advice_findings),
+    ):
+        for (tenant, kind), value in values[name].items():
+            metrics.child(gauge, tenant, kind).set(value)
 
 
 async def open_listener(process: Process, host: str, port: int) -> tuple[web.AppRunner, str]:

@@ -2,9 +2,11 @@
 
 A ``Process`` owns the metrics registry and its listener (``server.metrics_port``), the lifecycle
 hooks, the fleet's health (breakers, active verdicts, drains), the Redis client and its pool (when the
-policy names Redis), the billing ledger, admission, the background tasks (health checks, load scrape,
-discovery, the policy file watch, KV events), the draining flag, and the current ``State``: the
-policy-derived part, which a reload swaps (``swap``).
+policy names Redis, behind one deadline and breaker: ``cache.redis_guard``), the billing ledger,
+OpenTelemetry's tracer provider (when the policy turns tracing on), admission, the layout advisor's
+sketches, the background tasks (health checks, load scrape, LoRA adapters, discovery, the policy file
+watch, KV events), LoRA adapter loads in flight, the draining flag, the operator's file policy, and
+the current ``State``: the policy-derived part, which a reload swaps (``swap``).
 
 ``open`` and ``close`` run from the app's cleanup context (aiohttp ``cleanup_ctx``): every resource
 is registered on an exit stack as it is opened, so ``close`` closes them in reverse order, each once,
@@ -23,13 +25,17 @@ from typing import Any
 import redis.asyncio as aioredis
 from aiohttp import web
 
+from cache.advisor.advisor import Advisor
 from cache.redis_guard import BreakerState, RedisGuard
 from cache.store_redis import connect
 from config.policy import Policy
 from gateway.fleet import probes, scrape
+from gateway.fleet.adapters import AdapterLoader, adapters_loop
 from gateway.fleet.discovery import start_discovery
 from gateway.fleet.kv_events import Listener, start_kv_events, stop_kv_events
 from gateway.observability.metrics import GatewayMetrics
+from gateway.observability.tracing import Tracing, open_tracing
+from gateway.pipeline import trace
 from gateway.pipeline.lifecycle import Hooks
 from gateway.pipeline.tenant import server_secret
 from gateway.process.admission import Admission
@@ -58,6 +64,7 @@ class Process:
     worker: int = 0  # index among --workers N: its metrics listener is server.metrics_port + worker
     admission: Admission = field(init=False)
     fleet: FleetHealth = field(init=False)
+    advisor: Advisor = field(init=False)
     redis: aioredis.Redis | None = None
     metering: Metering | None = None
     state: State = field(init=False)
@@ -69,6 +76,9 @@ class Process:
     discovered: dict[str, tuple[Any, list[str]]] = field(default_factory=dict)
     kv_listeners: list[Listener] = field(default_factory=list)
     reload_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    adapter_loader: AdapterLoader = field(default_factory=AdapterLoader)  # LoRA loads in flight
+    span_exporter: Any = None  # replaces OTLP when tracing is on (tests: the SDK's in-memory exporter)
+    tracing: Tracing | None = None
     # Run in order after in-flight requests drained (or the drain period ended), before the upstream
     # session closes: e.g. flushing something. Exceptions are logged.
     shutdown_hooks: list[ShutdownHook] = field(default_factory=list)
@@ -79,6 +89,7 @@ class Process:
         self.file_policy = self.initial
         self.admission = Admission(self.metrics)
         self.fleet = FleetHealth(self.initial.breaker, self.metrics)
+        self.advisor = Advisor.from_policy(self.initial)
 
     # -- open / close ---------------------------------------------------------------------------------
     async def open(self) -> None:
@@ -98,14 +109,11 @@ class Process:
         self.metering = await open_metering(policy, self.metrics, self.redis)
         if self.metering is not None:
             stack.push_async_callback(self.metering.close)
-        self.state, pending = build_state(
-            policy,
-            secret=self.secret,
-            fleet=self.fleet,
-            metrics=self.metrics,
-            redis=self.redis,
-            discovered=self.discovered,
-        )
+        self.tracing = open_tracing(policy.tracing, self.span_exporter)
+        if self.tracing is not None:
+            stack.push_async_callback(self.tracing.close)
+            trace.install(self.hooks, self.tracing)
+        self.state, pending = self.build(policy, previous=None)
         for apply in pending:
             apply()
         stack.push_async_callback(self._close_state)
@@ -152,7 +160,21 @@ class Process:
             except Exception:
                 log.exception("shutdown hook failed", extra={"event": "shutdown_hook_error"})
 
-    # -- a reload's swap ------------------------------------------------------------------------------
+    # -- a reload's build and swap --------------------------------------------------------------------
+    def build(self, policy: Policy, previous: State | None) -> tuple[State, list[Callable[[], None]]]:
+        """The state of ``policy`` with what this process owns, carrying over from ``previous``."""
+        assert self.secret is not None
+        return build_state(
+            policy,
+            secret=self.secret,
+            fleet=self.fleet,
+            metrics=self.metrics,
+            redis=self.redis,
+            discovered=self.discovered,
+            pools_now=lambda: self.state.pools,
+            previous=previous,
+        )
+
     def swap(self, new: State, pending: list[Callable[[], None]]) -> None:
         """Make ``new`` current (nothing awaited between here and the caller's build), then close what
         the old state owned and the new one does not carry, once the old state's requests had the
@@ -163,6 +185,7 @@ class Process:
             apply()
         self.fleet.reconfigure(new.policy.breaker)
         self.fleet.attach(p.router for p in new.pools.values())
+        self.advisor.reconfigure(new.policy)
         drain_s = max(old.policy.server.drain_timeout_s, 1.0)
         for close in replaced(old, new):
             self.retire(close, drain_s)
@@ -176,7 +199,7 @@ class Process:
 
     def start_loops(self, policy: Policy) -> None:
         """(Re)start the loops whose settings come from the policy (they read ``self.state`` afresh)."""
-        for name in ("health", "scrape", "watch"):
+        for name in ("health", "scrape", "watch", "adapters"):
             task = self.tasks.pop(name, None)
             if task is not None:
                 task.cancel()
@@ -187,6 +210,8 @@ class Process:
             self.start_task(
                 "scrape", scrape.scrape_loop(self, policy.scrape.interval_s, policy.scrape.timeout_s)
             )
+        if any(m.lora.discover for m in policy.models):
+            self.start_task("adapters", adapters_loop(self))
         if policy.reload.watch_interval_s > 0 and self.policy_path is not None:
             self.start_task("watch", watch_file(self, policy.reload.watch_interval_s))
 

@@ -1,12 +1,13 @@
 """Application factory: the process, its hooks, the routes, one middleware; and serving it.
 
 ``create_app`` builds a ``Process`` (opened at startup and closed at cleanup through aiohttp's
-``cleanup_ctx``, after the drain), installs the lifecycle hooks of the pipeline (routing feedback,
-billing, tenant refunds, metrics and the access log), and the routes: the public ones
+``cleanup_ctx``, after the drain), installs the lifecycle hooks of the pipeline (routing feedback, the
+layout advisor's observation, billing, tenant refunds, metrics and the access log), and the routes: the public ones
 (``gateway.server.endpoints``) and the admin API (``gateway.admin``).
 
-One middleware does what every request needs, in this order: OpenAI-format errors for anything that
-escapes (404, 405, an unexpected exception: never a crash); a POST body read within
+One middleware does what every request needs, in this order: errors in the format of the API the path
+speaks (OpenAI's, Anthropic's on ``/v1/messages``) for anything that escapes (404, 405, an unexpected
+exception: never a crash); a POST body read within
 ``limits.body_timeout_s``; process admission for inference requests (at most
 ``limits.max_concurrent_requests`` at once, others queued, bounded).
 """
@@ -14,24 +15,27 @@ escapes (404, 405, an unexpected exception: never a crash); a POST body read wit
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from aiohttp import web
 
 from config.policy import Policy
 from gateway.admin.routes import add_admin_routes
-from gateway.errors import GatewayError, error_response
+from gateway.errors import GatewayError
 from gateway.observability.metrics import GatewayMetrics
-from gateway.pipeline import billing, dispatch, limits, observe
+from gateway.pipeline import advise, billing, dispatch, limits, observe
+from gateway.pipeline.protocols.openai import FRONTEND as OPENAI
 from gateway.process.process import PROCESS, Process, process_context
 from gateway.server.conn_guard import GatewayRunner, read_body_within
-from gateway.server.endpoints import INFERENCE_PATHS, add_public_routes
+from gateway.server.endpoints import FRONTEND_BY_PATH, INFERENCE_PATHS, add_public_routes
 
-HOOKS = (dispatch.install, billing.install, limits.install, observe.install)
+HOOKS = (dispatch.install, advise.install, billing.install, limits.install, observe.install)
 
 
 @web.middleware
 async def gateway_middleware(request: web.Request, handler):  # type: ignore[no-untyped-def]
     process = request.app[PROCESS]
+    error_response = FRONTEND_BY_PATH.get(request.path, OPENAI).error
     try:
         if request.method != "POST":
             return await handler(request)
@@ -71,12 +75,19 @@ def create_app(
     secret: bytes | None = None,
     metrics: GatewayMetrics | None = None,
     policy_path: str | None = None,
+    span_exporter: Any = None,
     worker: int = 0,
 ) -> web.Application:
     """``policy_path``: the file a reload (SIGHUP, file watch, ``POST /admin/reload``) reads again;
-    ``worker``: this process's index among ``--workers N``."""
+    ``span_exporter`` replaces OTLP when the policy turns tracing on; ``worker``: this process's index
+    among ``--workers N``."""
     process = Process(
-        policy, policy_path=policy_path, secret=secret, metrics=metrics or GatewayMetrics(), worker=worker
+        policy,
+        policy_path=policy_path,
+        secret=secret,
+        metrics=metrics or GatewayMetrics(),
+        span_exporter=span_exporter,
+        worker=worker,
     )
     for install in HOOKS:
         install(process.hooks)

@@ -17,7 +17,7 @@ import openai
 import orjson
 import pytest
 
-from gateway.pipeline.relay import replica_error
+from gateway.pipeline.protocols.base import replica_error
 from tests.fault.support import chat, gateway_with, post
 from tests.support.redis_server import RedisServer
 from tests.support.stack import policy_for, sim_faults, sim_fleet

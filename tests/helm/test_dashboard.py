@@ -24,6 +24,8 @@ METRICS: dict[str, set[str]] = {
     "billed_cost_micros_total": {"tenant"},
     "replica_healthy": {"replica"},
     "upstream_errors_total": {"replica", "kind"},
+    "advice_saving_micros_per_day": {"tenant", "kind"},
+    "advice_findings": {"tenant", "kind"},
 }
 HISTOGRAMS = {"request_duration_seconds", "time_to_first_byte_seconds", "prefix_match_fraction"}
 METRIC_RE = re.compile(r"prefix_gateway_([a-z_]+)")

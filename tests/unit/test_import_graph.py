@@ -19,6 +19,7 @@ GATEWAY_LAYERS = (
     "upstream",
     "fleet",
     "pipeline",
+    "batch",
     "process",
     "admin",
     "server",

@@ -215,6 +215,18 @@ def panels() -> list[Panel]:
             [(f"sum by (tenant) (rate({P}billed_cost_micros_total{RATE})) * 3600 / 1e6", "{{tenant}}")],
             unit="currencyUSD",
         ),
+        row("Prompt layout advice"),
+        timeseries(
+            "Potential saving per day, by tenant and finding",
+            [(f"sum by (tenant, kind) ({P}advice_saving_micros_per_day) / 1e6", "{{tenant}} {{kind}}")],
+            unit="currencyUSD",
+            desc="What each tenant would save per day by changing its prompt layout as GET /admin/advice says "
+            "(advisor.enabled in the policy).",
+        ),
+        timeseries(
+            "Layout findings",
+            [(f"sum by (tenant, kind) ({P}advice_findings)", "{{tenant}} {{kind}}")],
+        ),
         row("Replicas"),
         replica_health,
     ]

@@ -1,0 +1,97 @@
+"""Normalisation of a question before anything looks at it (pure).
+
+Steps, in order: Unicode NFKC with case folding (full-width ``ＩＰＨＯＮＥ１５`` and half-width kana
+become their plain forms, ``ﬁ`` becomes ``fi``), apostrophes inside words dropped (``don't`` → ``dont``),
+punctuation to spaces except between two digits (``6.1``, ``2024-05-01`` and ``10:30`` keep theirs), runs
+of white space to one space, no space between two CJK characters (Chinese and Japanese write none), then
+the synonym table: each term becomes its ``snake_case`` canonical (``运单号`` → ``order_no``).
+
+``normalize(normalize(x)) == normalize(x)`` for every text (property-tested). The synonym step keeps it
+so because canonicals contain ``_`` and terms never do (config/semantic.py enforces both), and
+``TermMatcher`` treats ``_`` as part of a word: no term can match inside, or across the edge of, a
+canonical written by an earlier pass.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Iterable
+
+from cache.semantic.terms import TermMatcher
+
+_APOSTROPHE = re.compile(r"(?<=[^\W\d_])['’](?=[^\W\d_])")
+_SPACE = re.compile(r"\s+")
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
+_CJK_GAP = re.compile(f"(?<=[{_CJK}]) (?=[{_CJK}])")
+_CJK_CHAR = re.compile(f"[{_CJK}]")
+
+
+def _fold(text: str) -> str:
+    """NFKC and case folding to a fixed point (case folding can produce text that NFKC changes again)."""
+    for _ in range(4):
+        folded = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", text).casefold())
+        if folded == text:
+            break
+        text = folded
+    return text
+
+
+def _punctuation_table() -> dict[int, str]:
+    """Punctuation (except ``_``), modifier symbols and control/format characters of the BMP → space.
+
+    Built once at import (about 10 ms); characters beyond the BMP are kept as they are."""
+    table = {}
+    for cp in range(0x10000):
+        cat = unicodedata.category(chr(cp))
+        if cat[0] == "P" or cat in ("Sk", "Cc", "Cf"):
+            table[cp] = " "
+    del table[ord("_")]
+    return table
+
+
+_PUNCTUATION = _punctuation_table()
+_BETWEEN_DIGITS = re.compile(r"(?<=\d)([^\w\s])(?=\d)")
+
+
+def _strip_punctuation(text: str) -> str:
+    """Punctuation to spaces, except one punctuation character between two digits (``6.1``)."""
+    parts = _BETWEEN_DIGITS.split(text)
+    for i in range(len(parts)):
+        if i % 2 == 0 or unicodedata.category(parts[i])[0] != "P":
+            parts[i] = parts[i].translate(_PUNCTUATION)
+    return "".join(parts)
+
+
+def _collapse(text: str) -> str:
+    return _SPACE.sub(" ", text).strip()
+
+
+def base_normalize(text: str) -> str:
+    """Everything but synonyms."""
+    text = _APOSTROPHE.sub("", _fold(text))
+    text = _collapse(_strip_punctuation(text))
+    return _CJK_GAP.sub("", text)
+
+
+def has_cjk(text: str) -> bool:
+    return _CJK_CHAR.search(text) is not None
+
+
+class Normalizer:
+    """``normalizer(text)``: the normalised form, synonyms applied."""
+
+    __slots__ = ("_matcher", "_to")
+
+    def __init__(self, synonyms: Iterable[tuple[str, Iterable[str]]] = ()) -> None:
+        self._to: dict[str, str] = {}
+        for canonical, terms in synonyms:
+            for t in terms:
+                self._to[base_normalize(t)] = canonical
+        self._matcher = TermMatcher(self._to)
+
+    def __call__(self, text: str) -> str:
+        text = base_normalize(text)
+        if self._matcher:
+            text = _collapse(self._matcher.sub(text, self._to))
+        return text

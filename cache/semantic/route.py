@@ -1,0 +1,119 @@
+"""One route's semantic-cache configuration, compiled once per policy load (pure).
+
+``SemanticRoute.analyse(endpoint, body)`` is the whole pure part of a lookup: the question and its
+context, the admission decision, the fingerprint, and in embedding mode the guard features. Nothing in
+an ``Analysis`` is logged or stored except keys and tag ids (HMACs) and the metric labels
+(``decision.reason``, ``fingerprint.missing``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from cache.semantic.admission import Admission, Decision
+from cache.semantic.extractors import Extractor, build
+from cache.semantic.fingerprint import Fingerprint, IntentRules, fingerprint, fingerprint_key, partition_id
+from cache.semantic.guards import GuardFeatures, guard_features
+from cache.semantic.invalidation import EventError, Plan, plan_event
+from cache.semantic.normalize import Normalizer, has_cjk
+from cache.semantic.question import Question, split_question
+from cache.semantic.tags import TagRef, entry_refs
+from cache.semantic.terms import TermMatcher
+from config.semantic import SemanticConfig
+
+
+@dataclass(frozen=True, slots=True)
+class Analysis:
+    decision: Decision  # bypass reasons include the question's shape (not_chat, too_long, ...)
+    question: Question | None = None
+    text: str = ""  # the normalised question
+    fingerprint: Fingerprint | None = None
+    guards: GuardFeatures | None = None  # embedding mode only
+
+    def key(self, salt: str | bytes, version: int) -> str | None:
+        """The fingerprint key, or None (bypassed, or an incomplete fingerprint)."""
+        if not self.decision.allowed or self.question is None or self.fingerprint is None:
+            return None
+        return fingerprint_key(salt, version, self.question.context, self.fingerprint)
+
+    def partition(self, salt: str | bytes, version: int) -> str:
+        assert self.question is not None
+        return partition_id(salt, version, self.question.context)
+
+
+class SemanticRoute:
+    """The compiled ``SemanticConfig`` of one model."""
+
+    def __init__(self, cfg: SemanticConfig, tag_secret: bytes) -> None:
+        self.cfg = cfg
+        self.secret = tag_secret
+        self.normalize = Normalizer((g.canonical, g.terms) for g in cfg.synonyms)
+        n = self.normalize
+        self.slots: list[Extractor] = [build(e, n) for e in cfg.slots]
+        self.constraints: list[Extractor] = [build(e, n) for e in cfg.constraints]
+        self._slot_extractors: dict[str, list[Extractor]] = {}
+        for e_cfg, ext in zip(cfg.slots, self.slots, strict=True):
+            for s in e_cfg.slots():
+                self._slot_extractors.setdefault(s, []).append(ext)
+        intent_of: dict[str, str] = {}
+        for rule in cfg.intents:
+            for t in rule.terms:
+                term = n(t)
+                if intent_of.setdefault(term, rule.name) != rule.name:
+                    raise ValueError(f"intent term {t!r} belongs to {intent_of[term]!r} and {rule.name!r}")
+        self.intents = IntentRules(
+            TermMatcher(intent_of),
+            intent_of,
+            {r.name: tuple(r.required_slots) for r in cfg.intents},
+            {r.name: dict(r.constraints) for r in cfg.intents},
+        )
+        self.intent_names = tuple(r.name for r in cfg.intents)
+        self.fillers = TermMatcher(n(t) for t in cfg.fillers)
+        self.admission = Admission(cfg.admission, n)
+        guards = cfg.embedding.guards if cfg.embedding is not None else None
+        self.negations = TermMatcher(n(t) for t in guards.negation_terms) if guards is not None else None
+        self._events = {e.type: e for e in cfg.events}
+
+    def analyse(self, endpoint: str, body: Mapping[str, Any]) -> Analysis:
+        q = split_question(endpoint, body, self.cfg.max_text_chars)
+        if isinstance(q, str):
+            return Analysis(Decision("bypass", q))
+        text = self.normalize(q.raw)
+        decision = self.admission.decide(text)
+        if not decision.allowed:
+            return Analysis(decision, q, text)
+        fp = fingerprint(
+            text,
+            lang="zh" if has_cjk(q.raw) else "en",
+            slots=self.slots,
+            constraints=self.constraints,
+            intents=self.intents,
+            fillers=self.fillers,
+            max_residual_words=self.cfg.max_residual_words,
+        )
+        guards = guard_features(q.raw, text, fp, self.negations) if self.negations is not None else None
+        return Analysis(decision, q, text, fp, guards)
+
+    def refs(self, fp: Fingerprint) -> tuple[TagRef, ...]:
+        """The invalidation tags of an entry stored for this fingerprint."""
+        return entry_refs(self.secret, fp.intent if fp.complete else None, fp.found)
+
+    def canonical_value(self, slot: str, raw: str) -> str:
+        """A slot value from an event, written the way this route's extractors write it."""
+        text = self.normalize(raw)
+        for ext in self._slot_extractors.get(slot, []):
+            values = {f.value for f in ext.extract(text) if f.slot == slot}
+            if len(values) == 1:
+                return values.pop()
+        return raw.strip()
+
+    def handles(self, event_type: str) -> bool:
+        return event_type in self._events
+
+    def plan(self, event: Mapping[str, Any]) -> Plan:
+        mapping = self._events.get(str(event.get("type")))
+        if mapping is None:
+            raise EventError(f"no event mapping for type {event.get('type')!r}", "type")
+        return plan_event(event, mapping, self.intent_names, self.secret, self.canonical_value)

@@ -1,0 +1,209 @@
+"""Semantic entries: the store interface, its epoch check, and the in-memory store (embedded default).
+
+Entries are ``cache.entry.Entry`` objects in a ``cache.store.MemoryStore`` (the exact cache's LRU with
+TTL and byte bound). Beside them the semantic store keeps
+
+* a tag index, tag → {entry key: intent}, so an event removes exactly its entries (``remove``);
+* epoch counters per (tag, intent), bumped by events (``epochs``).
+
+An entry records, in ``meta``, its tags and the epochs read *before* its answer was generated. ``get``
+serves it only while those epochs are still current: an entry filled after an event by a request that
+started before it is refused (counted in ``stats.stale``) instead of being served stale. Stale serves
+are therefore impossible by construction, and ``bench.semantic``'s event replay checks it with an
+oracle of its own.
+
+Bounds: ``max_entries_per_tag`` index members per tag (beyond: not stored, ``tag_full``), dangling
+index members (entries the LRU evicted) swept when they outnumber live entries, and ``max_epochs``
+counters (beyond: everything is dropped and a generation counter makes every earlier basis stale).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from cache.entry import Entry
+from cache.semantic.invalidation import Removal
+from cache.semantic.tags import TagRef
+from cache.store import MemoryStore, ResponseStore
+
+Epochs = tuple[int, ...]
+
+
+@dataclass
+class SemanticStats:
+    hits: int = 0
+    misses: int = 0
+    stale: int = 0  # entries refused because an event happened after their answer's basis
+    sets: int = 0
+    not_stored: int = 0
+    removed: int = 0
+    errors: int = 0
+
+
+@runtime_checkable
+class SemanticStore(Protocol):
+    stats: SemanticStats
+
+    async def get(self, key: str) -> Entry | None: ...
+
+    async def epochs(self, refs: Sequence[TagRef]) -> Epochs | None: ...
+
+    async def put(
+        self, key: str, entry: Entry, ttl_s: float, refs: Sequence[TagRef], basis: Epochs
+    ) -> str: ...
+
+    async def remove(self, removals: Sequence[Removal]) -> int: ...
+
+    async def close(self) -> None: ...
+
+
+def stamp(entry: Entry, refs: Sequence[TagRef], basis: Epochs) -> Entry:
+    """The entry with its tags and basis epochs recorded (what ``get`` checks)."""
+    entry.meta["refs"] = [[r.tag, r.field] for r in refs]
+    entry.meta["epochs"] = list(basis)
+    return entry
+
+
+def entry_refs(entry: Entry) -> list[TagRef] | None:
+    raw = entry.meta.get("refs")
+    if not isinstance(raw, list):
+        return None
+    try:
+        return [TagRef(str(t), str(f)) for t, f in raw]
+    except (TypeError, ValueError):
+        return None
+
+
+def is_current(entry: Entry, now: Epochs | None) -> bool:
+    return now is not None and list(now) == entry.meta.get("epochs")
+
+
+async def get_current(
+    entries: ResponseStore,
+    epochs: Callable[[Sequence[TagRef]], Awaitable[Epochs | None]],
+    stats: SemanticStats,
+    key: str,
+) -> Entry | None:
+    """The entry for ``key`` if its epochs are still the current ones; a stale entry is deleted and
+    counted, an entry whose epochs cannot be read (backend error) is a miss and kept."""
+    entry = await entries.get(key)
+    if entry is None:
+        stats.misses += 1
+        return None
+    refs = entry_refs(entry)
+    now = await epochs(refs) if refs is not None else None
+    if refs is not None and is_current(entry, now):
+        stats.hits += 1
+        return entry
+    stats.misses += 1
+    if refs is None or now is not None:
+        stats.stale += 1
+        await entries.delete(key)
+    return None
+
+
+class MemorySemanticStore:
+    def __init__(
+        self,
+        max_bytes: int = 64 * 1024 * 1024,
+        max_entry_bytes: int = 1024 * 1024,
+        max_entries_per_tag: int = 100_000,
+        max_epochs: int = 100_000,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.entries = MemoryStore(max_bytes=max_bytes, max_entry_bytes=max_entry_bytes, clock=clock)
+        self.max_entries_per_tag = max_entries_per_tag
+        self.max_epochs = max_epochs
+        self.stats = SemanticStats()
+        self._index: dict[str, dict[str, str]] = {}
+        self._members = 0
+        self._epochs: dict[tuple[str, str], int] = {}
+        self._generation = 0
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def index_size(self) -> int:
+        return self._members
+
+    def _now(self, refs: Sequence[TagRef]) -> Epochs:
+        return (self._generation, *(self._epochs.get((r.tag, r.field), 0) for r in refs))
+
+    async def epochs(self, refs: Sequence[TagRef]) -> Epochs:
+        return self._now(refs)
+
+    async def get(self, key: str) -> Entry | None:
+        return await get_current(self.entries, self.epochs, self.stats, key)
+
+    async def put(self, key: str, entry: Entry, ttl_s: float, refs: Sequence[TagRef], basis: Epochs) -> str:
+        if self._now(refs) != tuple(basis):
+            self.stats.not_stored += 1
+            return "stale_basis"  # an event happened while the answer was generated
+        for r in refs:
+            members = self._index.get(r.tag, {})
+            if len(members) >= self.max_entries_per_tag and key not in members:
+                self.stats.not_stored += 1
+                return "tag_full"
+        if not await self.entries.set(key, stamp(entry, refs, basis), ttl_s):
+            self.stats.not_stored += 1
+            return "too_large"
+        for r in refs:
+            members = self._index.setdefault(r.tag, {})
+            if key not in members:
+                self._members += 1
+            members[key] = r.field
+        self.stats.sets += 1
+        self._sweep()
+        return "stored"
+
+    def _sweep(self) -> None:
+        """Drop index members whose entry the LRU or its TTL removed (amortised: only when they pile up)."""
+        if self._members <= 2 * len(self.entries) + 1024:
+            return
+        for tag in list(self._index):
+            members = {k: f for k, f in self._index[tag].items() if k in self.entries}
+            self._members -= len(self._index[tag]) - len(members)
+            if members:
+                self._index[tag] = members
+            else:
+                del self._index[tag]
+
+    async def _forget(self, key: str) -> bool:
+        existed = key in self.entries
+        await self.entries.delete(key)
+        return existed
+
+    async def remove(self, removals: Sequence[Removal]) -> int:
+        removed = 0
+        for rm in removals:
+            for field in rm.bump:
+                slot = (rm.tag, field)
+                if slot not in self._epochs and len(self._epochs) >= self.max_epochs:
+                    await self._reset()
+                self._epochs[slot] = self._epochs.get(slot, 0) + 1
+            members = self._index.get(rm.tag, {})
+            doomed = [k for k, f in members.items() if rm.intents is None or f in rm.intents]
+            for k in doomed:
+                del members[k]
+                self._members -= 1
+                removed += await self._forget(k)
+            if not members:
+                self._index.pop(rm.tag, None)
+        self.stats.removed += removed
+        return removed
+
+    async def _reset(self) -> None:
+        """Too many epoch counters: drop everything; the new generation makes every old basis stale."""
+        await self.entries.close()
+        self._index.clear()
+        self._members = 0
+        self._epochs.clear()
+        self._generation += 1
+
+    async def close(self) -> None:
+        await self.entries.close()
+        self._index.clear()
+        self._members = 0

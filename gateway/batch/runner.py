@@ -1,0 +1,324 @@
+"""Runs one batch's plan: every line through an injected ``send``, within a share of each replica.
+
+``send(line, replica_hint) -> (status, body)`` is the gateway's own request path in production (so
+routing, billing and limits apply to batch lines as to any request; the hint is the replica the plan
+chose, which the router may overrule when that replica is unhealthy or saturated) and any async
+callable in tests. What the runner adds:
+
+- **Lanes.** One lane per replica range of the plan, worked through in plan order, so a replica works
+  through one shared prefix at a time. A line that waits for another (``PlannedLine.after``) is held
+  until that one has answered; at most one such prefix-warming line per lane is in flight, sent while
+  the previous group's tail still runs, so the next group starts with its prefix cached and the wait
+  costs about nothing (engines cache a prefix once its prefill is done, not while it runs).
+- **Share.** A lane holds at most ``allowed(waiting)`` slots of its replica: ``floor(share ×
+  replica_slots)`` while the replica's online queue (``load(replica)``, requests waiting) is at most
+  ``backoff.waiting_start``, none from ``waiting_stop`` on, linear between. The slots are counted in a
+  ``SlotPool`` that every batch of the process shares, so two batches together never exceed it. A lane
+  re-reads the load at every answer and every ``poll_s``; nothing in flight is ever cut off by a backoff.
+- **Stealing.** A lane with nothing left takes the back half of the unsent lines of the busiest lane, if
+  that one is stalled by its online queue or has two rounds of its slots left, cut at a group boundary
+  when one is near: the plan's ranges are balanced by expected work, the fleet's online load is not.
+  The stolen group pays one more prefill of its prefix; a lane stalled for good is emptied.
+- **Retries.** A 408, 429, 5xx or a transport error is retried after an exponential, jittered wait up to
+  ``max_attempts``; the line keeps its place. Then the last answer (or ``request_failed``) is its result.
+- **Stop.** ``stop(reason)``: no new sends, in-flight sends cancelled (the engine aborts a request whose
+  client went away), ``run`` returns the reason. Lines not recorded are the caller's to settle (re-run
+  by the next holder, or answered ``batch_cancelled`` / ``batch_expired``); recording is exactly once
+  per ``custom_id`` in the store, so a line cut off after its answer was recorded is never duplicated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import random
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from config.batch import PoolBatchParams
+from gateway.batch.objects import LineResult, answered, unanswered
+from router.batch_plan import Plan, PlannedLine
+
+RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+
+
+@dataclass(frozen=True, slots=True)
+class BatchLine:
+    """One request of a batch as ``send`` receives it."""
+
+    batch_id: str
+    tenant: str
+    line: int  # 1-based line number in the input file
+    custom_id: str
+    request_id: str  # the output line's id: send it as x-request-id (one ledger row per line)
+    endpoint: str  # chat | completions | embeddings
+    url: str
+    model: str
+    body: dict[str, Any]
+
+
+Send = Callable[[BatchLine, str | None], Awaitable[tuple[int, Any]]]
+LoadSignal = Callable[[str], float | None]
+"""Online requests waiting on a replica (its scraped queue), or None when unknown (full share)."""
+
+
+class SlotPool:
+    """Batch requests in flight per replica, shared by every batch one process runs."""
+
+    def __init__(self) -> None:
+        self._used: dict[str | None, int] = {}
+
+    def used(self, replica: str | None) -> int:
+        return self._used.get(replica, 0)
+
+    def take(self, replica: str | None, allowed: int) -> bool:
+        n = self._used.get(replica, 0)
+        if n >= allowed:
+            return False
+        self._used[replica] = n + 1
+        return True
+
+    def give(self, replica: str | None) -> None:
+        self._used[replica] -= 1
+
+
+@dataclass(slots=True)
+class RunStats:
+    """What a run did, for metrics: sends (retries included), lines by outcome, tokens of 2xx answers."""
+
+    sent: int = 0
+    retried: int = 0
+    stolen: int = 0  # lines moved to an idle replica from one that had many left or was stalled
+    completed: int = 0
+    failed: int = 0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    completion_tokens: int = 0
+    reasoning_tokens: int = 0
+
+    def add_usage(self, body: Any) -> None:
+        usage = body.get("usage") if isinstance(body, Mapping) else None
+        if not isinstance(usage, Mapping):
+            return
+        self.prompt_tokens += _int(usage.get("prompt_tokens"))
+        self.completion_tokens += _int(usage.get("completion_tokens"))
+        details = usage.get("prompt_tokens_details")
+        if isinstance(details, Mapping):
+            self.cached_tokens += _int(details.get("cached_tokens"))
+        details = usage.get("completion_tokens_details")
+        if isinstance(details, Mapping):
+            self.reasoning_tokens += _int(details.get("reasoning_tokens"))
+
+
+def _int(v: Any) -> int:
+    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else 0
+
+
+@dataclass(slots=True)
+class _Lane:
+    replica: str | None
+    ready: list[tuple[int, PlannedLine]] = field(default_factory=list)  # heap by plan position
+    waiting: dict[int, list[tuple[int, PlannedLine]]] = field(default_factory=dict)  # by the key waited for
+    warming: int | None = None  # key of the line others wait for that is out (sent or awaiting a retry)
+    busy: int = 0  # its lines in flight or awaiting a retry
+
+    def backlog(self) -> list[tuple[int, PlannedLine]]:
+        """Its lines not yet sent, by plan position."""
+        return sorted([*self.ready, *(x for xs in self.waiting.values() for x in xs)])
+
+
+class Runner:
+    def __init__(
+        self,
+        plan: Plan,
+        *,
+        read: Callable[[int], Awaitable[BatchLine]],
+        send: Send,
+        load: LoadSignal,
+        params: PoolBatchParams,
+        slots: SlotPool,
+        record: Callable[[LineResult], Awaitable[Any]],
+        max_attempts: int = 3,
+        backoff_s: float = 1.0,
+        backoff_max_s: float = 30.0,
+        poll_s: float = 1.0,
+        stats: RunStats | None = None,
+        rng: Callable[[], float] = random.random,
+    ):
+        self.read, self.send, self.load, self.record = read, send, load, record
+        self.params, self.slots = params, slots
+        self.max_attempts, self.backoff_s, self.backoff_max_s = max_attempts, backoff_s, backoff_max_s
+        self.poll_s, self.rng = poll_s, rng
+        self.stats = stats if stats is not None else RunStats()
+        self._lanes: list[_Lane] = []
+        pos = 0  # positions run across the ranges, in trie order, so stolen lines keep their order
+        for replica, lines in plan.ranges.items():
+            lane = _Lane(replica)
+            for pl in lines:
+                if pl.after is None:
+                    lane.ready.append((pos, pl))
+                else:
+                    lane.waiting.setdefault(pl.after, []).append((pos, pl))
+                pos += 1
+            heapq.heapify(lane.ready)
+            self._lanes.append(lane)
+        self._left = len(plan)
+        self._attempts: dict[int, int] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._timers: dict[int, asyncio.TimerHandle] = {}  # retries waiting, by line key
+        self._wake = asyncio.Event()
+        self._stop: str | None = None
+        self._error: BaseException | None = None
+
+    def stop(self, reason: str) -> None:
+        """Stop sending (the first reason wins); ``run`` cancels what is in flight and returns it."""
+        if self._stop is None:
+            self._stop = reason
+        self._wake.set()
+
+    async def run(self) -> str:
+        """Send every line; ``"done"`` once each has its result, else the reason it was stopped."""
+        try:
+            while self._stop is None and self._left:
+                self._wake.clear()
+                for lane in self._lanes:
+                    self._fill(lane)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), self.poll_s)
+        finally:
+            for timer in self._timers.values():
+                timer.cancel()
+            for task in self._tasks:
+                task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._error is not None:
+            raise self._error
+        return self._stop or "done"
+
+    def _allowed(self, lane: _Lane) -> int:
+        return self.params.allowed(None if lane.replica is None else self.load(lane.replica))
+
+    def _fill(self, lane: _Lane) -> None:
+        allowed = self._allowed(lane)
+        if allowed and not (lane.ready or lane.waiting or lane.busy):
+            self._steal(lane)
+        while lane.ready:
+            pos, pl = lane.ready[0]
+            warms = pl.key in lane.waiting
+            if warms and lane.warming not in (None, pl.key):
+                return  # one prefix warms at a time: the next group's lead waits for this one
+            if not self.slots.take(lane.replica, allowed):
+                return
+            heapq.heappop(lane.ready)
+            if warms:
+                lane.warming = pl.key
+            lane.busy += 1
+            self._start(lane, pos, pl)
+
+    def _steal(self, thief: _Lane) -> None:
+        """An idle lane takes the back half of the unsent lines of the lane with the most of them, if that
+        lane is stalled (its replica's online queue allows it nothing) or has at least two rounds of its
+        slots left; the cut moves within the middle quarter to the line that shares least with the one
+        before it (a group boundary when one is near). The thief prefills the stolen group's prefix."""
+        best: list[tuple[int, PlannedLine]] = []
+        victim = None
+        for lane in self._lanes:
+            if lane is thief:
+                continue
+            items = lane.backlog()
+            if len(items) > len(best) and (len(items) >= 2 * self.params.slots or not self._allowed(lane)):
+                best, victim = items, lane
+        if victim is None:
+            return
+        half, spread = len(best) // 2, len(best) // 8
+        cut = min(
+            range(half - spread, half + spread + 1), key=lambda i: (best[i][1].cached_tokens, abs(i - half))
+        )
+        moved = best[cut:]
+        taken = {pl.key for _, pl in moved}
+        dep_of = {x[1].key: k for k, xs in victim.waiting.items() for x in xs}
+        victim.ready = [x for x in victim.ready if x[1].key not in taken]
+        heapq.heapify(victim.ready)
+        victim.waiting = {
+            k: kept for k, xs in victim.waiting.items() if (kept := [x for x in xs if x[1].key not in taken])
+        }
+        # On the thief the first stolen line warms the prefix; lines that waited for a line left behind
+        # wait for it instead, the others keep their wait.
+        first = moved[0]
+        thief.ready.append(first)
+        for item in moved[1:]:
+            dep = dep_of.get(item[1].key)
+            thief.waiting.setdefault(dep if dep in taken else first[1].key, []).append(item)
+        heapq.heapify(thief.ready)
+        self.stats.stolen += len(taken)
+
+    def _start(self, lane: _Lane, pos: int, pl: PlannedLine) -> None:
+        task = asyncio.get_running_loop().create_task(self._one(lane, pos, pl))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _one(self, lane: _Lane, pos: int, pl: PlannedLine) -> None:
+        attempt = self._attempts.get(pl.key, 0) + 1
+        self._attempts[pl.key] = attempt
+        status: int | None = None
+        body: Any = None
+        error = ""
+        try:
+            line = await self.read(pl.key)
+            self.stats.sent += 1
+            try:
+                status, body = await self.send(line, lane.replica)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # transport failure: retried, then the line's error
+                error = f"{type(exc).__name__}: {exc}"[:500]
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # reading the input failed: the run cannot go on
+            self._fail(exc)
+            return
+        finally:
+            self.slots.give(lane.replica)
+            self._wake.set()
+        if (status is None or status in RETRY_STATUS) and attempt < self.max_attempts and self._stop is None:
+            self.stats.retried += 1
+            delay = min(self.backoff_max_s, self.backoff_s * 2 ** (attempt - 1)) * (0.5 + self.rng() / 2)
+            self._timers[pl.key] = asyncio.get_running_loop().call_later(delay, self._requeue, lane, pos, pl)
+            return
+        if status is None:
+            result = unanswered(line.batch_id, line.custom_id, line.line, "request_failed", error)
+        else:
+            result = answered(line.batch_id, line.custom_id, line.line, status, body)
+        try:
+            await self.record(result)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._fail(exc)
+            return
+        if result.ok:
+            self.stats.completed += 1
+            self.stats.add_usage(body)
+        else:
+            self.stats.failed += 1
+        self._left -= 1
+        lane.busy -= 1
+        if lane.warming == pl.key:
+            lane.warming = None
+        for waiter in self._lanes:  # its waiters, wherever a steal has put them
+            for item in waiter.waiting.pop(pl.key, ()):
+                heapq.heappush(waiter.ready, item)
+        self._wake.set()
+
+    def _requeue(self, lane: _Lane, pos: int, pl: PlannedLine) -> None:
+        del self._timers[pl.key]
+        lane.busy -= 1  # ready again, no longer out
+        heapq.heappush(lane.ready, (pos, pl))
+        self._wake.set()
+
+    def _fail(self, exc: BaseException) -> None:
+        if self._error is None:
+            self._error = exc
+        self.stop("error")

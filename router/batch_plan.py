@@ -1,0 +1,226 @@
+"""Offline batches in shared-prefix order: which replica runs each line, in what order, after which line.
+
+Pure, no I/O. Each line is rendered, tokenized and hashed exactly as the online router does
+(``router.prompt``, ``router.tokenizers``, ``router.blocks``), so a plan and the prefix index agree on
+what a shared prefix is. Why each choice (numbers from ``python -m bench.batch_workload --plan``, the
+issue's 5,000-line batch of 50 templates on 4 replicas):
+
+- **Order: a trie over block hashes, walked depth first.** Sorting the lines by their packed chained
+  hashes (8 bytes a block) *is* that walk: lines sharing k blocks share the first 8k bytes of their key,
+  so every shared prefix is one contiguous run, nested runs inside it, and the line just before a line
+  shares the longest prefix with it of all earlier lines (its longest common prefix, LCP, is found by a
+  binary search on one word: chained hashes are equal up to a depth exactly when the words there are).
+  The sort is C ``memcmp`` over keys of at most ``max_prefix_tokens / block_size`` words and keeps no
+  node objects: 2 KiB a line at the defaults, where a node-per-block trie of a 50,000-line batch of
+  unique 4k-token prompts would hold 12.8 M Python objects.
+- **Work** of a line is its prefill in that order (its tokens minus what it shares with the line before
+  it) plus its expected output tokens: what the replica that runs it spends on it.
+- **Ranges, not bins.** The order is cut into one contiguous range per replica of equal work (by
+  weight). A cut inside a group costs one more prefill of that group's shared prefix on the next
+  replica, so each cut may move by up to ``tolerance`` of a replica's share to the place that shares
+  the fewest blocks with its neighbour: between groups when one is near, inside a preamble family
+  rather than inside a template. At most n-1 groups are split; every other group runs whole on one
+  replica and each shared prefix is prefilled once per replica that runs it. Bin packing of whole groups
+  (LPT) leaves up to one group's work of imbalance and must split groups larger than a share anyway;
+  arrival order (LiteLLM, AIBrix) spreads each group over every replica; llm-d sorts by an exact hash
+  of the system prompt, so prompts that share only a preamble are not neighbours.
+- **Waits.** Engines look a prefix up when they admit a request and cache it once its prefill is done
+  (vLLM's automatic prefix caching; ``bench/sim``): the first C lines of a group sent at once would all
+  prefill its prefix. A line therefore waits for the line of its range that first prefills its deepest
+  shared block (the previous line with a shorter common prefix: a monotonic stack, O(n)) when that brings
+  it at least ``warm_tokens``. The runner pipelines the wait behind the previous group's tail.
+"""
+
+from __future__ import annotations
+
+import bisect
+from array import array
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from config.routing import RoutingConfig
+from router.blocks import block_hashes, root_hash
+from router.prompt import prompt_pieces
+from router.tokenizers import Tokenizer, tokenize
+
+_WORD = 8  # bytes of one packed block hash
+assert array("Q").itemsize == _WORD
+
+
+@dataclass(frozen=True, slots=True)
+class LinePrefix:
+    """One line as the planner sees it. ``key`` is the caller's id for it (its line number)."""
+
+    key: int
+    hashes: bytes  # chained block hashes, packed 8 bytes each
+    prompt_tokens: int
+    output_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedLine:
+    key: int
+    replica: str | None
+    after: int | None  # key of the line this one waits for (same replica, earlier), or None
+    cached_tokens: int  # prompt tokens it shares with the line before it on its replica
+    work: int  # uncached prompt tokens + expected output tokens
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    ranges: dict[str | None, tuple[PlannedLine, ...]]  # per replica (None: no replica known), in order
+    prompt_tokens: int
+    oracle_cached_tokens: int  # one infinite cache over the whole batch, in trie order
+
+    @property
+    def cached_tokens(self) -> int:
+        """What the plan can hit when each replica keeps the prefix of the group it works on."""
+        return sum(p.cached_tokens for r in self.ranges.values() for p in r)
+
+    def work(self, replica: str | None) -> int:
+        return sum(p.work for p in self.ranges.get(replica, ()))
+
+    def __len__(self) -> int:
+        return sum(len(r) for r in self.ranges.values())
+
+
+def expected_output_tokens(endpoint: str, body: Mapping[str, Any], default: int) -> int:
+    """Output tokens a line asks for (``max_completion_tokens``/``max_tokens`` × ``n``); embeddings: 0."""
+    if endpoint == "embeddings":
+        return 0
+    limit = body.get("max_completion_tokens") if endpoint == "chat" else None
+    if not _positive_int(limit):
+        limit = body.get("max_tokens")
+    n = body.get("n")
+    return (limit if _positive_int(limit) else default) * (n if _positive_int(n) else 1)
+
+
+def _positive_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v > 0
+
+
+def line_prefix(
+    key: int,
+    endpoint: str,
+    body: Mapping[str, Any],
+    model: str,
+    tokenizer: Tokenizer,
+    cfg: RoutingConfig,
+    *,
+    default_output_tokens: int = 256,
+    salt: str = "",
+) -> LinePrefix:
+    """Render, tokenize and hash one line as the pool's router would (the salt cannot change a batch's
+    grouping: a batch belongs to one tenant)."""
+    tokens = tokenize(tokenizer, prompt_pieces(endpoint, body), cfg.max_prefix_tokens)
+    hashes = block_hashes(tokens, root_hash(model, salt), cfg.block_size, cfg.max_prefix_tokens)
+    return LinePrefix(
+        key,
+        array("Q", hashes).tobytes(),
+        tokens.count,
+        expected_output_tokens(endpoint, body, default_output_tokens),
+    )
+
+
+def _common_blocks(a: bytes, b: bytes) -> int:
+    """Leading blocks two chained-hash keys share: binary search on the equality of one word."""
+    lo, hi = 0, min(len(a), len(b)) // _WORD
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        end = mid * _WORD
+        if a[end - _WORD : end] == b[end - _WORD : end]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def plan(
+    lines: Sequence[LinePrefix],
+    replicas: Sequence[str],
+    *,
+    block_size: int,
+    warm_tokens: int = 256,
+    tolerance: float = 0.1,
+    weights: Mapping[str, float] | None = None,
+) -> Plan:
+    """Order ``lines`` by shared prefix and cut the order into one range per replica (see the module)."""
+    order = sorted(range(len(lines)), key=lambda i: (lines[i].hashes, lines[i].key))
+    keys = [lines[i] for i in order]
+    lcp = [0 if i == 0 else _common_blocks(keys[i - 1].hashes, keys[i].hashes) for i in range(len(keys))]
+    shared = [min(c * block_size, k.prompt_tokens) for k, c in zip(keys, lcp, strict=True)]
+    work = [k.prompt_tokens - s + k.output_tokens for k, s in zip(keys, shared, strict=True)]
+    names: list[str | None] = list(replicas) or [None]
+    w = weights or {}
+    cuts = _cuts(work, lcp, block_size, [1.0 if r is None else w.get(r, 1.0) for r in names], tolerance)
+    ranges = {
+        name: _range(keys[a:b], [0, *lcp[a + 1 : b]][: b - a], name, block_size, warm_tokens)
+        for name, a, b in zip(names, cuts, cuts[1:], strict=False)
+    }
+    return Plan(
+        ranges=ranges, prompt_tokens=sum(k.prompt_tokens for k in keys), oracle_cached_tokens=sum(shared)
+    )
+
+
+def _cuts(
+    work: Sequence[int], lcp: Sequence[int], block_size: int, weights: Sequence[float], tolerance: float
+) -> list[int]:
+    """Start positions of each replica's range, plus the end. A range's cost is its lines' work plus the
+    prefill of the prefix its first line shares with the line before the cut; the smallest budget (per
+    unit of weight) with which a greedy left-to-right fill places every line is found by binary search."""
+    n = len(work)
+    cum = [0]
+    for w in work:
+        cum.append(cum[-1] + w)
+
+    def extra(s: int) -> int:  # what a range starting at s prefills again
+        return lcp[s] * block_size if 0 < s < n else 0
+
+    def fill(budget: int) -> list[int] | None:
+        cuts = [0]
+        for r, weight in enumerate(weights):
+            s = cuts[-1]
+            if r == len(weights) - 1:
+                return [*cuts, n] if cum[n] - cum[s] + extra(s) <= budget * weight else None
+            base, cap = cum[s] - extra(s), budget * weight
+            end = bisect.bisect_right(cum, base + cap) - 1  # the furthest end within the budget
+            if end <= s < n:
+                return None  # one line is more than the budget
+            end = min(end, n)
+            # Move the cut back (by up to tolerance of the budget) to where it splits the least prefix.
+            lo = max(s + 1, bisect.bisect_left(cum, base + cap * (1 - tolerance)))
+            cuts.append(min(range(lo, end + 1), key=lambda q: (extra(q), -q)) if lo <= end else end)
+        return cuts
+
+    lo, hi = int(cum[n] / sum(weights)), int(cum[n] / min(weights)) + 1
+    best = fill(hi)  # everything in the first range fits this budget
+    while lo < hi:
+        mid = (lo + hi) // 2
+        got = fill(mid)
+        if got is None:
+            lo = mid + 1
+        else:
+            best, hi = got, mid
+    assert best is not None
+    return best
+
+
+def _range(
+    keys: Sequence[LinePrefix], lcp: Sequence[int], replica: str | None, block_size: int, warm_tokens: int
+) -> tuple[PlannedLine, ...]:
+    """One replica's lines in order, ``lcp`` their shared blocks with the line before (0 for the first):
+    what each can hit, and the line it waits for (the previous one with a shorter LCP, when that line
+    brings it at least ``warm_tokens``)."""
+    out: list[PlannedLine] = []
+    stack: list[int] = []  # positions of strictly increasing LCP: the previous-shorter-LCP candidates
+    for j, (k, c) in enumerate(zip(keys, lcp, strict=True)):
+        while stack and lcp[stack[-1]] >= c:
+            stack.pop()
+        after = None
+        if c and stack and warm_tokens and (c - lcp[stack[-1]]) * block_size >= warm_tokens:
+            after = keys[stack[-1]].key
+        stack.append(j)
+        cached = min(c * block_size, k.prompt_tokens)
+        out.append(PlannedLine(k.key, replica, after, cached, k.prompt_tokens - cached + k.output_tokens))
+    return tuple(out)

@@ -106,16 +106,26 @@ def _spawn(
 
 
 def start_sim(
-    replicas: int, *, extra: list[str] | None = None, log_path: str | None = None
+    replicas: int, *, extra: list[str] | None = None, log_path: str | None = None, attempts: int = 3
 ) -> tuple[Proc, list[str]]:
-    ports = free_ports(replicas)
-    popen, workdir = _spawn(
-        ["sim", "--replicas", str(replicas), "--base-port", str(ports[0]), *(extra or [])], None, log_path
-    )
-    urls = [f"http://127.0.0.1:{p}" for p in ports]
-    for u in urls:
-        wait_http(u + "/health", proc=popen)
-    return Proc(popen, urls[0], workdir=workdir), urls
+    """The simulator on ``replicas`` consecutive free ports. Another process may take one of them
+    between the check and the bind (the machine is shared): then it starts again on new ports."""
+    for attempt in range(attempts):
+        ports = free_ports(replicas)
+        popen, workdir = _spawn(
+            ["sim", "--replicas", str(replicas), "--base-port", str(ports[0]), *(extra or [])], None, log_path
+        )
+        urls = [f"http://127.0.0.1:{p}" for p in ports]
+        try:
+            for u in urls:
+                wait_http(u + "/health", proc=popen)
+        except RuntimeError:
+            Proc(popen, urls[0], workdir=workdir).stop()
+            if attempt + 1 == attempts:
+                raise
+            continue
+        return Proc(popen, urls[0], workdir=workdir), urls
+    raise AssertionError("not reached")
 
 
 def start_gateway(

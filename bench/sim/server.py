@@ -11,6 +11,7 @@ import asyncio
 import importlib
 import os
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
@@ -18,6 +19,8 @@ from aiohttp import web
 
 from bench.sim import extras, latency, lora, protocols, textgen
 from bench.sim.config import Faults, SimConfig
+from bench.sim.engine import EngineRequest
+from bench.sim.engine_loop import Progress
 from bench.sim.http import JSON as _JSON
 from bench.sim.http import REPLICA_KEY, error_response, record_trace
 from bench.sim.http import BadRequest as _BadRequest
@@ -283,6 +286,17 @@ async def _send_stream(
     return resp
 
 
+async def _whole(
+    request: web.Request, rep: Replica, job: _Job, toks: list[str], cached: int, finish: str = "length"
+) -> web.Response:
+    """A non-streamed answer (its first half only, then a cut connection, under ``drop_mid_stream_after``)."""
+    rep.counters.generation_tokens += len(toks)
+    payload = orjson.dumps(job.full_response(int(time.time()), toks, cached, finish))
+    if rep.faults.drop_mid_stream_after is not None:
+        await _send_dropped_json(request, payload)  # raises _SimulatedDrop
+    return web.Response(body=payload, content_type=_JSON)
+
+
 async def _send_dropped_json(request: web.Request, payload: bytes) -> web.StreamResponse:
     """Headers and half of the body, then the connection closes: a truncated non-stream answer."""
     resp = web.StreamResponse(status=200, headers={"Content-Type": _JSON})
@@ -332,6 +346,8 @@ async def _generate(
 async def _run(
     request: web.Request, rep: Replica, job: _Job, faults: Faults, t0: float
 ) -> web.StreamResponse:
+    if rep.loop is not None:
+        return await _run_engine(request, rep, job, t0)
     cfg = rep.cfg
     limiter = rep.limiter
     if not limiter.try_acquire():
@@ -357,17 +373,69 @@ async def _run(
             rep.ttft.observe(time.perf_counter() - t0)
             if d.per_token_s and len(toks) > 1:
                 await asyncio.sleep(d.per_token_s * (len(toks) - 1))
-            counters.generation_tokens += len(toks)
-            payload = orjson.dumps(job.full_response(int(time.time()), toks, cached, finish))
-            if faults.drop_mid_stream_after is not None:
-                return await _send_dropped_json(request, payload)
-            resp = web.Response(body=payload, content_type=_JSON)
+            resp = await _whole(request, rep, job, toks, cached, finish)
         counters.completed += 1
         rep.e2e.observe(time.perf_counter() - t0)
         return resp
     finally:
         rep.kv_blocks_in_use -= reserved
         limiter.release()
+
+
+async def _run_engine(request: web.Request, rep: Replica, job: _Job, t0: float) -> web.StreamResponse:
+    """Engine mode: the request joins the engine's queue; tokens come out as its steps end."""
+    assert rep.loop is not None
+    ereq = EngineRequest(job.hashes, job.prompt_tokens, job.max_tokens)
+    progress = rep.loop.submit(ereq)
+    try:
+        toks = job.answer_tokens(rep)
+        counters = rep.counters
+        if job.stream:
+            resp = await _stream_engine(request, rep, job, toks, progress, t0)
+        else:
+            await progress.next()
+            rep.ttft.observe(time.perf_counter() - t0)
+            while not progress.done:
+                await progress.next()
+            counters.prompt_tokens += job.prompt_tokens
+            counters.cached_tokens += ereq.cached_tokens
+            resp = await _whole(request, rep, job, toks, ereq.cached_tokens)
+        counters.completed += 1
+        rep.e2e.observe(time.perf_counter() - t0)
+        return resp
+    finally:
+        if not progress.done:
+            rep.loop.abort(ereq)
+
+
+async def _stream_engine(
+    request: web.Request, rep: Replica, job: _Job, toks: list[str], progress: Progress, t0: float
+) -> web.StreamResponse:
+    """Write each step's tokens as they come (several per write with ``stream_interval`` > 1)."""
+    resp = web.StreamResponse(status=200, headers=_SSE_HEADERS)
+    await resp.prepare(request)
+    n = await progress.next()
+    ereq = progress.request
+    rep.ttft.observe(time.perf_counter() - t0)
+    rep.counters.prompt_tokens += job.prompt_tokens
+    rep.counters.cached_tokens += ereq.cached_tokens
+    events = job.events(int(time.time()), toks, ereq.cached_tokens)
+    drop_after = rep.faults.drop_mid_stream_after
+    lead, written, sent = job.lead, 0, 0
+    while True:
+        end = len(events) if progress.done else lead + n
+        if drop_after is not None and end > drop_after:
+            await resp.write(b"".join(events[written:drop_after]))
+            _abort(request)
+            raise _SimulatedDrop
+        await resp.write(b"".join(events[written:end]))
+        rep.counters.generation_tokens += min(n, len(toks)) - sent
+        written, sent = end, min(n, len(toks))
+        if progress.done:
+            break
+        n = await progress.next()
+    await resp.write_eof()
+    return resp
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
@@ -511,6 +579,13 @@ def create_app(cfg: SimConfig | None = None, index: int = 0) -> web.Application:
     rep = Replica(cfg or SimConfig(), index)
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app[REPLICA_KEY] = rep
+
+    async def engine_ctx(app: web.Application) -> AsyncIterator[None]:
+        rep.start()
+        yield
+        await rep.stop()
+
+    app.cleanup_ctx.append(engine_ctx)
     app[_REGISTRY_KEY] = make_registry(rep)
     if rep.cfg.embedding_model == "minilm":
         app[_ENCODER_KEY] = _load_minilm()

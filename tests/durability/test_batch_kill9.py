@@ -161,7 +161,9 @@ def test_kill9_mid_batch_then_another_process_finishes_it_exactly_once(
     store: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     redis_url = request.getfixturevalue("redis_url") if store == "redis" else None
-    sim, urls = start_sim(2, extra=["--decode-s-per-token", "0.03", "--overhead-s", "0.01"])
+    sim, urls = start_sim(
+        2, extra=["--mode", "simple", "--decode-s-per-token", "0.03", "--overhead-s", "0.01"]
+    )
     with running(sim):
         policy = tmp_path / "policy.yaml"
         write_policy(policy, urls, tmp_path, store, redis_url)

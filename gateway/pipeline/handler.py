@@ -44,18 +44,31 @@ _ID_PREFIX = os.urandom(6).hex()
 _id_counter = itertools.count(1)
 
 
-def request_id_of(request: web.Request) -> str:
-    """The client's ``x-request-id`` when it is a sane token, else a fresh one."""
+def new_request_id() -> str:
+    """The gateway's own id of one generation: unique per process (random prefix) and request."""
+    return f"{_ID_PREFIX}{next(_id_counter):012x}"
+
+
+def client_request_id(request: web.Request) -> str | None:
+    """The client's ``x-request-id`` when it is a sane token (kept and echoed, never a key)."""
     given = request.headers.get("x-request-id")
     if given and len(given) <= _MAX_REQUEST_ID and given.isascii() and given.isprintable():
         return given
-    return f"{_ID_PREFIX}{next(_id_counter):012x}"
+    return None
 
 
 async def handle(request: web.Request, process: Process, endpoint: str) -> web.StreamResponse:
     state = process.state
     frontend = FRONTENDS[ENDPOINTS[endpoint].frontend]
-    ctx = RequestContext(request, process, state, endpoint, request_id_of(request), frontend)
+    ctx = RequestContext(
+        request,
+        process,
+        state,
+        endpoint,
+        new_request_id(),
+        frontend,
+        client_request_id=client_request_id(request),
+    )
     hooks = process.hooks
     try:
         ctx.tenant = state.tenants.resolve(request.headers, request.remote)

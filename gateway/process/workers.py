@@ -25,6 +25,7 @@ log = logging.getLogger("prefix_gateway")
 
 MAX_RESTARTS = 5  # per worker slot, per minute
 POLL_S = 0.2
+WORKER_ENV = "PREFIX_GATEWAY_WORKER"  # a worker's index (its metrics listener: server.metrics_port + index)
 
 
 def _die_with_parent() -> None:
@@ -37,7 +38,7 @@ def _die_with_parent() -> None:
 
 
 def _spawn(argv: list[str], index: int) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "PREFIX_GATEWAY_WORKER": str(index)}
+    env = {**os.environ, WORKER_ENV: str(index)}
     return subprocess.Popen([sys.executable, "-m", "gateway", *argv], env=env, preexec_fn=_die_with_parent)
 
 

@@ -35,7 +35,7 @@ POLICY_NAMES = list(PolicyName.__args__)  # type: ignore[attr-defined]
 
 
 def run_async(main: Callable[[], Awaitable[int]]) -> int:
-    """Run on uvloop when it is installed (it is faster), else on asyncio's own loop."""
+    """Run on uvloop (a dependency everywhere but Windows; it is faster), else on asyncio's own loop."""
     try:
         import uvloop
 

@@ -9,6 +9,9 @@ The tap re-frames the stream event by event (``data: ...\\n\\n``, as vLLM and SG
 - hold back the final ``[DONE]``: the relay writes it once the request's ledger row is written;
 - re-encode each chunk in the client's API when it is not the replica's (the front end's encoder).
 Events are JSON-parsed only when one of these needs it; otherwise their bytes pass through as they came.
+When nothing needs the events themselves (no assembly, unmasking, followers or re-encoding), a chunk of
+whole single-line ``data: `` events with no ``[DONE]``, usage or abort in it goes out as the same bytes
+without being split into events at all (``_as_is``): the parser's output for it would be those bytes.
 """
 
 from __future__ import annotations
@@ -36,6 +39,23 @@ def _may_abort(event: str) -> bool:
     return '"abort"' in event and "finish_reason" in event
 
 
+def _as_is(data: bytes, max_bytes: int) -> bool:
+    """``data`` is whole ``data: <payload>\\n\\n`` events, one line each (so re-framing them would give
+    the same bytes), and none can be the ``[DONE]`` to hold back, a usage chunk or an abort (a
+    ``"usage": null`` on every chunk, as some servers send, is not usage)."""
+    if len(data) > max_bytes or not data.endswith(b"\n\n") or b"\r" in data:
+        return False
+    events = data.count(b"\n\n")
+    if data.count(b"\n") != 2 * events or not data.startswith(b"data: "):
+        return False
+    if data.count(b"\n\ndata: ") != events - 1:  # every event one line, "data: " its only field
+        return False
+    if b"[DONE]" in data or b'"abort"' in data:
+        return False
+    usage = data.count(b'"usage"')
+    return usage == 0 or usage == data.count(b'"usage":null') + data.count(b'"usage": null')
+
+
 def is_usage_only(chunk: Any) -> bool:
     """The final usage chunk of a stream: ``choices`` empty and ``usage`` set."""
     return isinstance(chunk, dict) and chunk.get("choices") == [] and chunk.get("usage") is not None
@@ -57,6 +77,12 @@ class StreamTap:
         self.unmasker = unmasker if unmasker is not None and unmasker.mapping else None
         self.publish = publish
         self.encoder = encoder  # None: chunks go out in the replica's own framing
+        # nothing reads the events' contents: chunks that carry nothing to act on may skip the parser
+        self.reads_events = (
+            self.assembler is not None
+            or self.unmasker is not None
+            or (publish is not None or encoder is not None)
+        )
         self.usage: dict[str, Any] | None = None
         self.done = False
         self.aborted = False  # a chunk ended a choice with finish_reason "abort"
@@ -64,6 +90,9 @@ class StreamTap:
 
     def feed(self, data: bytes) -> bytes:
         """Bytes from upstream in, bytes for the client out (possibly fewer, possibly rewritten)."""
+        if not self.reads_events and self.parser.idle and _as_is(data, self.parser.max_event_bytes):
+            self.events += data.count(b"\n\n")
+            return data
         out: list[bytes] = []
         for event in self.parser.feed(data):
             self.events += 1

@@ -1,4 +1,4 @@
-"""The stream tap's pass-through: chunks nothing needs to read go out as the same bytes, and what the
+"""The stream tap's pass-through: events nothing needs to read go out as the same bytes, and what the
 tap reports (usage, [DONE], events, abort) is what the event-by-event path reports, however the
 upstream's bytes are split."""
 
@@ -54,7 +54,7 @@ def test_pass_through_equals_the_event_by_event_path(
     cuts = [int(f * len(data)) for f in cut_fractions]
     fast, slow = StreamTap(strip_usage=strip), StreamTap(strip_usage=strip)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(stream_tap, "_as_is", lambda data, limit: False)
+        mp.setattr(stream_tap, "_plain_head", lambda data, limit: 0)
         expected = run(slow, data, cuts)
     got = run(fast, data, cuts)
     assert got == expected
@@ -75,17 +75,23 @@ def test_whole_events_without_anything_to_act_on_are_not_parsed() -> None:
     assert tap.feed(data) == data and tap.events == 2 and parsed == []
 
 
+EV = b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n'
+
+
 @pytest.mark.parametrize(
-    "data",
+    ("data", "head"),
     [
-        b"data: [DONE]\n\n",  # held back
-        b'data: {"choices":[],"usage":{"prompt_tokens":1}}\n\n',  # usage
-        b'data: {"choices":[{"finish_reason":"abort"}]}\n\n',  # abort
-        b'data: {"a":1}\r\n\r\n',  # other line ends
-        b": keep-alive\n\ndata: {}\n\n",  # a comment
-        b"data: {}\n",  # an event not yet complete
-        b"event: x\ndata: {}\n\n",  # another field
+        (EV + EV, 2 * len(EV)),
+        (EV + b"data: [DONE]\n\n", len(EV)),  # [DONE] is held back
+        (EV + b'data: {"choices":[],"usage":{"prompt_tokens":1}}\n\n', len(EV)),  # usage
+        (EV + b'data: {"choices":[{"finish_reason":"abort"}]}\n\n', len(EV)),  # abort
+        (EV + b'data: {"cho', len(EV)),  # an event not yet complete
+        (b"data: [DONE]\n\n", 0),
+        (b'data: {"a":1}\r\n\r\n', 0),  # other line ends
+        (b": keep-alive\n\n" + EV, 0),  # a comment
+        (b"event: x\ndata: {}\n\n", 0),  # another field
+        (EV + b"data: a\ndata: b\n\n", 0),  # a multi-line event
     ],
 )
-def test_what_must_be_read_goes_through_the_parser(data: bytes) -> None:
-    assert not stream_tap._as_is(data, 1 << 20)
+def test_the_head_stops_before_what_must_be_read(data: bytes, head: int) -> None:
+    assert stream_tap._plain_head(data, 1 << 20) == head

@@ -10,9 +10,9 @@ ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 ARG BUILDER_IMAGE=${PYTHON_IMAGE}
 
 FROM ${BUILDER_IMAGE} AS builder
-# Optional extras of the package: fast (uvloop), hf (tokenizers, for `tokenizer.kind: hf`), otel
-# (OpenTelemetry export, for `tracing.enabled`): --build-arg EXTRAS=fast,otel.
-ARG EXTRAS=fast
+# Optional extras of the package: hf (tokenizers, for `tokenizer.kind: hf`), otel (OpenTelemetry
+# export, for `tracing.enabled`): --build-arg EXTRAS=hf,otel. (uvloop is a dependency.)
+ARG EXTRAS=
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_ROOT_USER_ACTION=ignore
@@ -25,7 +25,7 @@ COPY router ./router
 COPY cache ./cache
 COPY config ./config
 COPY bench ./bench
-RUN pip --python /opt/venv/bin/python install --no-compile ".[${EXTRAS}]" \
+RUN pip --python /opt/venv/bin/python install --no-compile ".${EXTRAS:+[$EXTRAS]}" \
     && /opt/venv/bin/python -m compileall -q /opt/venv/lib \
     && /opt/venv/bin/prefix-gateway --help > /dev/null
 

@@ -46,7 +46,7 @@ def cpu_seconds(pid: int) -> float:
 
 
 async def main_async(args: argparse.Namespace) -> str:
-    sim, urls = start_sim(1, extra=["--speed", "0"])
+    sim, urls = start_sim(1, extra=["--mode", "simple", "--speed", "0"])
     flags = ["--replica", urls[0], "--model", MODEL]
     targets: list[tuple[str, Proc]] = [("gateway", start_gateway(flags))]
     if args.baseline:

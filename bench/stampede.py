@@ -57,7 +57,9 @@ def generations(sim_url: str) -> int:
 
 
 def scenario(name: str, gateways: int, n: int, redis_url: str | None, tmp: Path) -> list[object]:
-    sim, urls = start_sim(1, extra=["--decode-s-per-token", "0.02", "--overhead-s", "0.01"])
+    sim, urls = start_sim(
+        1, extra=["--mode", "simple", "--decode-s-per-token", "0.02", "--overhead-s", "0.01"]
+    )
     raw = {
         "models": [{"name": "sim-llama", "replicas": [{"url": urls[0]}]}],
         "cache": {"enabled": True, "key_bucket": {"capacity": 10, "refill_per_s": 1}},

@@ -8,10 +8,17 @@ import contextlib
 import signal
 import sys
 
-from bench.sim.config import SimConfig
+from bench.sim.config import MODES, SimConfig
+from bench.sim.engine import EngineCosts
 from bench.sim.fleet import start_replicas
 
 _DEFAULTS = SimConfig()
+_COSTS = EngineCosts()
+_SIMPLE_ONLY = ("decode_s_per_token", "overhead_s")  # and prefill_s_per_token, which both modes have
+_ENGINE_ONLY = (
+    "max_num_batched_tokens", "long_prefill_token_threshold", "stream_interval", "token_scale",
+    "step_overhead_s", "decode_s_per_seq", "decode_attn_s_per_ctx_token", "prefill_attn_s_per_pair",
+)  # fmt: skip
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -23,11 +30,58 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     add("--model", nargs="+", default=list(_DEFAULTS.models), help="served model name(s)")
-    add("--kv-capacity-blocks", type=int, default=_DEFAULTS.kv_capacity_blocks)
+    add(
+        "--mode",
+        choices=MODES,
+        default=_DEFAULTS.mode,
+        help="engine: vLLM V1's scheduler and paged KV cache, stepped (default); simple: FIFO slots and "
+        "fixed per-token delays (fast, for tests)",
+    )
+    add("--kv-capacity-blocks", type=int, default=_DEFAULTS.kv_capacity_blocks, help="vLLM num_gpu_blocks")
     add("--max-num-seqs", type=int, default=_DEFAULTS.max_num_seqs)
-    add("--prefill-s-per-token", type=float, default=_DEFAULTS.prefill_s_per_token)
-    add("--decode-s-per-token", type=float, default=_DEFAULTS.decode_s_per_token)
-    add("--overhead-s", type=float, default=_DEFAULTS.overhead_s)
+    add(
+        "--max-num-batched-tokens",
+        type=int,
+        help=f"engine: token budget of a step ({_DEFAULTS.max_num_batched_tokens})",
+    )
+    add("--long-prefill-token-threshold", type=int, help="engine: cap of one prefill chunk (0: none)")
+    add("--stream-interval", type=int, help="engine: tokens handed to a stream at once (1)")
+    add(
+        "--token-scale",
+        type=float,
+        help="engine: one simulated token stands for this many real ones (costs x k, attention x k^2)",
+    )
+    add("--step-overhead-s", type=float, help=f"engine: fixed cost of a step ({_COSTS.step_overhead_s})")
+    add(
+        "--decode-s-per-seq",
+        type=float,
+        help=f"engine: cost of one decoding sequence ({_COSTS.decode_s_per_seq})",
+    )
+    add(
+        "--decode-attn-s-per-ctx-token",
+        type=float,
+        help=f"engine: decode attention per context token ({_COSTS.decode_attn_s_per_ctx_token})",
+    )
+    add(
+        "--prefill-attn-s-per-pair",
+        type=float,
+        help=f"engine: prefill attention per (query, key) pair ({_COSTS.prefill_attn_s_per_pair})",
+    )
+    add(
+        "--prefill-s-per-token",
+        type=float,
+        help=f"cost of one prefill token (engine {_COSTS.prefill_s_per_token}, simple {_DEFAULTS.prefill_s_per_token})",
+    )
+    add(
+        "--decode-s-per-token",
+        type=float,
+        help=f"simple: delay of each output token ({_DEFAULTS.decode_s_per_token})",
+    )
+    add(
+        "--overhead-s",
+        type=float,
+        help=f"simple: fixed delay before the first token ({_DEFAULTS.overhead_s})",
+    )
     add("--speed", type=float, default=_DEFAULTS.speed, help="multiplies every delay; 0 = no delay at all")
     add("--block-size", type=int, default=_DEFAULTS.block_size)
     add("--bytes-per-token", type=int, default=_DEFAULTS.bytes_per_token)
@@ -48,20 +102,43 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> SimConfig:
-    """One replica's SimConfig from parsed arguments (every replica gets the same)."""
+    """One replica's SimConfig from parsed arguments (every replica gets the same).
+
+    A knob of the other mode is an error (``ValueError``), not silently ignored."""
+    given = {k: v for k, v in vars(args).items() if v is not None}
+    wrong = [k for k in (_SIMPLE_ONLY if args.mode == "engine" else _ENGINE_ONLY) if k in given]
+    if wrong:
+        flags = ", ".join("--" + k.replace("_", "-") for k in wrong)
+        raise ValueError(f"{flags} {'is' if len(wrong) == 1 else 'are'} not used in mode {args.mode!r}")
+    extra: dict[str, object] = {}
+    if args.mode == "engine":
+        costs = {
+            k: given[k]
+            for k in ("step_overhead_s", "decode_s_per_seq", "decode_attn_s_per_ctx_token",
+                      "prefill_attn_s_per_pair", "prefill_s_per_token")
+            if k in given
+        }  # fmt: skip
+        scaled = EngineCosts(**costs).scaled(given.get("token_scale", 1.0))
+        extra["costs"] = scaled
+        for k in ("max_num_batched_tokens", "long_prefill_token_threshold", "stream_interval"):
+            if k in given:
+                extra[k] = given[k]
+    else:
+        for k in (*_SIMPLE_ONLY, "prefill_s_per_token"):
+            if k in given:
+                extra[k] = given[k]
     return SimConfig(
         models=tuple(args.model),
+        mode=args.mode,
         kv_capacity_blocks=args.kv_capacity_blocks,
         max_num_seqs=args.max_num_seqs,
-        prefill_s_per_token=args.prefill_s_per_token,
-        decode_s_per_token=args.decode_s_per_token,
-        overhead_s=args.overhead_s,
         speed=args.speed,
         block_size=args.block_size,
         bytes_per_token=args.bytes_per_token,
         max_model_len=args.max_model_len,
         default_max_tokens=args.default_max_tokens,
         embedding_model=args.embedding_model,
+        **extra,  # type: ignore[arg-type]
     )
 
 

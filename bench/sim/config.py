@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, Literal
+
+from bench.sim.engine import EngineConfig, EngineCosts
+
+MODES = ("engine", "simple")
 
 
 @dataclass(slots=True)
@@ -62,16 +66,25 @@ class Faults:
 class SimConfig:
     """Everything that makes one simulated replica behave the way it does.
 
+    ``mode``: ``"engine"`` steps a model of vLLM V1's scheduler and paged KV cache
+    (``bench.sim.engine``: token budget, chunked prefill, preemption, step costs ``costs``);
+    ``"simple"`` is the fast model for unit tests (FIFO slots, an LRU of block hashes, TTFT = queue +
+    uncached tokens x ``prefill_s_per_token`` + ``overhead_s``, then ``decode_s_per_token`` a token).
     Delays are in seconds and are all multiplied by ``speed`` (and by ``faults.slow_factor``);
     ``speed == 0`` disables every sleep so the simulator costs as little as possible per request.
     """
 
     models: tuple[str, ...] = ("sim-llama",)
+    mode: Literal["engine", "simple"] = "engine"
     kv_capacity_blocks: int = 2048
     max_num_seqs: int = 256
-    prefill_s_per_token: float = 0.0001
-    decode_s_per_token: float = 0.01
-    overhead_s: float = 0.005
+    max_num_batched_tokens: int = 8192  # engine: the step's token budget
+    long_prefill_token_threshold: int = 0  # engine: cap of one request's prefill chunk (0: none)
+    stream_interval: int = 1  # engine: tokens a stream hands over at once (vLLM --stream-interval)
+    costs: EngineCosts = field(default_factory=EngineCosts)  # engine: step costs (model seconds)
+    prefill_s_per_token: float = 0.0001  # simple mode
+    decode_s_per_token: float = 0.01  # simple mode
+    overhead_s: float = 0.005  # simple mode
     speed: float = 1.0
     block_size: int = 16
     bytes_per_token: int = 4
@@ -89,7 +102,12 @@ class SimConfig:
         self.models = tuple(self.models)
         if not self.models:
             raise ValueError("at least one served model name is required")
-        for name in ("kv_capacity_blocks", "max_num_seqs", "block_size", "bytes_per_token"):
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
+        for name in (
+            "kv_capacity_blocks", "max_num_seqs", "block_size", "bytes_per_token", "max_num_batched_tokens",
+            "stream_interval",
+        ):  # fmt: skip
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
         if self.embedding_model not in (None, "minilm"):
@@ -97,3 +115,15 @@ class SimConfig:
         for name in ("prefill_s_per_token", "decode_s_per_token", "overhead_s", "speed"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0")
+        self.engine_config()  # validates the engine's own bounds
+
+    def engine_config(self) -> EngineConfig:
+        return EngineConfig(
+            num_gpu_blocks=self.kv_capacity_blocks,
+            block_size=self.block_size,
+            max_num_seqs=self.max_num_seqs,
+            max_num_batched_tokens=self.max_num_batched_tokens,
+            max_model_len=self.max_model_len,
+            long_prefill_token_threshold=self.long_prefill_token_threshold,
+            costs=self.costs,
+        )

@@ -44,9 +44,9 @@ class ReplicaCollector(Collector):
             return m
 
         yield gauge("vllm:num_requests_running", "Number of requests in model execution batches.",
-                    rep.limiter.running)  # fmt: skip
+                    rep.running)  # fmt: skip
         yield gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.",
-                    rep.limiter.waiting)  # fmt: skip
+                    rep.waiting)  # fmt: skip
         yield gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", rep.kv_usage())
         # Name used by vLLM before v0.10, for scrapers that still read it.
         yield gauge("vllm:gpu_cache_usage_perc", "GPU KV-cache usage. 1 means 100 percent usage.",
@@ -57,10 +57,16 @@ class ReplicaCollector(Collector):
         )  # fmt: skip
         info.add_metric([str(rep.cfg.block_size), str(rep.cfg.kv_capacity_blocks), "True"], 1.0)
         yield info
+        if rep.engine is not None:  # counted by the scheduler when it admits a request, as vLLM does
+            st = rep.engine.stats
+            queries, hits, preemptions = st.prefix_queries, st.prefix_hits, st.preemptions
+        else:
+            queries, hits, preemptions = c.prompt_tokens, c.cached_tokens, 0
         yield counter("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.",
-                      c.prompt_tokens)  # fmt: skip
+                      queries)  # fmt: skip
         yield counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.",
-                      c.cached_tokens)  # fmt: skip
+                      hits)  # fmt: skip
+        yield counter("vllm:num_preemptions", "Cumulative number of preemption from the engine.", preemptions)
         yield counter("vllm:prompt_tokens", "Number of prefill tokens processed.", c.prompt_tokens)
         yield counter("vllm:generation_tokens", "Number of generation tokens processed.", c.generation_tokens)
         yield counter("vllm:request_success", "Count of successfully processed requests.", c.completed)
@@ -68,6 +74,13 @@ class ReplicaCollector(Collector):
             ("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", rep.ttft),
             ("vllm:e2e_request_latency_seconds", "Histogram of end to end request latency in seconds.",
              rep.e2e),
+            ("vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.",
+             rep.queue_time),
+            ("vllm:request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request.",
+             rep.prefill_time),
+            ("vllm:request_decode_time_seconds", "Histogram of time spent in DECODE phase for request.",
+             rep.decode_time),
+            ("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", rep.itl),
         ):  # fmt: skip
             h = HistogramMetricFamily(name, doc, labels=labels)
             h.add_metric(values, hist.cumulative(), sum_value=hist.sum)

@@ -56,10 +56,13 @@ def main() -> int:
     )
     parser.add_argument("--requests", type=int, default=4000)
     parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument(
+        "--mode", choices=("simple", "engine"), default="simple", help="the simulator's model"
+    )
     args = parser.parse_args()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     sim = subprocess.Popen(
-        [sys.executable, "-m", "bench.sim", "--speed", "0", "--base-port", "0"],
+        [sys.executable, "-m", "bench.sim", "--mode", args.mode, "--speed", "0", "--base-port", "0"],
         stdout=subprocess.PIPE,
         text=True,
         env=env,

@@ -11,6 +11,7 @@ import asyncio
 import importlib
 import os
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
@@ -18,6 +19,8 @@ from aiohttp import web
 
 from bench.sim import latency, textgen
 from bench.sim.config import Faults, SimConfig
+from bench.sim.engine import EngineRequest
+from bench.sim.engine_loop import Progress
 from bench.sim.kvcache import block_hashes, count_tokens
 from bench.sim.metrics import CONTENT_TYPE, make_registry, render
 from bench.sim.prompt import PromptError, render_chat, render_completion
@@ -350,6 +353,8 @@ async def _generate(request: web.Request, chat: bool) -> web.StreamResponse:
 async def _run(
     request: web.Request, rep: Replica, job: _Job, faults: Faults, t0: float
 ) -> web.StreamResponse:
+    if rep.loop is not None:
+        return await _run_engine(request, rep, job, faults, t0)
     cfg = rep.cfg
     limiter = rep.limiter
     if not limiter.try_acquire():
@@ -383,6 +388,68 @@ async def _run(
     finally:
         rep.kv_blocks_in_use -= reserved
         limiter.release()
+
+
+async def _run_engine(
+    request: web.Request, rep: Replica, job: _Job, faults: Faults, t0: float
+) -> web.StreamResponse:
+    """Engine mode: the request joins the engine's queue; tokens come out as its steps end."""
+    assert rep.loop is not None
+    ereq = EngineRequest(job.hashes, job.prompt_tokens, job.max_tokens)
+    progress = rep.loop.submit(ereq)
+    try:
+        toks = job.answer_tokens(rep)
+        counters = rep.counters
+        if job.stream:
+            resp = await _stream_engine(request, rep, job, toks, progress, t0)
+        else:
+            await progress.next()
+            rep.ttft.observe(time.perf_counter() - t0)
+            while not progress.done:
+                await progress.next()
+            counters.prompt_tokens += job.prompt_tokens
+            counters.cached_tokens += ereq.cached_tokens
+            counters.generation_tokens += len(toks)
+            payload = orjson.dumps(job.full_response(int(time.time()), toks, ereq.cached_tokens))
+            if faults.drop_mid_stream_after is not None:
+                return await _send_dropped_json(request, payload)
+            resp = web.Response(body=payload, content_type=_JSON)
+        counters.completed += 1
+        rep.e2e.observe(time.perf_counter() - t0)
+        return resp
+    finally:
+        if not progress.done:
+            rep.loop.abort(ereq)
+
+
+async def _stream_engine(
+    request: web.Request, rep: Replica, job: _Job, toks: list[str], progress: Progress, t0: float
+) -> web.StreamResponse:
+    """Write each step's tokens as they come (several per write with ``stream_interval`` > 1)."""
+    resp = web.StreamResponse(status=200, headers=_SSE_HEADERS)
+    await resp.prepare(request)
+    n = await progress.next()
+    ereq = progress.request
+    rep.ttft.observe(time.perf_counter() - t0)
+    rep.counters.prompt_tokens += job.prompt_tokens
+    rep.counters.cached_tokens += ereq.cached_tokens
+    events = job.events(int(time.time()), toks, ereq.cached_tokens)
+    drop_after = rep.faults.drop_mid_stream_after
+    lead, written, sent = job.lead, 0, 0
+    while True:
+        end = len(events) if progress.done else lead + n
+        if drop_after is not None and end > drop_after:
+            await resp.write(b"".join(events[written:drop_after]))
+            _abort(request)
+            raise _SimulatedDrop
+        await resp.write(b"".join(events[written:end]))
+        rep.counters.generation_tokens += min(n, len(toks)) - sent
+        written, sent = end, min(n, len(toks))
+        if progress.done:
+            break
+        n = await progress.next()
+    await resp.write_eof()
+    return resp
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
@@ -512,6 +579,13 @@ def create_app(cfg: SimConfig | None = None, index: int = 0) -> web.Application:
     rep = Replica(cfg or SimConfig(), index)
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app[REPLICA_KEY] = rep
+
+    async def engine_ctx(app: web.Application) -> AsyncIterator[None]:
+        rep.start()
+        yield
+        await rep.stop()
+
+    app.cleanup_ctx.append(engine_ctx)
     app[_REGISTRY_KEY] = make_registry(rep)
     if rep.cfg.embedding_model == "minilm":
         app[_ENCODER_KEY] = _load_minilm()

@@ -10,6 +10,8 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from bench.sim.config import Faults, SimConfig
+from bench.sim.engine import Engine, EngineRequest
+from bench.sim.engine_loop import EngineLoop
 from bench.sim.kvcache import KVCache
 from bench.sim.scheduler import FifoLimiter
 
@@ -17,6 +19,15 @@ from bench.sim.scheduler import FifoLimiter
 TTFT_BUCKETS: tuple[float, ...] = (
     0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
     20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
+)  # fmt: skip
+# vLLM's buckets for the request phase histograms (queue, prefill, decode, e2e) and inter-token latency.
+REQUEST_BUCKETS: tuple[float, ...] = (
+    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
+    480.0, 960.0, 1920.0, 7680.0,
+)  # fmt: skip
+ITL_BUCKETS: tuple[float, ...] = (
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+    40.0, 80.0,
 )  # fmt: skip
 
 
@@ -67,11 +78,17 @@ class Replica:
         # A private copy: replicas built from one shared SimConfig must not share runtime faults.
         self.cfg = dataclasses.replace(cfg, faults=dataclasses.replace(cfg.faults))
         self.index = index
-        self.kv = KVCache(cfg.kv_capacity_blocks)
-        self.limiter = FifoLimiter(cfg.max_num_seqs)
+        self.kv = KVCache(cfg.kv_capacity_blocks)  # simple mode
+        self.limiter = FifoLimiter(cfg.max_num_seqs)  # simple mode
+        self.engine = Engine(cfg.engine_config()) if cfg.mode == "engine" else None
+        self.loop: EngineLoop | None = None  # started with the app (it needs the running event loop)
         self.counters = Counters()
         self.ttft = Histogram(TTFT_BUCKETS)
         self.e2e = Histogram(TTFT_BUCKETS)
+        self.queue_time = Histogram(REQUEST_BUCKETS)
+        self.prefill_time = Histogram(REQUEST_BUCKETS)
+        self.decode_time = Histogram(REQUEST_BUCKETS)
+        self.itl = Histogram(ITL_BUCKETS)
         self.kv_blocks_in_use = 0
         self.requests_log: deque[Any] = deque(maxlen=cfg.max_recorded_requests)
         self._nonce = itertools.count(1)
@@ -90,24 +107,67 @@ class Replica:
     def next_nonce(self) -> int:
         return next(self._nonce)
 
+    def start(self) -> None:
+        """Start the engine's step loop (engine mode; a no-op otherwise). Needs a running event loop."""
+        if self.engine is not None and self.loop is None:
+            cfg = self.cfg
+            self.loop = EngineLoop(
+                self.engine,
+                lambda: cfg.speed * cfg.faults.slow_factor,
+                cfg.stream_interval,
+                self.finished,
+            )
+            self.loop.start()
+
+    async def stop(self) -> None:
+        if self.loop is not None:
+            await self.loop.stop()
+            self.loop = None
+
+    def finished(self, req: EngineRequest) -> None:
+        """The engine finished a request: its phase times, in vLLM's histograms."""
+        if req.first_scheduled is None or req.first_token is None or req.finished_at is None:
+            return
+        self.queue_time.observe(req.first_scheduled - req.arrival)
+        self.prefill_time.observe(req.first_token - req.first_scheduled)
+        self.decode_time.observe(req.finished_at - req.first_token)
+        if req.num_output_tokens > 1:
+            self.itl.observe((req.finished_at - req.first_token) / (req.num_output_tokens - 1))
+
+    @property
+    def running(self) -> int:
+        return len(self.engine.running) if self.engine is not None else self.limiter.running
+
+    @property
+    def waiting(self) -> int:
+        return len(self.engine.waiting) if self.engine is not None else self.limiter.waiting
+
     def kv_usage(self) -> float:
-        """Share of KV blocks held by running requests, as vLLM reports it (cached-but-free is free)."""
+        """Share of KV blocks not free, as vLLM reports it (cached-but-idle blocks count as free)."""
+        if self.engine is not None:
+            return self.engine.pool.usage()
         return min(1.0, self.kv_blocks_in_use / self.cfg.kv_capacity_blocks)
 
     def reset(self) -> None:
-        """Forget the prefix cache, counters and recorded requests (running requests go on)."""
+        """Forget the prefix cache, counters and recorded requests (running requests go on; in engine
+        mode the cache is kept while a request still holds blocks, as vLLM's reset_prefix_cache)."""
         self.kv.clear()
+        if self.engine is not None:
+            self.engine.pool.clear()
+            self.engine.pool.evictions = 0
+            self.engine.reset_stats()
         self.counters = Counters()
-        self.ttft.reset()
-        self.e2e.reset()
+        for h in (self.ttft, self.e2e, self.queue_time, self.prefill_time, self.decode_time, self.itl):
+            h.reset()
         self.requests_log.clear()
         self.limiter.reset_peaks()
 
     def stats(self) -> dict[str, Any]:
         out: dict[str, Any] = {f.name: getattr(self.counters, f.name) for f in fields(Counters)}
         out.update(
-            running=self.limiter.running,
-            waiting=self.limiter.waiting,
+            mode=self.cfg.mode,
+            running=self.running,
+            waiting=self.waiting,
             max_running_seen=self.limiter.max_running_seen,
             max_waiting_seen=self.limiter.max_waiting_seen,
             kv_cached_blocks=len(self.kv),
@@ -116,4 +176,18 @@ class Replica:
             kv_usage=self.kv_usage(),
             faults=self.faults.to_json(),
         )
+        if self.engine is not None:
+            pool, st = self.engine.pool, self.engine.stats
+            out.update(
+                kv_cached_blocks=pool.cached(),
+                kv_evictions=pool.evictions,
+                preemptions=st.preemptions,
+                busy_s=st.busy_s,
+                steps=st.steps,
+                prefill_tokens=st.prefill_tokens,
+                decode_tokens=st.decode_tokens,
+                preempted_queries=st.preempted_queries,
+                preempted_hits=st.preempted_hits,
+                max_step_tokens=st.max_step_tokens,
+            )
         return out

@@ -82,7 +82,9 @@ async def load_until_killed(url: str, seconds: float, completed: dict[str, dict]
 def test_kill9_loses_no_completed_request(tmp_path: Path) -> None:
     ledger = tmp_path / "ledger.db"
     policy = tmp_path / "policy.yaml"
-    sim, urls = start_sim(1, extra=["--decode-s-per-token", "0.002", "--overhead-s", "0.001"])
+    sim, urls = start_sim(
+        1, extra=["--mode", "simple", "--decode-s-per-token", "0.002", "--overhead-s", "0.001"]
+    )
     with running(sim):
         write_policy(policy, urls, ledger)
         gw = start_gateway(["--config", str(policy)])

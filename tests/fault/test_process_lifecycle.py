@@ -59,7 +59,9 @@ async def _one(s: aiohttp.ClientSession, url: str, i: int) -> tuple[int, bool]:
 
 
 def test_sigterm_under_load_finishes_every_request_and_exits_0(tmp_path: Path) -> None:
-    sim, urls = start_sim(2, extra=["--speed", "1", "--decode-s-per-token", "0.05", "--overhead-s", "0"])
+    sim, urls = start_sim(
+        2, extra=["--mode", "simple", "--speed", "1", "--decode-s-per-token", "0.05", "--overhead-s", "0"]
+    )
     with running(sim):
         path = tmp_path / "policy.yaml"
         write_policy(path, urls)

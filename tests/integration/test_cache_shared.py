@@ -41,7 +41,7 @@ def write_policy(path: Path, sim_urls: list[str], redis_url: str) -> Path:
 
 
 def test_two_gateway_processes_coalesce_through_redis(tmp_path: Path, redis_url: str) -> None:
-    sim, urls = start_sim(1, extra=["--decode-s-per-token", "0.03", "--overhead-s", "0"])
+    sim, urls = start_sim(1, extra=["--mode", "simple", "--decode-s-per-token", "0.03", "--overhead-s", "0"])
     policy = write_policy(tmp_path / "p.yaml", urls, redis_url)
     env = {"PREFIX_GATEWAY_SECRET": "shared"}
     gw1 = start_gateway(["--config", str(policy)], env=env)

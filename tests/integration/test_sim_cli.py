@@ -10,8 +10,10 @@ import sys
 from pathlib import Path
 
 import httpx
+import pytest
 
 from bench.sim.cli import add_arguments, config_from_args
+from bench.sim.engine import EngineCosts
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -20,13 +22,13 @@ def test_arguments_map_to_simconfig() -> None:
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     args = parser.parse_args(
-        ["--replicas", "3", "--base-port", "9200", "--speed", "0", "--kv-capacity-blocks", "77",
+        ["--mode", "simple", "--replicas", "3", "--base-port", "9200", "--speed", "0", "--kv-capacity-blocks", "77",
          "--max-num-seqs", "5", "--prefill-s-per-token", "0.5", "--decode-s-per-token", "0.25",
          "--overhead-s", "0.125", "--block-size", "32", "--bytes-per-token", "3", "--model", "a", "b"]
     )  # fmt: skip
     assert (args.replicas, args.base_port, args.host) == (3, 9200, "127.0.0.1")
     cfg = config_from_args(args)
-    assert cfg.models == ("a", "b")
+    assert cfg.models == ("a", "b") and cfg.mode == "simple"
     assert (cfg.kv_capacity_blocks, cfg.max_num_seqs, cfg.block_size, cfg.bytes_per_token) == (77, 5, 32, 3)
     assert (cfg.speed, cfg.prefill_s_per_token, cfg.decode_s_per_token, cfg.overhead_s) == (
         0.0,
@@ -34,6 +36,43 @@ def test_arguments_map_to_simconfig() -> None:
         0.25,
         0.125,
     )
+
+
+def test_engine_arguments_and_token_scale() -> None:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    cfg = config_from_args(
+        parser.parse_args(
+            [
+                "--max-num-batched-tokens",
+                "2048",
+                "--stream-interval",
+                "4",
+                "--token-scale",
+                "8",
+                "--step-overhead-s",
+                "0.01",
+                "--prefill-s-per-token",
+                "0.0001",
+                "--long-prefill-token-threshold",
+                "512",
+            ]
+        )
+    )
+    assert cfg.mode == "engine"  # the default
+    assert (cfg.max_num_batched_tokens, cfg.stream_interval, cfg.long_prefill_token_threshold) == (
+        2048,
+        4,
+        512,
+    )
+    base = EngineCosts()
+    assert cfg.costs.step_overhead_s == pytest.approx(0.08)
+    assert cfg.costs.prefill_s_per_token == pytest.approx(0.0008)
+    assert cfg.costs.decode_attn_s_per_ctx_token == pytest.approx(base.decode_attn_s_per_ctx_token * 64)
+    with pytest.raises(ValueError, match="--overhead-s is not used in mode 'engine'"):
+        config_from_args(parser.parse_args(["--overhead-s", "0.1"]))
+    with pytest.raises(ValueError, match="--token-scale is not used in mode 'simple'"):
+        config_from_args(parser.parse_args(["--mode", "simple", "--token-scale", "2"]))
 
 
 def test_python_m_bench_sim_serves_until_sigterm() -> None:

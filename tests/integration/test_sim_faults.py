@@ -13,7 +13,13 @@ import pytest
 
 from bench.sim import Faults, Fleet, SimConfig, start_replicas
 
-SLOW_DECODE = {"speed": 1.0, "overhead_s": 0.0, "prefill_s_per_token": 0.0, "decode_s_per_token": 0.05}
+SLOW_DECODE = {
+    "mode": "simple",
+    "speed": 1.0,
+    "overhead_s": 0.0,
+    "prefill_s_per_token": 0.0,
+    "decode_s_per_token": 0.05,
+}
 
 
 def chat(content: str = "hello", **extra: Any) -> dict[str, Any]:
@@ -153,7 +159,9 @@ async def test_drop_truncates_a_non_stream_answer(sim: Fleet, session: aiohttp.C
 
 
 async def test_slow_factor_multiplies_delays(session: aiohttp.ClientSession) -> None:
-    cfg = SimConfig(speed=1.0, overhead_s=0.05, prefill_s_per_token=0.0, decode_s_per_token=0.0)
+    cfg = SimConfig(
+        mode="simple", speed=1.0, overhead_s=0.05, prefill_s_per_token=0.0, decode_s_per_token=0.0
+    )
     fleet = await start_replicas([cfg], base_port=0)
     try:
         url = fleet.urls[0]

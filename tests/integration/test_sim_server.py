@@ -13,7 +13,7 @@ import pytest
 
 from bench.sim import Fleet, SimConfig, start_replicas
 
-FAST = {"speed": 0.0}
+FAST = {"speed": 0.0, "mode": "simple"}
 
 
 def parse_sse(text: str) -> list[Any]:
@@ -430,7 +430,10 @@ async def test_request_log_is_bounded(session: aiohttp.ClientSession) -> None:
 
 
 async def test_replicas_are_independent(session: aiohttp.ClientSession) -> None:
-    fleet = await start_replicas([SimConfig(speed=0), SimConfig(speed=0, kv_capacity_blocks=99)], base_port=0)
+    fleet = await start_replicas(
+        [SimConfig(speed=0, mode="simple"), SimConfig(speed=0, mode="simple", kv_capacity_blocks=99)],
+        base_port=0,
+    )
     try:
         assert len(set(fleet.urls)) == 2 and all(u.startswith("http://127.0.0.1:") for u in fleet.urls)
         body = chat("independent " * 20)
@@ -445,3 +448,42 @@ async def test_replicas_are_independent(session: aiohttp.ClientSession) -> None:
     with pytest.raises(aiohttp.ClientConnectionError):
         async with session.get(fleet.urls[0] + "/health"):
             pass
+
+
+async def test_engine_mode_streams_tokens_as_steps_end(session: aiohttp.ClientSession) -> None:
+    """Engine mode over HTTP: a repeated prompt hits all its blocks but the last token's, tokens of a
+    stream come one step apart, and a client that goes away frees the request's KV blocks."""
+    cfg = SimConfig(mode="engine", speed=1.0, kv_capacity_blocks=512)
+    fleet = await start_replicas([cfg], base_port=0)
+    try:
+        url = fleet.urls[0] + "/v1/chat/completions"
+        body = {"model": "sim-llama", "messages": [{"role": "user", "content": "x" * 4000}], "max_tokens": 6}
+        async with session.post(url, json=body) as r:
+            first = (await r.json())["usage"]
+        async with session.post(
+            url, json={**body, "stream": True, "stream_options": {"include_usage": True}}
+        ) as r:
+            times, text = [], b""
+            t0 = time.perf_counter()
+            async for chunk in r.content.iter_any():
+                times.append(time.perf_counter() - t0)
+                text += chunk
+        usage = orjson.loads(text.split(b"data: ")[-2])["usage"]
+        prompt = first["prompt_tokens"]
+        assert first["prompt_tokens_details"]["cached_tokens"] == 0
+        assert usage["prompt_tokens_details"]["cached_tokens"] == (prompt - 1) // 16 * 16
+        assert times[-1] - times[0] >= 4 * 0.0097 * 0.9  # at least the 5 later decode steps' overhead
+        rep = fleet.replicas[0]
+        assert rep.engine is not None and rep.engine.idle
+        long = {**body, "max_tokens": 2000, "stream": True}
+        async with session.post(url, json=long) as r:
+            async for _ in r.content.iter_any():
+                break  # the first token came; go away
+        for _ in range(100):
+            if rep.engine.idle:
+                break
+            await asyncio.sleep(0.01)
+        assert rep.engine.idle and rep.engine.pool.held == 0
+        assert rep.counters.cancelled == 1
+    finally:
+        await fleet.stop()

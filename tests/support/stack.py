@@ -23,6 +23,7 @@ TEST_SECRET = b"test-secret"
 @asynccontextmanager
 async def sim_fleet(n: int = 2, **cfg: Any) -> AsyncIterator[Fleet]:
     cfg.setdefault("speed", 0.0)
+    cfg.setdefault("mode", "simple")  # the fast model: gateway tests do not exercise the engine
     fleet = await start_replicas([SimConfig(**cfg) for _ in range(n)], base_port=0)
     try:
         yield fleet

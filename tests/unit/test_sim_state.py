@@ -5,6 +5,7 @@ from __future__ import annotations
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.sim.config import Faults, SimConfig
+from bench.sim.engine import EngineRequest
 from bench.sim.metrics import make_registry, render
 from bench.sim.state import TTFT_BUCKETS, Histogram, Replica
 
@@ -20,7 +21,7 @@ def test_histogram_is_cumulative() -> None:
 
 
 def test_exposition_parses_and_carries_vllm_names() -> None:
-    rep = Replica(SimConfig(models=("m1", "m2"), kv_capacity_blocks=10))
+    rep = Replica(SimConfig(models=("m1", "m2"), mode="simple", kv_capacity_blocks=10))
     rep.counters.prompt_tokens, rep.counters.cached_tokens, rep.counters.generation_tokens = 100, 48, 7
     rep.kv_blocks_in_use = 5
     rep.ttft.observe(0.3)
@@ -44,7 +45,7 @@ def test_exposition_parses_and_carries_vllm_names() -> None:
 
 
 def test_usage_is_capped_and_reset_keeps_running_state() -> None:
-    rep = Replica(SimConfig(kv_capacity_blocks=4))
+    rep = Replica(SimConfig(mode="simple", kv_capacity_blocks=4))
     rep.kv_blocks_in_use = 9
     assert rep.kv_usage() == 1.0
     rep.kv.insert([1, 2])
@@ -62,3 +63,36 @@ def test_replica_copies_its_config() -> None:
     a.set_faults(Faults(hang=True))
     assert b.faults == Faults(slow_factor=2.0) and cfg.faults == Faults(slow_factor=2.0)
     assert a.stats()["faults"]["hang"] is True
+
+
+def test_engine_mode_exports_the_engine_under_vllm_names() -> None:
+    """Engine mode: gauges, prefix-cache counters and preemptions come from the engine itself, and the
+    request phase histograms carry vLLM's names."""
+    rep = Replica(SimConfig(mode="engine", kv_capacity_blocks=12, max_num_seqs=8))
+    assert rep.engine is not None
+    eng = rep.engine
+    a, b = EngineRequest(list(range(4)), 64, 60), EngineRequest(list(range(100, 104)), 64, 60)
+    eng.add(a)
+    eng.add(b)
+    now = 0.0
+    while not eng.idle:  # two long answers outgrow 12 blocks: the second is preempted
+        out = eng.step(now)
+        now += out.duration_s
+        for r in out.finished:
+            rep.finished(r)
+    eng.add(EngineRequest([*list(range(4)), 7], 80, 1), now)  # 4 leading blocks cached (a's prompt)
+    running = EngineRequest([9], 16, 5)
+    eng.add(running, now)
+    eng.step(now)
+    families = {f.name: f for f in text_string_to_metric_families(render(make_registry(rep)).decode())}
+    value = {s.name: s.value for f in families.values() for s in f.samples}
+    assert value["vllm:num_preemptions_total"] == eng.stats.preemptions >= 1
+    assert value["vllm:prefix_cache_queries_total"] == 64 + 64 + 80 + 16
+    assert value["vllm:prefix_cache_hits_total"] == 64
+    assert value["vllm:num_requests_running"] == 1  # the 1-token request finished in its prefill step
+    assert value["vllm:kv_cache_usage_perc"] == eng.pool.usage() > 0
+    for name in ("request_queue_time", "request_prefill_time", "request_decode_time"):
+        assert families[f"vllm:{name}_seconds"].type == "histogram"
+        assert value[f"vllm:{name}_seconds_count"] == 2
+    assert value["vllm:inter_token_latency_seconds_count"] == 2
+    assert rep.stats()["preemptions"] == eng.stats.preemptions and rep.stats()["busy_s"] == eng.stats.busy_s

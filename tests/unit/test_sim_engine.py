@@ -1,0 +1,269 @@
+"""The engine model of a vLLM V1 replica (``bench.sim.engine``), stepped by hand in model time."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from bench.sim.engine import (
+    FINISHED,
+    RUNNING,
+    WAITING,
+    BlockPool,
+    Engine,
+    EngineConfig,
+    EngineCosts,
+    EngineRequest,
+)
+
+BS = 16
+
+
+def hashes(tag: int, blocks: int) -> list[int]:
+    """Distinct chained-looking block hashes of one prompt (equal tag and index: equal block)."""
+    return [tag * 100_000 + i for i in range(blocks)]
+
+
+def req(tag: int, prompt_tokens: int, max_tokens: int = 4, shared: list[int] | None = None) -> EngineRequest:
+    hs = (shared or []) + hashes(tag, prompt_tokens // BS - len(shared or []))
+    return EngineRequest(hs, prompt_tokens, max_tokens)
+
+
+def run(engine: Engine, until: float = 1e9, max_steps: int = 100_000) -> float:
+    """Step until idle (or ``until``); returns the model time reached."""
+    now = 0.0
+    for _ in range(max_steps):
+        if engine.idle or now >= until:
+            return now
+        now += engine.step(now).duration_s
+    raise AssertionError("engine did not drain")
+
+
+def test_token_budget_is_respected_every_step() -> None:
+    engine = Engine(EngineConfig(num_gpu_blocks=4096, max_num_batched_tokens=512, max_num_seqs=64))
+    for i in range(20):
+        engine.add(req(i, 16 * (10 + 7 * i), max_tokens=8))
+    now = 0.0
+    while not engine.idle:
+        out = engine.step(now)
+        assert 0 < out.num_tokens <= 512
+        assert len(engine.running) <= 64
+        now += out.duration_s
+    assert engine.stats.max_step_tokens == 512  # the budget was the binding limit
+
+
+def test_long_prompt_is_prefilled_in_chunks() -> None:
+    engine = Engine(EngineConfig(num_gpu_blocks=4096, max_num_batched_tokens=1000))
+    r = req(1, 2400, max_tokens=2)
+    engine.add(r)
+    chunks = []
+    now = 0.0
+    while r.first_token is None:
+        out = engine.step(now)
+        chunks.append(out.scheduled[r])
+        now += out.duration_s
+    assert chunks == [1000, 1000, 400]  # three chunks; the last one samples the first token
+    assert r.num_output_tokens == 1 and r.first_token == pytest.approx(now)
+
+
+def test_cold_long_prompt_raises_the_others_inter_token_latency() -> None:
+    """Decode steps that share the budget with a 6k-token prefill chunk take longer (vLLM's chunked
+    prefill mixes them): the decoding requests' tokens come slower while the long prompt prefills."""
+
+    def itl_of_decoders(with_long: bool) -> float:
+        engine = Engine(EngineConfig(num_gpu_blocks=8192, max_num_batched_tokens=2048))
+        decoders = [req(i, 160, max_tokens=60) for i in range(4)]
+        for d in decoders:
+            engine.add(d)
+        now = 0.0
+        while any(d.first_token is None for d in decoders):
+            now += engine.step(now).duration_s
+        if with_long:
+            engine.add(req(99, 6400, max_tokens=2), now)
+        times: list[float] = []
+        while not all(d.finished for d in decoders):
+            out = engine.step(now)
+            now += out.duration_s
+            if decoders[0] in out.tokens:
+                times.append(now)
+        gaps = [b - a for a, b in itertools.pairwise(times)][:5]
+        return sum(gaps) / len(gaps)
+
+    quiet, disturbed = itl_of_decoders(False), itl_of_decoders(True)
+    assert disturbed > 5 * quiet  # 2048-token chunks at 66 us a token next to 10 ms decode steps
+
+
+def test_ttft_grows_with_queued_prefill() -> None:
+    """A short request behind a cold long one waits for that one's chunks: its TTFT includes them."""
+    engine = Engine(EngineConfig(num_gpu_blocks=8192, max_num_batched_tokens=1024))
+    long, short = req(1, 8000, max_tokens=2), req(2, 64, max_tokens=2)
+    engine.add(long)
+    engine.add(short)
+    run(engine)
+    alone = Engine(EngineConfig(num_gpu_blocks=8192, max_num_batched_tokens=1024))
+    s2 = req(2, 64, max_tokens=2)
+    alone.add(s2)
+    run(alone)
+    assert short.first_token is not None and s2.first_token is not None
+    assert short.first_token > 5 * s2.first_token
+
+
+def test_prefix_hit_on_whole_leading_blocks_only_and_last_token_recomputed() -> None:
+    engine = Engine(EngineConfig(num_gpu_blocks=256))
+    a = req(1, 10 * BS, max_tokens=1)
+    engine.add(a)
+    run(engine)
+    # Same first 6 blocks, then different: 6 blocks hit.
+    b = EngineRequest(a.prompt_hashes[:6] + hashes(2, 4), 10 * BS + 5, 1)
+    engine.add(b)
+    run(engine)
+    assert b.cached_tokens == 6 * BS
+    # The whole prompt cached: the last block is computed again (the last token must be).
+    c = EngineRequest(list(a.prompt_hashes), 10 * BS, 1)
+    engine.add(c)
+    run(engine)
+    assert c.cached_tokens == 9 * BS
+    assert engine.stats.prefix_hits == 15 * BS
+    assert engine.stats.prefix_queries == 30 * BS + 5
+
+
+def test_blocks_of_a_running_request_are_never_evicted() -> None:
+    engine = Engine(EngineConfig(num_gpu_blocks=40, max_num_batched_tokens=4096))
+    a = req(1, 20 * BS, max_tokens=50)  # holds 20+ blocks for 50 steps
+    engine.add(a)
+    engine.step(0.0)
+    assert a.status == RUNNING
+    for i in range(30):  # short requests churn through the remaining blocks
+        engine.add(req(10 + i, 4 * BS, max_tokens=1))
+    now = 0.0
+    while a.num_output_tokens < 40:
+        now += engine.step(now).duration_s
+        assert all(engine.pool.ref.get(h, 0) >= 1 for h in a.prompt_hashes)
+    assert engine.pool.evictions > 0  # the churn did evict: only other blocks
+    run(engine)
+    again = EngineRequest(list(a.prompt_hashes), 20 * BS + 8, 1)
+    engine.add(again)
+    run(engine)
+    assert again.cached_tokens == 20 * BS
+
+
+def test_idle_cached_blocks_are_evicted_least_recently_freed_first() -> None:
+    pool = BlockPool(6)
+    pool.take(2)
+    assert pool.cache(11) and pool.cache(12)
+    pool.release([11, 12])  # request A done: its last block is freed first
+    pool.take(2)
+    assert pool.cache(21) and pool.cache(22)
+    pool.release([21, 22])
+    assert list(pool.evictable) == [12, 11, 22, 21]
+    pool.touch([11])  # a hit takes 11 out of the free queue
+    pool.release([11])  # and freeing it again puts it last
+    assert list(pool.evictable) == [12, 22, 21, 11]
+    pool.take(2 + 2)  # 2 never-used blocks first, then two evictions from the head
+    assert pool.evictions == 2 and list(pool.evictable) == [21, 11]
+    assert pool.free == 2 and pool.usage() == pytest.approx(4 / 6)
+
+
+def test_lru_through_the_engine_keeps_the_recently_used_prefix() -> None:
+    engine = Engine(EngineConfig(num_gpu_blocks=30))
+    a, b = req(1, 10 * BS, max_tokens=1), req(2, 10 * BS, max_tokens=1)
+    for r in (a, b):
+        engine.add(r)
+        run(engine)
+    hit_a = EngineRequest([*list(a.prompt_hashes), 7], 11 * BS, 1)  # touches a: b is now the older one
+    engine.add(hit_a)
+    run(engine)
+    engine.add(req(3, 12 * BS, max_tokens=1))  # needs 12 blocks: evicts from b first
+    run(engine)
+    a2, b2 = (
+        EngineRequest(list(a.prompt_hashes), 10 * BS + 1, 1),
+        EngineRequest(list(b.prompt_hashes), 10 * BS + 1, 1),
+    )
+    for r in (a2, b2):
+        engine.add(r)
+        run(engine)
+    assert a2.cached_tokens == 10 * BS
+    assert b2.cached_tokens < 10 * BS
+
+
+def test_preemption_when_a_running_request_cannot_grow() -> None:
+    # 12 blocks; two requests of 4 blocks each decode long answers until their blocks run out.
+    engine = Engine(EngineConfig(num_gpu_blocks=12, max_num_batched_tokens=4096))
+    first, second = req(1, 4 * BS, max_tokens=60), req(2, 4 * BS, max_tokens=60)
+    engine.add(first)
+    engine.add(second)
+    preempted = []
+    now = 0.0
+    while not engine.idle:
+        out = engine.step(now)
+        preempted += out.preempted
+        now += out.duration_s
+    assert preempted and preempted[0] is second  # the last admitted goes first (FCFS)
+    assert engine.stats.preemptions == len(preempted)
+    assert second.preemptions >= 1 and second.finished and first.finished
+    assert second.num_output_tokens == 60  # recomputed, then went on where it stopped
+    assert engine.stats.preempted_queries > 0  # its re-admission is counted apart
+
+
+def test_max_num_seqs_caps_the_batch_and_fcfs_order() -> None:
+    engine = Engine(EngineConfig(num_gpu_blocks=4096, max_num_seqs=3))
+    reqs = [req(i, 2 * BS, max_tokens=5) for i in range(7)]
+    for r in reqs:
+        engine.add(r)
+    engine.step(0.0)
+    assert [r.status for r in reqs] == [RUNNING] * 3 + [WAITING] * 4
+    run(engine)
+    firsts = [r.first_token for r in reqs]
+    assert firsts == sorted(firsts)  # type: ignore[type-var]
+
+
+def test_abort_frees_blocks_and_leaves_the_queue() -> None:
+    engine = Engine(EngineConfig(num_gpu_blocks=64))
+    a, b = req(1, 8 * BS, max_tokens=50), req(2, 4 * BS, max_tokens=50)
+    engine.add(a)
+    engine.step(0.0)
+    engine.add(b)
+    engine.abort(a)
+    engine.abort(b)
+    assert a.status == FINISHED and b.status == FINISHED
+    assert engine.idle and engine.pool.free == 64  # a's cached blocks are idle, counted free
+    assert engine.pool.held == 0
+
+
+def test_step_time_follows_the_cost_model() -> None:
+    costs = EngineCosts()
+    engine = Engine(EngineConfig(num_gpu_blocks=4096, costs=costs))
+    r = req(1, 1024, max_tokens=3)
+    engine.add(r)
+    out = engine.step(0.0)  # one prefill of 1024 tokens at context 0
+    pairs = 1024 * (1024 + 1) / 2
+    expect = costs.step_overhead_s + 1024 * costs.prefill_s_per_token + pairs * costs.prefill_attn_s_per_pair
+    assert out.duration_s == pytest.approx(expect)
+    out = engine.step(0.0)  # one decode with 1024 tokens of context
+    expect = costs.step_overhead_s + costs.decode_s_per_seq + 1024 * costs.decode_attn_s_per_ctx_token
+    assert out.duration_s == pytest.approx(expect)
+    assert engine.stats.steps == 2 and engine.stats.prefill_tokens == 1024 and engine.stats.decode_tokens == 1
+
+
+def test_scaled_costs_make_a_scaled_replay_self_similar() -> None:
+    """k x fewer tokens with costs scaled by k (the budget stays 8192 simulated tokens: one step stands for
+    k real ones): about the same model time for the same work."""
+    k = 8
+    real = Engine(EngineConfig(num_gpu_blocks=100_000))
+    small = Engine(EngineConfig(num_gpu_blocks=100_000, costs=EngineCosts().scaled(k)))
+    real.add(req(1, 16 * 512, max_tokens=8 * k))
+    small.add(req(1, 16 * 512 // k, max_tokens=8))
+    t_real, t_small = run(real), run(small)
+    assert t_small == pytest.approx(t_real, rel=0.15)
+
+
+def test_invalid_settings_are_rejected() -> None:
+    with pytest.raises(ValueError):
+        EngineConfig(max_num_batched_tokens=0)
+    with pytest.raises(ValueError):
+        EngineCosts(step_overhead_s=-1)
+    with pytest.raises(ValueError):
+        EngineCosts().scaled(0)
+    with pytest.raises(ValueError):
+        Engine(EngineConfig()).add(EngineRequest([], 0, 1))

@@ -91,6 +91,10 @@ _SPECS: tuple[tuple[Any, ...], ...] = (
      "Frames that could not be decoded or had an unknown topic.", ("kind",)),
     ("kv_event_blocks", Gauge, "kv_event_blocks", "Blocks each replica holds according to its events.",
      ("replica",)),
+    # -- offline batches: the store's count (set at each scrape); the runner's counters are read from its
+    # RunStats at each scrape (gateway/batch/metrics.py)
+    ("batches", Gauge, "batches", "Batches in the job store by status (every pod's: take the max across pods).",
+     ("status",)),
     # -- the layout advisor (set at each scrape from the advice document; cache/advisor/render.py)
     ("advice_saving_micros", Gauge, GAUGE_SAVING_MICROS.removeprefix(f"{NS}_"),
      "Estimated saving per day if the tenant changed its prompt layout as advised, in micro-units.",
@@ -138,6 +142,7 @@ class GatewayMetrics:
     advice_saving_micros: Gauge
     advice_saving_tokens: Gauge
     advice_findings: Gauge
+    batches: Gauge
 
     def __init__(self, registry: CollectorRegistry | None = None):
         self.registry = registry or CollectorRegistry()

@@ -69,7 +69,13 @@ async def dispatch(ctx: RequestContext, payload: dict[str, Any], how: Relay) -> 
     if parsed.stream:
         headers["Accept"] = "text/event-stream"
     route_req = RouteRequest(
-        parsed.endpoint, parsed.model, parsed.body, ctx.tenant.salt, ctx.request.headers, ctx.pinned_replica
+        parsed.endpoint,
+        parsed.model,
+        parsed.body,
+        ctx.tenant.salt,
+        ctx.headers,
+        ctx.pinned_replica,
+        ctx.placement,
     )
     deadline = time.monotonic() + retries.deadline_s
     tried: set[str] = set()

@@ -39,6 +39,7 @@ RESTART_ONLY = (
     ("billing", "enabled"),
     ("billing", "ledger"),
     ("redis", None),
+    ("batch", None),
 )
 
 

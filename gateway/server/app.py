@@ -7,8 +7,11 @@ layout advisor's observation, billing, tenant refunds, metrics and the access lo
 
 One middleware does what every request needs, in this order: OpenAI-format errors for anything that
 escapes (404, 405, an unexpected exception: never a crash); a POST body read within
-``limits.body_timeout_s``; process admission for inference requests (at most
-``limits.max_concurrent_requests`` at once, others queued, bounded).
+``limits.body_timeout_s`` (but for file uploads, which the handler streams); process admission for
+inference requests (at most ``limits.max_concurrent_requests`` at once, others queued, bounded).
+
+When the drain begins (aiohttp's ``on_shutdown``, before requests in flight are waited for) the process
+stops running batches, so their leases are free for another pod at once.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from gateway.errors import GatewayError, error_response
 from gateway.observability.metrics import GatewayMetrics
 from gateway.pipeline import advise, billing, dispatch, limits, observe
 from gateway.process.process import PROCESS, Process, process_context
+from gateway.server.batch_api import STREAMED_PATHS
 from gateway.server.conn_guard import GatewayRunner, read_body_within
 from gateway.server.endpoints import INFERENCE_PATHS, add_public_routes
 
@@ -33,7 +37,7 @@ HOOKS = (dispatch.install, advise.install, billing.install, limits.install, obse
 async def gateway_middleware(request: web.Request, handler):  # type: ignore[no-untyped-def]
     process = request.app[PROCESS]
     try:
-        if request.method != "POST":
+        if request.method != "POST" or request.path in STREAMED_PATHS:
             return await handler(request)
         lim = process.state.policy.limits
         early = await read_body_within(request, lim.body_timeout_s)
@@ -81,6 +85,7 @@ def create_app(
     add_public_routes(app, process)
     add_admin_routes(app)
     app.cleanup_ctx.append(process_context(process))
+    app.on_shutdown.append(lambda _app: process.stop_batches())
     return app
 
 

@@ -1,7 +1,8 @@
 """The HTTP surface: one table of every public endpoint, and the handlers that are not the pipeline.
 
 Inference endpoints come from ``gateway.pipeline.parse.ENDPOINTS`` (the one list of them: their
-paths, what they validate, where they are proxied) and run ``gateway.pipeline.handler.handle``.
+paths, what they validate, where they are proxied) and run ``gateway.pipeline.handler.handle``; the
+Files and Batches API is ``gateway.server.batch_api``.
 """
 
 from __future__ import annotations
@@ -15,10 +16,12 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from cache.advisor.render import GAUGE_FINDINGS, GAUGE_SAVING_MICROS, GAUGE_SAVING_TOKENS, gauge_values
 from cache.store_redis import REDIS_ERRORS
+from gateway.batch.objects import STATUSES
 from gateway.errors import GatewayError, error_response
 from gateway.pipeline.handler import handle
 from gateway.pipeline.parse import ENDPOINTS
 from gateway.process.process import PROCESS, Process
+from gateway.server.batch_api import add_batch_routes
 
 INFERENCE_PATHS = frozenset(e.path for e in ENDPOINTS.values())
 
@@ -74,6 +77,8 @@ async def metrics_endpoint(request: web.Request) -> web.Response:
                 metrics.child(metrics.explicit_entries, name).set(getattr(stats, name))
     if process.advisor.cfg.enabled:
         set_advice_gauges(process)
+    if process.batch is not None:
+        await set_batch_gauges(process)
     return web.Response(body=generate_latest(metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
@@ -92,6 +97,21 @@ def set_advice_gauges(process: Process) -> None:
             metrics.child(gauge, tenant, kind).set(value)
 
 
+async def set_batch_gauges(process: Process) -> None:
+    """Batches per status, from the job store (every pod's batches: take the max across pods, not the
+    sum); a status no batch has any more drops to 0. The runner's own counters are a collector
+    (``gateway.batch.metrics``)."""
+    assert process.batch is not None
+    metrics = process.metrics
+    try:
+        counts = await process.batch.store.count_by_status()
+    except Exception:  # the store is unreachable: /metrics still answers, the gauges keep their values
+        metrics.child(metrics.redis_errors, "batch", "count").inc()
+        return
+    for status in STATUSES:
+        metrics.child(metrics.batches, status).set(counts.get(status, 0))
+
+
 def _inference(process: Process, name: str) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
     async def endpoint(request: web.Request) -> web.StreamResponse:
         return await handle(request, process, name)
@@ -107,3 +127,4 @@ def add_public_routes(app: web.Application, process: Process) -> None:
     app.router.add_get("/health", health)
     app.router.add_get("/ready", ready)
     app.router.add_get("/metrics", metrics_endpoint)
+    add_batch_routes(app)

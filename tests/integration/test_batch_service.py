@@ -24,7 +24,7 @@ from bench.sim.fleet import Fleet, start_replicas
 from config.batch import BatchConfig
 from gateway.batch.files import FileStore
 from gateway.batch.objects import line_id
-from gateway.batch.runner import BatchLine, Send
+from gateway.batch.runner import BatchLine, Send, Slot
 from gateway.batch.service import BatchService
 from gateway.batch.store import JobStore
 from gateway.batch.store_redis import RedisJobStore
@@ -104,7 +104,7 @@ async def batch_env(
         files=files,
         fleet=StaticFleet({MODEL: [f"r{i}" for i in range(len(sim.urls))]}),
         send=wrap(send) if wrap else send,
-        load=lambda _: None,
+        load=lambda _model, _replica: None,
         max_line_bytes=1 << 20,
         clock=lambda: time.time() + offset[0],
     )
@@ -144,12 +144,12 @@ class Gate:
         self.event = asyncio.Event()
 
     def __call__(self, send: Send) -> Send:
-        async def gated(line: BatchLine, replica: str | None) -> tuple[int, Any]:
+        async def gated(line: BatchLine, slot: Slot) -> tuple[int, Any]:
             self.sent += 1
             if self.sent > self.free:
                 self.held += 1
                 await self.event.wait()
-            return await send(line, replica)
+            return await send(line, slot)
 
         return gated
 

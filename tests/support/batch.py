@@ -9,7 +9,7 @@ from typing import Any
 import aiohttp
 
 from config.routing import RoutingConfig
-from gateway.batch.runner import BatchLine, Send
+from gateway.batch.runner import BatchLine, Send, Slot
 from router.tokenizers import ApproxTokenizer, Tokenizer
 
 
@@ -38,8 +38,8 @@ def http_send(session: aiohttp.ClientSession, urls: Mapping[str, str]) -> Send:
     """POST each line to the replica the plan chose (its url by replica id), as JSON."""
     first = next(iter(urls.values()))
 
-    async def send(line: BatchLine, replica: str | None) -> tuple[int, Any]:
-        url = urls.get(replica, first) if replica is not None else first
+    async def send(line: BatchLine, slot: Slot) -> tuple[int, Any]:
+        url = urls.get(slot.replica, first) if slot.replica is not None else first
         async with session.post(
             url + line.url, json=line.body, headers={"x-request-id": line.request_id}
         ) as r:

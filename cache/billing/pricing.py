@@ -21,7 +21,10 @@ Source = Literal["upstream", "batch", "response_cache", "coalesced"]
 CachedSource = Literal["replica", "gateway_index", "none"]
 ExplicitKind = Literal["created", "hit"]
 
-SOURCES: tuple[str, ...] = ("upstream", "batch", "response_cache", "coalesced")
+# Where a request's answer came from. A semantic-cache hit is billed by the response cache's rules; the
+# ledger keeps it apart so that savings can be reported per cache layer.
+SOURCES: tuple[str, ...] = ("upstream", "batch", "response_cache", "semantic_cache", "coalesced")
+SERVED: tuple[str, ...] = ("response_cache", "semantic_cache", "coalesced")
 """``batch``: a line of an offline batch, run by the fleet and priced like ``upstream`` (same implicit and
 explicit rules) times the policy's ``batch_price_factor``."""
 KINDS: tuple[str, ...] = (
@@ -171,7 +174,8 @@ def bill(
 ) -> LineItem:
     """Split a request's tokens by kind and price them.
 
-    - ``source`` ``response_cache`` / ``coalesced``: all tokens are ``served_*`` at that source's rule.
+    - ``source`` ``response_cache`` / ``semantic_cache`` / ``coalesced``: all tokens are ``served_*`` at
+      that source's rule (a semantic hit at the response cache's).
     - ``upstream`` and ``batch``: the rules below; ``price_factor_bp`` (basis points, a ``batch`` line
       passes ``billing.batch_price_factor``) multiplies every amount and the cost without cache alike,
       so ``saved_micros`` is what the prompt cache saved at that price.
@@ -192,11 +196,11 @@ def bill(
     amt: dict[str, int] = dict.fromkeys(KINDS, 0)
 
     f = price_factor_bp
-    if source in ("response_cache", "coalesced"):
+    if source in SERVED:
         in_pct, out_pct = (
-            (rules.response_cache_input_pct, rules.response_cache_output_pct)
-            if source == "response_cache"
-            else (rules.coalesced_input_pct, rules.coalesced_output_pct)
+            (rules.coalesced_input_pct, rules.coalesced_output_pct)
+            if source == "coalesced"
+            else (rules.response_cache_input_pct, rules.response_cache_output_pct)
         )
         tok["served_input"], tok["served_output"] = prompt, completion
         amt["served_input"] = price_micros(prompt, p_in, in_pct)

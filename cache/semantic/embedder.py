@@ -52,9 +52,11 @@ class Embedder:
     async def embed(self, text: str) -> list[float]:
         body = orjson.dumps({"model": self.model, "input": [text], "encoding_format": "float"})
         try:
-            async with self.session.post(
-                self.url(), data=body, headers=self.headers, timeout=self.timeout
-            ) as resp:
+            url = self.url()
+        except LookupError as exc:  # a pool of the gateway with no healthy replica right now
+            raise EmbedderError("unreachable", str(exc)) from None
+        try:
+            async with self.session.post(url, data=body, headers=self.headers, timeout=self.timeout) as resp:
                 if resp.status != 200:
                     raise EmbedderError("status", f"embedder answered {resp.status}")
                 raw = bytearray()

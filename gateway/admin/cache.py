@@ -1,4 +1,6 @@
-"""``POST /admin/cache/purge``: drop one tenant's response-cache entries, or one key."""
+"""The response cache's admin endpoints: ``POST /admin/cache/purge`` drops one tenant's entries or one
+key; ``POST /admin/cache/events`` applies a business event to the semantic cache (removes exactly the
+entries whose fingerprints it touches, in every tenant)."""
 
 from __future__ import annotations
 
@@ -6,6 +8,7 @@ import orjson
 from aiohttp import web
 
 from cache.keys import tenant_tag
+from cache.semantic.invalidation import EventError
 from gateway.errors import GatewayError
 from gateway.process.process import PROCESS
 
@@ -34,3 +37,42 @@ async def purge(request: web.Request) -> web.Response:
         removed = await state.cache.store.purge_tenant(tenant_tag(state.tenants.salt_for(tenant)))
         result = {"purged": "tenant", "tenant": tenant, "entries": removed}
     return web.Response(body=orjson.dumps(result), content_type="application/json")
+
+
+MAX_EVENT_BYTES = 64 * 1024  # a business event is a small JSON object
+
+
+async def events(request: web.Request) -> web.Response:
+    """Body: one event, e.g. ``{"type": "ProductSpecUpdated", "product_id": "...", "changed_fields":
+    [...]}``; the policy's ``cache.semantic.events`` map its fields to slots and intents. Answers
+    ``{"removed", "tags", "ignored_fields"}``; 503 when the store is unreachable (resending is safe)."""
+    cache = request.app[PROCESS].state.cache
+    if cache is None or cache.semantic is None:
+        raise GatewayError(
+            404, "no model of this policy has a semantic cache", code="semantic_cache_disabled"
+        )
+    if (request.content_length or 0) > MAX_EVENT_BYTES:
+        raise GatewayError(413, f"an event is at most {MAX_EVENT_BYTES} bytes", code="body_too_large")
+    raw = await request.read()
+    if len(raw) > MAX_EVENT_BYTES:
+        raise GatewayError(413, f"an event is at most {MAX_EVENT_BYTES} bytes", code="body_too_large")
+    try:
+        event = orjson.loads(raw or b"null")
+    except orjson.JSONDecodeError:
+        raise GatewayError(400, "body must be a JSON event object", code="invalid_json") from None
+    try:
+        result = await cache.semantic.apply_event(event)
+    except EventError as exc:
+        raise GatewayError(400, str(exc), param=exc.param, code="invalid_event") from None
+    if result.removed < 0:
+        raise GatewayError(
+            503,
+            "the semantic store is unreachable; resend the event",
+            code="store_unavailable",
+            headers={"Retry-After": "1"},
+        )
+    metrics = request.app[PROCESS].metrics
+    metrics.child(metrics.semantic_events, event["type"]).inc()
+    metrics.semantic_invalidated.inc(result.removed)
+    body = {"removed": result.removed, "tags": result.tags, "ignored_fields": result.ignored_fields}
+    return web.Response(body=orjson.dumps(body), content_type="application/json")

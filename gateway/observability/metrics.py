@@ -91,6 +91,24 @@ _SPECS: tuple[tuple[Any, ...], ...] = (
      "Frames that could not be decoded or had an unknown topic.", ("kind",)),
     ("kv_event_blocks", Gauge, "kv_event_blocks", "Blocks each replica holds according to its events.",
      ("replica",)),
+    # -- the semantic cache (cache/semantic)
+    ("semantic_requests", Counter, "semantic_requests_total", "Semantic-cache lookups by mode and result.",
+     ("mode", "result")),
+    ("semantic_bypass", Counter, "semantic_bypass_total",
+     "Requests the semantic cache neither served nor stored, by reason (admission, question shape, "
+     "fingerprint gap, embedder).", ("reason",)),
+    ("semantic_vetoes", Counter, "semantic_guard_veto_total",
+     "Candidates above the similarity threshold refused by a guard feature.", ("guard",)),
+    ("semantic_not_stored", Counter, "semantic_not_stored_total", "Semantic fills not stored, by reason.",
+     ("reason",)),
+    ("semantic_stale", Gauge, "semantic_stale_refused",
+     "Entries an event had invalidated, found at read time and refused instead of served, since the "
+     "process started (stale serves are impossible by construction: docs/semantic-cache.md).", ()),
+    ("semantic_events", Counter, "semantic_events_total", "Business events applied, by type.", ("type",)),
+    ("semantic_invalidated", Counter, "semantic_invalidated_entries_total",
+     "Entries removed by business events.", ()),
+    ("semantic_similarity", Histogram, "semantic_similarity", "Cosine similarity of embedding-mode hits.",
+     (), FRACTION_BUCKETS),
     # -- offline batches: the store's count (set at each scrape); the runner's counters are read from its
     # RunStats at each scrape (gateway/batch/metrics.py)
     ("batches", Gauge, "batches", "Batches in the job store by status (every pod's: take the max across pods).",
@@ -139,6 +157,14 @@ class GatewayMetrics:
     kv_event_gaps: Counter
     kv_event_errors: Counter
     kv_event_blocks: Gauge
+    semantic_requests: Counter
+    semantic_bypass: Counter
+    semantic_vetoes: Counter
+    semantic_not_stored: Counter
+    semantic_stale: Gauge
+    semantic_events: Counter
+    semantic_invalidated: Counter
+    semantic_similarity: Histogram
     advice_saving_micros: Gauge
     advice_saving_tokens: Gauge
     advice_findings: Gauge

@@ -8,11 +8,15 @@
    the prompt; the answer is unmasked with this request's own values.
 3. A live entry (younger than the client's ``max-age``) is served as JSON or replayed as SSE, whichever
    the client asked for: ``x-cache: hit`` and ``age``. ``no-cache`` skips this step (``refresh``).
+   On an exact miss, the semantic layer (``cache.semantic``, for models that have one) looks for an
+   entry by the question's domain fingerprint or a guarded embedding: ``x-cache: semantic-hit``,
+   billed as a response-cache hit (ledger source ``semantic_cache``).
 4. A miss joins the key's flight: the leader goes upstream (within the key's bucket), followers get the
    leader's answer (streaming followers get its chunks as they arrive): ``x-cache: coalesced``. A failed
    leader sends its followers upstream themselves.
 5. The leader stores the answer only if it completed normally, is small enough, and (bypass mode)
-   carries no PII. Errors are never stored.
+   carries no PII, under its exact key and, when the semantic lookup missed, under its semantic key
+   (refused when a business event came while it was being generated). Errors are never stored.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from gateway.pipeline.relay import Relay
 from gateway.pipeline.stream_tap import StreamTap, is_usage_only
 
 if TYPE_CHECKING:
+    from cache.semantic.layer import Lookup, SemanticLayer
     from gateway.process.cache_runtime import CacheRuntime
 
 
@@ -115,6 +120,7 @@ async def serve(ctx: RequestContext) -> web.StreamResponse:
         payload, mapping = mask_request(payload)
     key = cache_key(parsed.endpoint, payload, ctx.tenant.salt)  # type: ignore[union-attr]
 
+    semantic: Lookup | None = None
     if not control.no_cache:
         t0 = time.perf_counter()
         entry = await rt.store.get(key)
@@ -122,6 +128,12 @@ async def serve(ctx: RequestContext) -> web.StreamResponse:
         if entry is not None and control.accepts_age(entry.age_s()):
             ctx.source, ctx.age_s = "response_cache", entry.age_s()
             return await _answer_from(ctx, entry.response, mapping, "hit")
+        if rt.semantic is not None:
+            semantic = await _semantic_lookup(ctx, rt.semantic, payload)
+            found = semantic.entry if semantic is not None else None
+            if found is not None and control.accepts_age(found.age_s()):
+                ctx.source, ctx.age_s = "semantic_cache", found.age_s()
+                return await _answer_from(ctx, found.response, mapping, "semantic-hit")
 
     if cfg.fill_breaker.enabled:
         tripped = await rt.gate.breaker_check(key)
@@ -129,10 +141,10 @@ async def serve(ctx: RequestContext) -> web.StreamResponse:
             return await _fallback(ctx, cfg)
 
     if not cfg.coalescing.enabled:
-        return await _lead(ctx, rt, payload, mapping, key, cfg, control, None)
+        return await _lead(ctx, rt, payload, mapping, key, cfg, control, None, semantic)
     async with rt.coalescer.acquire(key) as flight:
         if flight.role == "leader":
-            return await _lead(ctx, rt, payload, mapping, key, cfg, control, flight)
+            return await _lead(ctx, rt, payload, mapping, key, cfg, control, flight, semantic)
         try:
             return await _follow(ctx, flight, mapping)
         except FlightFailed:
@@ -142,6 +154,26 @@ async def serve(ctx: RequestContext) -> web.StreamResponse:
     metrics = ctx.process.metrics
     metrics.child(metrics.cache_bypass, "leader_failed").inc()
     return await forward(ctx, payload, mapping=mapping)
+
+
+async def _semantic_lookup(
+    ctx: RequestContext, layer: SemanticLayer, payload: dict[str, Any]
+) -> Lookup | None:
+    """The semantic layer's lookup for this request (None: no semantic cache for its model), counted."""
+    assert ctx.pool is not None and ctx.parsed is not None and ctx.tenant is not None
+    analysis = layer.analyse(ctx.pool.name, ctx.parsed.endpoint, payload)
+    if analysis is None:
+        return None
+    found = await layer.lookup(ctx.pool.name, analysis, ctx.tenant.salt)
+    m = ctx.process.metrics
+    m.child(m.semantic_requests, found.mode, found.outcome).inc()
+    if found.outcome == "bypass":
+        m.child(m.semantic_bypass, found.reason).inc()
+    for guard in found.vetoes:
+        m.child(m.semantic_vetoes, guard).inc()
+    if found.similarity is not None:
+        m.semantic_similarity.observe(found.similarity)
+    return found
 
 
 def _store_seconds(ctx: RequestContext, op: str, t0: float) -> None:
@@ -158,6 +190,7 @@ async def _lead(
     cfg: CacheConfig,
     control: CacheControl,
     flight: Flight | None,
+    semantic: Lookup | None,
 ) -> web.StreamResponse:
     if cfg.key_bucket.enabled:
         admitted = await rt.gate.admit(key)
@@ -177,7 +210,7 @@ async def _lead(
     answer = await forward(ctx, payload, mapping=mapping, assemble=True, flight=flight)
     response = ctx.response if ctx.status == 200 else None
     if response is not None:
-        await _fill(ctx, rt, key, response, cfg, control)
+        await _fill(ctx, rt, key, response, cfg, control, semantic)
     if flight is not None:
         if response is not None:
             await flight.finish(response)
@@ -193,6 +226,7 @@ async def _fill(
     response: dict[str, Any],
     cfg: CacheConfig,
     control: CacheControl,
+    semantic: Lookup | None,
 ) -> bool:
     metrics = ctx.process.metrics
     ok, why = storable(response)
@@ -207,6 +241,10 @@ async def _fill(
     _store_seconds(ctx, "set", t0)
     if not stored:
         metrics.child(metrics.cache_not_stored, "too_large_or_store_error").inc()
+    if semantic is not None and semantic.outcome == "miss" and rt.semantic is not None:
+        result = await rt.semantic.fill(semantic, response, control.ttl_s)
+        if result != "stored":
+            metrics.child(metrics.semantic_not_stored, result).inc()
     return stored
 
 

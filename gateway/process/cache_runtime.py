@@ -1,4 +1,5 @@
-"""The response cache's moving parts for one gateway process: store, coalescer, buckets.
+"""The response cache's moving parts for one gateway process: store, coalescer, buckets, and the
+semantic layer (``cache.semantic``) for the models whose ``cache.semantic.mode`` is not ``off``.
 
 Memory when the policy names no Redis (the embedded default), Redis when it does (the process's
 client, which this runtime uses and never closes): then every gateway pod shares entries, coalescing
@@ -8,18 +9,30 @@ per interval) and fail open, except the tenant limiter, which follows ``tenant_l
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import logging
+import os
+import random
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+import aiohttp
 import redis.asyncio as aioredis
 
 from cache.buckets import Buckets, KeyGate, MemoryBuckets, RedisBuckets, TenantLimiter
 from cache.coalesce import Coalescer
+from cache.semantic.embedder import Embedder
+from cache.semantic.layer import SemanticLayer
+from cache.semantic.route import SemanticRoute
+from cache.semantic.store import MemorySemanticStore, SemanticStore
+from cache.semantic.store_redis import RedisSemanticStore
 from cache.store import MemoryStore, ResponseStore
 from cache.store_redis import RedisStore
 from config.cache import CacheConfig
 from config.policy import Policy
+from gateway.fleet.pools import Pool
 from gateway.observability.metrics import GatewayMetrics
 
 log = logging.getLogger("prefix_gateway")
@@ -32,10 +45,14 @@ class CacheRuntime:
     coalescer: Coalescer
     gate: KeyGate
     limiter: TenantLimiter
+    semantic: SemanticLayer | None = None
+    embed_session: aiohttp.ClientSession | None = None  # the semantic layer's embedders' own
 
     async def close(self) -> None:
         await self.coalescer.close()
         await self.store.close()
+        if self.embed_session is not None:
+            await self.embed_session.close()
 
 
 class RedisErrorLog:
@@ -65,10 +82,87 @@ class RedisErrorLog:
         return on_error
 
 
+def tag_secret(secret: bytes) -> bytes:
+    """The semantic layer's tag secret: one for every tenant (a business event must reach all their
+    entries), derived from the server secret and never equal to a tenant's salt."""
+    return hmac.new(secret, b"pgw-semantic-tags", hashlib.sha256).digest()
+
+
+def _embedder_base(pool: str, pools: Callable[[], Mapping[str, Pool]]) -> Callable[[], str]:
+    """A healthy replica of a pool of this gateway, chosen at each call (the pools of the current state)."""
+
+    def base() -> str:
+        p = pools().get(pool)
+        healthy = p.router.healthy() if p is not None else []
+        if not healthy:
+            raise LookupError(f"no healthy replica in embedding pool {pool!r}")
+        return random.choice(healthy).url
+
+    return base
+
+
+def build_semantic(
+    policy: Policy,
+    configs: Mapping[str, CacheConfig],
+    secret: bytes,
+    redis: aioredis.Redis | None,
+    errors: RedisErrorLog,
+    pools: Callable[[], Mapping[str, Pool]],
+) -> tuple[SemanticLayer | None, aiohttp.ClientSession | None]:
+    """The semantic layer of the models that have one (``None`` when none has), and the client
+    session its embedders share."""
+    sem = {m: c.semantic for m, c in configs.items() if c.enabled and c.semantic.mode != "off"}
+    if not sem:
+        return None, None
+    secret_for_tags = tag_secret(secret)
+    routes = {m: SemanticRoute(cfg, secret_for_tags) for m, cfg in sem.items()}
+    per_tag = max(cfg.max_entries_per_tag for cfg in sem.values())
+    cache = policy.cache
+    store: SemanticStore
+    if redis is not None and cache.store != "memory":
+        max_ttl = max(cfg.ttl_s or cache.ttl_s for cfg in sem.values())
+        store = RedisSemanticStore(
+            redis,
+            key_prefix=policy.redis.key_prefix,
+            max_entry_bytes=cache.max_entry_bytes,
+            max_entries_per_tag=per_tag,
+            epoch_ttl_s=2 * max_ttl + policy.timeouts.total_s,
+            on_error=errors.hook("semantic"),
+        )
+    else:
+        store = MemorySemanticStore(
+            max_bytes=cache.memory_max_bytes,
+            max_entry_bytes=cache.max_entry_bytes,
+            max_entries_per_tag=per_tag,
+        )
+    session: aiohttp.ClientSession | None = None
+    embedders: dict[str, Embedder] = {}
+    for model, cfg in sem.items():
+        emb = cfg.embedding
+        if cfg.mode != "embedding" or emb is None:
+            continue
+        session = session or aiohttp.ClientSession()
+        base = emb.url if emb.url is not None else _embedder_base(emb.pool, pools)  # type: ignore[arg-type]
+        embedders[model] = Embedder(
+            session,
+            base,
+            emb.model,
+            timeout_s=emb.timeout_s,
+            max_dimensions=emb.max_dimensions,
+            api_key=os.environ.get(emb.api_key_env) if emb.api_key_env else None,
+        )
+    return SemanticLayer(routes, store, embedders, default_ttl_s=cache.ttl_s), session
+
+
 def build_cache_runtime(
-    policy: Policy, metrics: GatewayMetrics, redis: aioredis.Redis | None
+    policy: Policy,
+    metrics: GatewayMetrics,
+    redis: aioredis.Redis | None,
+    secret: bytes,
+    pools: Callable[[], Mapping[str, Pool]],
 ) -> CacheRuntime:
-    """The cache of ``policy``; ``redis`` is the process's client (None when the policy names none)."""
+    """The cache of ``policy``; ``redis`` is the process's client (None when the policy names none);
+    ``pools`` the current pools (a semantic route may embed with one of them)."""
     cfg = policy.cache
     errors = RedisErrorLog(metrics)
     redis_client: aioredis.Redis | None = None
@@ -122,4 +216,5 @@ def build_cache_runtime(
         tokens_per_min=limits.tokens_per_min,
     )
     configs = {m.name: cfg.for_model(m.name) for m in policy.models}
-    return CacheRuntime(configs, store, coalescer, gate, limiter)
+    semantic, session = build_semantic(policy, configs, secret, redis_client, errors, pools)
+    return CacheRuntime(configs, store, coalescer, gate, limiter, semantic, session)

@@ -98,14 +98,7 @@ class Process:
         self.metering = await open_metering(policy, self.metrics, self.redis)
         if self.metering is not None:
             stack.push_async_callback(self.metering.close)
-        self.state, pending = build_state(
-            policy,
-            secret=self.secret,
-            fleet=self.fleet,
-            metrics=self.metrics,
-            redis=self.redis,
-            discovered=self.discovered,
-        )
+        self.state, pending = self.build(policy, previous=None)
         for apply in pending:
             apply()
         stack.push_async_callback(self._close_state)
@@ -165,7 +158,21 @@ class Process:
             except Exception:
                 log.exception("shutdown hook failed", extra={"event": "shutdown_hook_error"})
 
-    # -- a reload's swap ------------------------------------------------------------------------------
+    # -- a reload's build and swap --------------------------------------------------------------------
+    def build(self, policy: Policy, previous: State | None) -> tuple[State, list[Callable[[], None]]]:
+        """The state of ``policy`` with what this process owns, carrying over from ``previous``."""
+        assert self.secret is not None
+        return build_state(
+            policy,
+            secret=self.secret,
+            fleet=self.fleet,
+            metrics=self.metrics,
+            redis=self.redis,
+            discovered=self.discovered,
+            pools_now=lambda: self.state.pools,
+            previous=previous,
+        )
+
     def swap(self, new: State, pending: list[Callable[[], None]]) -> None:
         """Make ``new`` current (nothing awaited between here and the caller's build), then close what
         the old state owned and the new one does not carry, once the old state's requests had the

@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING
 from config.loader import PolicyError, load_policy, parse_policy
 from config.policy import Policy
 from gateway.fleet.discovery import start_discovery
-from gateway.process.state import build_state
 
 if TYPE_CHECKING:
     from gateway.process.process import Process
@@ -75,16 +74,7 @@ def restart_only_changes(old: Policy, new: Policy) -> list[str]:
 def swap_policy(process: Process, policy: Policy) -> list[str]:
     """Build the state of ``policy`` and make it current; returns the restart-only settings changed."""
     old = process.state
-    assert process.secret is not None
-    new, pending = build_state(
-        policy,
-        secret=process.secret,
-        fleet=process.fleet,
-        metrics=process.metrics,
-        redis=process.redis,
-        discovered=process.discovered,
-        previous=old,
-    )
+    new, pending = process.build(policy, previous=old)
     process.swap(new, pending)
     start_discovery(process, restart=True)
     if (

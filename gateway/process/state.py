@@ -80,10 +80,12 @@ def build_state(
     metrics: GatewayMetrics,
     redis: aioredis.Redis | None,
     discovered: dict[str, tuple[Any, list[str]]],
+    pools_now: Callable[[], dict[str, Pool]],
     previous: State | None = None,
 ) -> tuple[State, list[Callable[[], None]]]:
     """The state of ``policy``, carrying over from ``previous`` what its unchanged sections built;
-    and what to apply to the carried-over routers once the new state is current."""
+    and what to apply to the carried-over routers once the new state is current. ``pools_now``: the
+    pools of whatever state is current when called (the semantic cache may embed with one of them)."""
     pools: dict[str, Pool] = {}
     pending: list[Callable[[], None]] = []
     for cfg in policy.models:
@@ -98,7 +100,7 @@ def build_state(
     # Per-model cache settings depend on the model list too.
     cache = _keep(previous, lambda p: (p.cache, [m.name for m in p.models]), policy, lambda s: s.cache)
     if cache is None and policy.cache.enabled:
-        cache = build_cache_runtime(policy, metrics, redis)
+        cache = build_cache_runtime(policy, metrics, redis, secret, pools_now)
     upstream = _keep(previous, lambda p: p.timeouts, policy, lambda s: s.upstream)
     if upstream is None:
         upstream = ObservedUpstream(make_session(policy.timeouts), policy.timeouts, fleet)

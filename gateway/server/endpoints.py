@@ -75,6 +75,9 @@ async def metrics_endpoint(request: web.Request) -> web.Response:
         else:
             for name in ("live", "created", "hits", "expired"):
                 metrics.child(metrics.explicit_entries, name).set(getattr(stats, name))
+    cache = process.state.cache
+    if cache is not None and cache.semantic is not None:
+        metrics.semantic_stale.set(cache.semantic.store.stats.stale)
     if process.advisor.cfg.enabled:
         set_advice_gauges(process)
     if process.batch is not None:

@@ -23,12 +23,16 @@ is done:
   once (the rest queue in file order, as in the engine's FCFS queue); no gateway, no share.
 - ``online``: the online stream alone for ``--online-s`` seconds: the TTFT to compare with.
 
+``prefix@0.25`` runs ``prefix`` with another ``batch.share`` (the default run includes it: what a
+smaller share buys the online stream, and costs the batch).
+
 Reported per variant: the batch's hit rate (cached / prompt tokens of its answers) against the oracle
 (one infinite prefix cache: ``bench.oracle``), its makespan (``prefix``: from ``batches.create`` to the
 batch seen ``completed`` by a 0.2 s poll, validation and planning included; the others: first send to
 last answer), the tokens the engines prefilled for the batch (every prefill token the engines computed,
 recomputation after preemption included, minus the online requests' uncached prompt tokens),
-preemptions, and the online stream's TTFT p50/p99 (the first SSE byte at the client). Delays are the
+preemptions, and the online stream's TTFT p50/p99 (the first SSE byte at the client) and prompt-cache
+hit rate (what the batch left of the online prompts' cached blocks). Delays are the
 engine model's times multiplied by ``--speed``; the gateway's own CPU time is not, so keep it at 1 for
 numbers to publish. ``--write`` replaces the batch section of docs/benchmarks.md.
 """
@@ -60,7 +64,17 @@ from bench.oracle import oracle
 from bench.procs import Proc, running, start_gateway, start_sim
 from bench.report import percentile, table, write_section
 
-VARIANTS = ("online", "prefix", "fifo", "run_batch")
+VARIANTS = ("online", "prefix", "prefix@0.25", "fifo", "run_batch")
+KINDS = ("online", "prefix", "fifo", "run_batch")
+
+
+def variant(name: str) -> str:
+    kind, _, share = name.partition("@")
+    if kind not in KINDS or (share and not 0 < float(share) <= 1):
+        raise argparse.ArgumentTypeError(f"a variant is one of {KINDS}, prefix@SHARE for another share")
+    return name
+
+
 SECRET = {"PREFIX_GATEWAY_SECRET": "batch-bench"}
 
 
@@ -263,7 +277,7 @@ async def run_in_order(
 # -- one variant ---------------------------------------------------------------------------------------
 
 
-def gateway_policy(urls: list[str], s: Settings, workdir: Path) -> dict[str, Any]:
+def gateway_policy(urls: list[str], s: Settings, workdir: Path, share: float) -> dict[str, Any]:
     return {
         "server": {"host": "127.0.0.1", "port": 8080, "access_log": False},
         "billing": {"ledger": {"path": str(workdir / "ledger.db")}},
@@ -282,7 +296,7 @@ def gateway_policy(urls: list[str], s: Settings, workdir: Path) -> dict[str, Any
             "enabled": True,
             "dir": str(workdir / "files"),
             "sqlite_path": str(workdir / "batch.db"),
-            "share": s.share,
+            "share": share,
             "replica_slots": s.replica_slots,
             "poll_s": 0.2,
         },
@@ -298,14 +312,16 @@ async def run_variant(
     online: list[dict[str, Any]],
     workdir: Path,
 ) -> Result:
+    kind, _, given = variant.partition("@")
+    share = float(given) if given else s.share
     vdir = workdir / variant
     vdir.mkdir()
-    (vdir / "policy.yaml").write_text(yaml.safe_dump(gateway_policy(urls, s, vdir)))
+    (vdir / "policy.yaml").write_text(yaml.safe_dump(gateway_policy(urls, s, vdir, share)))
     await reset_fleet(session, urls)
     gw: Proc = await asyncio.to_thread(
         start_gateway, ["--config", str(vdir / "policy.yaml")], env=SECRET, log_path=str(vdir / "gateway.log")
     )
-    res = Result(variant, lines=0 if variant == "online" else len(wl))
+    res = Result(variant, lines=0 if kind == "online" else len(wl))
     try:
         await asyncio.sleep(1.5)  # the first scrape of the replicas' load lands before traffic
         stop = asyncio.Event()
@@ -315,11 +331,11 @@ async def run_variant(
             )
         )
         bodies = [line["body"] for line in wl.lines]
-        if variant == "online":
+        if kind == "online":
             await asyncio.sleep(s.online_s * s.speed)
-        elif variant == "prefix":
+        elif kind == "prefix":
             await run_prefix(gw.url, wl, res)
-        elif variant == "fifo":
+        elif kind == "fifo":
             total = max(1, int(s.share * s.replica_slots)) * s.replicas
             await run_in_order(session, [(gw.url + URL, bodies)], total, res)
         else:
@@ -362,6 +378,7 @@ def render(results: list[Result], s: Settings, oracle_hit: float, cmd: str, elap
                 r.preemptions,
                 f"{r.busy_s:.0f}",
                 f"{len(o.ttfts)} ({o.errors} err)",
+                f"{o.cached_tokens / o.prompt_tokens:.3f}" if o.prompt_tokens else "-",
                 f"{p50 * 1000:.0f}",
                 f"{p99 * 1000:.0f}",
                 f"{p99 / base99:.2f}" if base99 else "-",
@@ -369,7 +386,8 @@ def render(results: list[Result], s: Settings, oracle_hit: float, cmd: str, elap
         )
     headers = [
         "variant", "lines ok", "hit rate", "/ oracle", "makespan s", "/ fifo", "prefilled M tok",
-        "preemptions", "engine busy s", "online requests", "online TTFT p50 ms", "p99 ms", "p99 / online only",
+        "preemptions", "engine busy s", "online requests", "online hit rate", "online TTFT p50 ms", "p99 ms",
+        "p99 / online only",
     ]  # fmt: skip
     prefix = by.get("prefix")
     notes = ""
@@ -380,7 +398,8 @@ def render(results: list[Result], s: Settings, oracle_hit: float, cmd: str, elap
         f"{s.requests} lines from {s.templates} templates on {s.replicas} engine-model replicas "
         f"(KV {s.kv_blocks} blocks of 16 tokens each; max_num_seqs {s.max_num_seqs}; "
         f"long_prefill_token_threshold {s.long_prefill}); batch share "
-        f"{s.share} of {s.replica_slots} slots; online stream {s.online_rate} requests/s; speed {s.speed}. "
+        f"{s.share} of {s.replica_slots} slots (`prefix@S`: share S); fifo {int(s.share * s.replica_slots) * s.replicas} in flight; "
+        f"online stream {s.online_rate} requests/s; speed {s.speed}. "
         f"Oracle hit rate {oracle_hit:.4f}. {platform.machine()}, {os.cpu_count()} CPUs, load "
         f"{os.getloadavg()[0]:.1f}; {elapsed_s:.0f} s in all.\n\n" + table(headers, rows) + notes
     )
@@ -429,6 +448,7 @@ def _summary(r: Result) -> dict[str, Any]:
         "prefilled": r.prefilled_tokens,
         "preemptions": r.preemptions,
         "online": len(o.ttfts),
+        "online_hit": round(o.cached_tokens / o.prompt_tokens, 3) if o.prompt_tokens else None,
         "p50": round(percentile(o.ttfts, 50), 3) if o.ttfts else None,
         "p99": round(percentile(o.ttfts, 99), 3) if o.ttfts else None,
     }
@@ -444,7 +464,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument(
         "--long-prefill-token-threshold", type=int, default=0, help="the engines' cap of one prefill chunk"
     )
-    ap.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
+    ap.add_argument("--variants", nargs="+", type=variant, default=list(VARIANTS), help=f"of {VARIANTS}")
     ap.add_argument("--write", action="store_true", help="replace the batch section of docs/benchmarks.md")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()

@@ -5,7 +5,6 @@ cancel, the batch's share of each replica (from the simulator's own counts), bil
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -27,51 +26,8 @@ from cache.billing.pricing import (
     usage_from_response,
 )
 from gateway.batch.objects import line_id
+from tests.support.batch import KEYS, MODEL, SLOW, batch_policy, small_batch
 from tests.support.stack import Gateway, gateway, policy_for, sim_fleet
-
-MODEL = "sim-llama"
-KEYS = {"acme": "sk-acme", "globex": "sk-globex"}
-SLOW = {"mode": "simple", "speed": 1.0, "decode_s_per_token": 0.02, "overhead_s": 0.005}
-
-
-def small_batch(requests: int = 40, templates: int = 4, seed: int = 5):
-    return make_batch(
-        seed=seed,
-        requests=requests,
-        templates=templates,
-        system_tokens=(300, 600),
-        preambles=1,
-        preamble_tokens=(100, 150),
-        user_tokens=(5, 30),
-        max_tokens=(2, 6),
-    )
-
-
-def batch_policy(urls: list[str], tmp: Path, *, tenants: bool = False, **batch: Any):
-    sections: dict[str, Any] = {
-        "batch": {
-            "enabled": True,
-            "dir": str(tmp / "files"),
-            "sqlite_path": str(tmp / "jobs.db"),
-            "poll_s": 0.05,
-            "share": 0.5,
-            "replica_slots": 8,
-            "retry_backoff_s": 0.05,
-            **batch,
-        },
-        "billing": {
-            "ledger": {"path": ":memory:"},
-            "models": {MODEL: {"input_per_1m": "2.0", "output_per_1m": "8.0"}},
-        },
-    }
-    if tenants:
-        sections["tenancy"] = {
-            "allow_anonymous": False,
-            "tenants": [
-                {"id": t, "api_key_sha256": [hashlib.sha256(k.encode()).hexdigest()]} for t, k in KEYS.items()
-            ],
-        }
-    return policy_for(urls, routing={"policy": "prefix_affinity"}, **sections)
 
 
 @asynccontextmanager
@@ -82,8 +38,23 @@ async def batch_gateway(
         yield fleet, gw
 
 
-def client(gw: Gateway, tenant: str | None = None) -> AsyncOpenAI:
-    return AsyncOpenAI(base_url=gw.url + "/v1", api_key=KEYS[tenant] if tenant else "none", max_retries=0)
+_CLIENTS: list[AsyncOpenAI] = []
+
+
+@pytest.fixture(autouse=True)
+async def _close_clients() -> AsyncIterator[None]:
+    yield
+    while _CLIENTS:
+        await _CLIENTS.pop().close()
+
+
+def client(gw: Gateway, tenant: str | None = None, key: str | None = None) -> AsyncOpenAI:
+    """An openai client of ``tenant`` (or with ``key``), closed after the test."""
+    c = AsyncOpenAI(
+        base_url=gw.url + "/v1", api_key=key or (KEYS[tenant] if tenant else "none"), max_retries=0
+    )
+    _CLIENTS.append(c)
+    return c
 
 
 async def wait(c: AsyncOpenAI, batch_id: str, *statuses: str, timeout: float = 30.0) -> Any:
@@ -333,7 +304,7 @@ async def test_tenants_see_only_their_own_files_and_batches(tmp_path: Path) -> N
         assert exc.value.body["code"] == "file_not_found"  # type: ignore[index]
         assert (await globex.files.list()).data == [] and (await globex.batches.list()).data == []
         assert len((await acme.files.list()).data) == 2 and len((await acme.batches.list()).data) == 1
-        anonymous = AsyncOpenAI(base_url=gw.url + "/v1", api_key="sk-wrong", max_retries=0)
+        anonymous = client(gw, key="sk-wrong")
         with pytest.raises(openai.AuthenticationError):
             await anonymous.batches.list()
         with pytest.raises(openai.AuthenticationError):
@@ -345,16 +316,17 @@ async def test_tenants_see_only_their_own_files_and_batches(tmp_path: Path) -> N
 
 
 async def test_expiry_keeps_the_answered_lines_and_marks_the_rest(tmp_path: Path) -> None:
-    wl = small_batch(requests=80)
-    async with batch_gateway(tmp_path, sim=SLOW, completion_windows=["24h", "2s"]) as (_fleet, gw):
+    """600 lines of about 0.2 s each, 8 at a time, take 15 s; the window is 3 s."""
+    wl = make_batch(seed=6, requests=600, templates=4, system_tokens=(300, 600), max_tokens=(8, 12))
+    async with batch_gateway(tmp_path, sim=SLOW, completion_windows=["24h", "3s"]) as (_fleet, gw):
         c = client(gw)
         up = await c.files.create(file=("in.jsonl", wl.jsonl()), purpose="batch")
-        created = await c.batches.create(input_file_id=up.id, endpoint=URL, completion_window="2s")
-        assert created.expires_at - created.created_at == 2
-        done = await wait(c, created.id, "expired", "completed", timeout=20)
+        created = await c.batches.create(input_file_id=up.id, endpoint=URL, completion_window="3s")
+        assert created.expires_at - created.created_at == 3
+        done = await wait(c, created.id, "expired", "completed", timeout=30)
         assert done.status == "expired" and done.expired_at is not None
         counts = done.request_counts
-        assert 0 < counts.completed < 80 and counts.completed + counts.failed == counts.total == 80
+        assert 0 < counts.completed < 600 and counts.completed + counts.failed == counts.total == 600
         err = await lines_of(c, done.error_file_id)
         assert {x["error"]["code"] for x in err} == {"batch_expired"} and len(err) == counts.failed
         assert len(await lines_of(c, done.output_file_id)) == counts.completed

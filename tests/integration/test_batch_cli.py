@@ -10,7 +10,7 @@ from pathlib import Path
 import orjson
 
 from bench.batch_workload import make_batch
-from tests.integration.test_batch_api import SLOW, batch_policy
+from tests.support.batch import SLOW, batch_policy
 from tests.support.stack import gateway, sim_fleet
 
 

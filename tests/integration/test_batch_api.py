@@ -73,7 +73,7 @@ async def lines_of(c: AsyncOpenAI, file_id: str | None) -> list[dict[str, Any]]:
 
 
 async def test_the_openai_client_through_the_whole_cycle(tmp_path: Path) -> None:
-    wl = small_batch()
+    wl = small_batch(requests=40)
     bad = {
         "custom_id": "bad-one",
         "method": "POST",

@@ -17,7 +17,7 @@ import orjson
 import pytest
 import redis.asyncio as aioredis
 
-from bench.batch_workload import URL, make_batch
+from bench.batch_workload import URL
 from bench.oracle import oracle
 from bench.sim.config import SimConfig
 from bench.sim.fleet import Fleet, start_replicas
@@ -30,7 +30,7 @@ from gateway.batch.store import JobStore
 from gateway.batch.store_redis import RedisJobStore
 from gateway.batch.store_sqlite import SqliteJobStore
 from gateway.errors import GatewayError
-from tests.support.batch import StaticFleet, chunks, http_send
+from tests.support.batch import StaticFleet, chunks, http_send, small_batch
 
 MODEL = "sim-llama"
 
@@ -121,19 +121,6 @@ async def batch_env(
             await client.aclose()
         if own_sim:
             await sim.stop()
-
-
-def small_batch(requests: int = 60, templates: int = 4, seed: int = 3):
-    return make_batch(
-        seed=seed,
-        requests=requests,
-        templates=templates,
-        system_tokens=(300, 600),
-        preambles=1,
-        preamble_tokens=(100, 150),
-        user_tokens=(5, 30),
-        max_tokens=(2, 6),
-    )
 
 
 class Gate:

@@ -11,7 +11,7 @@ from typing import Any
 
 import aiohttp
 
-from bench.batch_workload import make_batch
+from bench.batch_workload import BatchWorkload, make_batch
 from config.policy import Policy
 from config.routing import RoutingConfig
 from gateway.batch.runner import BatchLine, Send, Slot
@@ -64,7 +64,8 @@ KEYS = {"acme": "sk-acme", "globex": "sk-globex"}
 SLOW = {"mode": "simple", "speed": 1.0, "decode_s_per_token": 0.02, "overhead_s": 0.005}  # sim_fleet settings
 
 
-def small_batch(requests: int = 40, templates: int = 4, seed: int = 5):
+def small_batch(requests: int = 60, templates: int = 4, seed: int = 3) -> BatchWorkload:
+    """A batch with short prompts and answers: quick on any simulator."""
     return make_batch(
         seed=seed,
         requests=requests,

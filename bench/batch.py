@@ -21,7 +21,7 @@ is done:
 - ``run_batch``: ``vllm run-batch`` on each replica: the file cut into one contiguous shard per
   replica, each shard's lines straight to its replica in file order with up to ``--max-num-seqs`` at
   once (the rest queue in file order, as in the engine's FCFS queue); no gateway, no share.
-- ``online``: the online stream alone for ``--online-s`` seconds: the TTFT to compare with.
+- ``online``: the online stream alone for 120 s (about 480 requests): the TTFT to compare with.
 
 ``prefix@0.25`` runs ``prefix`` with another ``batch.share`` (the default run includes it: what a
 smaller share buys the online stream, and costs the batch).
@@ -89,7 +89,7 @@ class Settings:
     share: float = 0.5
     replica_slots: int = 64
     online_rate: float = 4.0
-    online_s: float = 60.0
+    online_s: float = 120.0  # the stream alone: long enough for its p99 to rest on ~5 samples
     long_prefill: int = 0  # the engines' --long-prefill-token-threshold (0: none)
     seed: int = 16
     requests: int = 5000

@@ -101,8 +101,7 @@ def start_sim(
         ["sim", "--replicas", str(replicas), "--base-port", str(ports[0]), *(extra or [])], None, log_path
     )
     urls = [f"http://127.0.0.1:{p}" for p in ports]
-    for u in urls:
-        wait_http(u + "/health", proc=popen)
+    _wait_or_stop(Proc(popen, urls[0]), [u + "/health" for u in urls])
     return Proc(popen, urls[0]), urls
 
 
@@ -117,8 +116,18 @@ def start_gateway(
     port = port or free_port()
     popen = _spawn(["serve", "--host", "127.0.0.1", "--port", str(port), *args], env, log_path, checkout)
     url = f"http://127.0.0.1:{port}"
-    wait_http(url + "/health", proc=popen)
+    _wait_or_stop(Proc(popen, url), [url + "/health"])
     return Proc(popen, url)
+
+
+def _wait_or_stop(proc: Proc, health_urls: list[str]) -> None:
+    """Wait for every url to answer; a process that does not come up is stopped, not left behind."""
+    try:
+        for u in health_urls:
+            wait_http(u, proc=proc.popen)
+    except BaseException:
+        proc.stop()
+        raise
 
 
 @contextmanager

@@ -25,6 +25,7 @@ from cache.billing.pricing import (
     rules_from_config,
     usage_from_response,
 )
+from gateway.batch.bridge import PoolFleet
 from gateway.batch.objects import line_id
 from tests.support.batch import KEYS, MODEL, SLOW, batch_policy, small_batch
 from tests.support.stack import Gateway, gateway, policy_for, sim_fleet
@@ -378,3 +379,25 @@ async def test_batches_off_answer_404_in_openai_shape(tmp_path: Path) -> None:
         assert exc.value.body["code"] == "batch_api_disabled"  # type: ignore[index]
         with pytest.raises(openai.NotFoundError):
             await c.files.create(file=("in.jsonl", b"{}"), purpose="batch")
+
+
+async def test_the_backoff_signal_is_each_replicas_scraped_queue(tmp_path: Path) -> None:
+    async with batch_gateway(tmp_path) as (_fleet, gw):
+        fleet = PoolFleet(gw.process)
+        assert (
+            fleet.serves(MODEL) and not fleet.serves("other") and list(fleet.replicas(MODEL)) == ["r0", "r1"]
+        )
+        r0 = gw.state.pools[MODEL].router.replica("r0")
+        assert r0 is not None
+        deadline = time.monotonic() + 10
+        while r0.reported_at is None:  # the first scrape of the replica's /metrics
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.05)
+        assert fleet.waiting(MODEL, "r0") == r0.reported_waiting == 0.0
+        r0.reported_waiting = (
+            5.0  # what the next scrape would write of a replica with 5 online requests waiting
+        )
+        assert fleet.waiting(MODEL, "r0") == 5.0
+        assert fleet.waiting(MODEL, "nope") is None and fleet.waiting("other", "r0") is None
+        r0.healthy = False
+        assert list(fleet.replicas(MODEL)) == ["r1"]  # the plan uses the replicas that take requests now

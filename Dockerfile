@@ -8,7 +8,8 @@ ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS builder
 # Optional extras of the package: fast (uvloop), hf (tokenizers, for `tokenizer.kind: hf`), batch (the
-# openai client, for `prefix-gateway batch`).
+# openai client, for `prefix-gateway batch`), otel (OpenTelemetry export, for `tracing.enabled`):
+# --build-arg EXTRAS=fast,otel.
 ARG EXTRAS=fast
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \

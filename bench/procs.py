@@ -94,15 +94,24 @@ def _spawn(
 
 
 def start_sim(
-    replicas: int, *, extra: list[str] | None = None, log_path: str | None = None
+    replicas: int, *, extra: list[str] | None = None, log_path: str | None = None, attempts: int = 3
 ) -> tuple[Proc, list[str]]:
-    ports = free_ports(replicas)
-    popen = _spawn(
-        ["sim", "--replicas", str(replicas), "--base-port", str(ports[0]), *(extra or [])], None, log_path
-    )
-    urls = [f"http://127.0.0.1:{p}" for p in ports]
-    _wait_or_stop(Proc(popen, urls[0]), [u + "/health" for u in urls])
-    return Proc(popen, urls[0]), urls
+    """The simulator on ``replicas`` consecutive free ports. Another process may take one of them
+    between the check and the bind (the machine is shared): then it starts again on new ports."""
+    for attempt in range(attempts):
+        ports = free_ports(replicas)
+        popen = _spawn(
+            ["sim", "--replicas", str(replicas), "--base-port", str(ports[0]), *(extra or [])], None, log_path
+        )
+        urls = [f"http://127.0.0.1:{p}" for p in ports]
+        try:
+            _wait_or_stop(Proc(popen, urls[0]), [u + "/health" for u in urls])
+        except RuntimeError:
+            if attempt + 1 == attempts:
+                raise
+            continue
+        return Proc(popen, urls[0]), urls
+    raise AssertionError("not reached")
 
 
 def start_gateway(

@@ -1,26 +1,37 @@
-"""Routing quality: every workload through the gateway with every policy, truth from the simulators.
+"""Routing quality on production traces and synthetic workloads, with the peers on the same replicas.
 
-    python -m bench.routing [--quick] [--write] [--policies P ...] [--workloads W ...] [--speed S]
+    python -m bench.routing [--trace PATH] [--quick] [--write] [--policies P ...] [--workloads W ...]
 
-One simulator process serves ``--replicas`` replicas (4) with a small KV cache (eviction matters), a
-few batch slots each (so load turns into queueing) and realistic costs: prefill 0.2 ms/token, decode
-20 ms/token, all multiplied by ``--speed``. For each (workload, policy) a fresh gateway process starts
-with that policy (a YAML policy naming the replicas and their real KV capacity), the replicas' caches and
-counters are reset, and the workload is offered open loop: Poisson arrivals at a fixed rate (scaled by
-1/speed), streamed requests, a turn sent only after the previous turn of its conversation finished.
+Each workload runs once per router, one after another, on the same simulated replicas (the engine
+model of ``bench.sim``: vLLM V1's scheduler and paged KV cache, step costs of Llama-3-8B on an
+A100-80GB), with their caches and counters reset in between. The routers: this gateway with a routing
+policy (a fresh ``prefix-gateway serve --config`` process each time, replicas named with their real
+KV capacity, everything else as a new user leaves it), and the peers users compare it with, installed
+from PyPI into side venvs (``bench.peers``: smg 1.13.0 and sglang-router 0.3.2, ``--policy
+cache_aware``). A third process offers the requests: streamed chat completions, open loop.
 
-Measured per run: the fleet's prefix-cache hit rate from the replicas' own ``/metrics``
-(``vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total``, summed over replicas), the oracle
-hit rate of the same stream (``bench.oracle``), TTFT (first SSE byte at the client) mean and p99,
-throughput, requests per replica, request-seconds per replica (the simulator's
-``e2e_request_latency_seconds_sum``: queue + prefill + decode, the closest to busy time it reports),
-in flight per replica at each request's arrival (client records) and sampled from ``/sim/stats`` every
-0.2 s, and the gateway's routing reasons. prefix_affinity runs with ``min_spill_in_flight`` at the
-replicas' batch size (as an operator sets it to ``--max-num-seqs``); without ``--quick`` it also runs
-once more with the policy's default, 0 (``--no-ablation`` skips it), which shows what that allowance
-trades: hit rate and TTFT against the strict load bound, and once with ``--workers 2`` (two gateway
-processes on one port, each with its own in-flight counts and prefix index: what N workers cost in hit
-rate).
+Workloads:
+
+- ``mooncake_kv25``, ``mooncake_kv100`` (with ``--trace``): the first ``--trace-requests`` (4,000) of
+  Mooncake's conversation trace (``kvcache-ai/Mooncake``, ``FAST25-release/traces/
+  conversation_trace.jsonl``; not in this repository: ``git show HEAD:FAST25-release/traces/
+  conversation_trace.jsonl`` from a clone), replayed by ``bench.traces`` (same block id, same text)
+  at 1/8 of its token counts (the replicas run with ``--token-scale 8``, which scales their costs to
+  match), arrivals at the trace's timestamps / ``--trace-rate`` (0.5), the whole replay compressed
+  into about ``--trace-seconds`` (90) of wall time by the replicas' ``--speed``. The fleet's KV is 25 %
+  and 100 % of the replay's working set (its distinct blocks). TTFTs and throughput are reported in
+  model seconds (wall / speed).
+- ``tight_cache``: sgl-router's tight-cache shape (8 prefixes of 1k tokens, KV for about 2 a replica).
+- the five synthetic workloads of ``bench.workloads`` (shared system prompts, multi-turn chat, agent
+  loop, no sharing, one hot prefix), Poisson arrivals at 32/s, KV 4096 blocks a replica.
+
+Measured per run: the fleet's hit rate from the replicas' own counters
+(``vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total``), the oracle (one infinite cache)
+and the pooled bound (one LRU of the fleet's total KV) of the same stream (``bench.oracle``), TTFT p50
+and p99 at the client, throughput, work imbalance (max / mean over replicas of prompt tokens and of
+engine busy time), preemptions (``vllm:num_preemptions_total``), in-flight peak (sampled at the
+replicas), and routing reasons (the gateway's ``prefix_gateway_routing_decisions_total``, smg's
+``smg_cache_aware_policy_branch_total``).
 """
 
 from __future__ import annotations
@@ -29,7 +40,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import math
 import os
 import platform
 import random
@@ -46,60 +56,79 @@ import psutil
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench import workloads
+from bench import traces, workloads
 from bench.oracle import OracleResult, oracle
+from bench.peers import PEERS, start_peer
 from bench.procs import Proc, running, start_gateway, start_sim
 from bench.report import percentile
 
-POLICIES = ["round_robin", "least_load", "consistent_hash", "chwbl", "prefix_affinity", "session"]
-QUICK_POLICIES = ["round_robin", "least_load", "prefix_affinity"]
-WORKLOADS = list(workloads.SIZES)
-ABLATION = "prefix_affinity, min_spill 0"  # the same policy with the default min_spill_in_flight
+GATEWAY_POLICIES = ["round_robin", "least_load", "consistent_hash", "chwbl", "prefix_affinity", "session"]
+ROUTERS = GATEWAY_POLICIES + list(PEERS)
+DEFAULT_ROUTERS = ["round_robin", "prefix_affinity", "smg", "sglang-router"]
+SYNTHETIC = ["shared_system", "multi_turn", "agent_loop", "no_sharing", "hot_prefix", "tight_cache"]
+TRACE_KV = {"mooncake_kv25": 0.25, "mooncake_kv100": 1.0}
+WORKLOADS = SYNTHETIC + list(TRACE_KV)
 WORKERS = 2
-WORKERS_ROW = f"prefix_affinity, {WORKERS} workers"  # N processes, each with its own view
+WORKERS_ROW = f"prefix_affinity, {WORKERS} workers"
 
-# Offered load, requests/s at speed 1: sized for a busy but not overloaded fleet of 4 x 4 slots when
-# prefixes are reused (each request holds a slot for ~0.35 s cached, up to ~1.2 s uncached).
-RATES = {
-    "shared_system": 16.0,
-    "multi_turn": 16.0,
-    "agent_loop": 12.0,
-    "no_sharing": 16.0,
-    "hot_prefix": 16.0,
-}
+# Offered load of the synthetic workloads (requests/s): busy but not saturated under the engine model
+# (round_robin's p99 TTFT is 2-5x its p50 there; python -m bench.routing_offline --workload W --rate R).
+RATES = {"shared_system": 32.0, "multi_turn": 32.0, "agent_loop": 32.0, "no_sharing": 32.0,
+         "hot_prefix": 32.0, "tight_cache": 8.0}  # fmt: skip
+ACCESS_LOG = bool(os.environ.get("ROUTING_BENCH_ACCESS_LOG"))
+TIGHT_KV_BLOCKS = 150  # about 2 of tight_cache's 8 prefixes (66 blocks each) a replica, plus running room
+
+
+@dataclass(frozen=True)
+class SimSettings:
+    """One simulator process: what every replica of it is."""
+
+    replicas: int = 4
+    kv_capacity_blocks: int = 4096
+    max_num_seqs: int = 256
+    speed: float = 1.0
+    token_scale: float = 1.0
+    stream_interval: int = 1
+
+    def args(self) -> list[str]:
+        out = [
+            "--kv-capacity-blocks", str(self.kv_capacity_blocks),
+            "--max-num-seqs", str(self.max_num_seqs),
+            "--speed", f"{self.speed:.6g}",
+            "--stream-interval", str(self.stream_interval),
+        ]  # fmt: skip
+        if self.token_scale != 1.0:
+            out += ["--token-scale", f"{self.token_scale:g}"]
+        return out
 
 
 @dataclass
-class SimSettings:
-    replicas: int = 4
-    kv_capacity_blocks: int = 4096
-    max_num_seqs: int = 4
-    prefill_s_per_token: float = 0.0002
-    decode_s_per_token: float = 0.02
-    overhead_s: float = 0.005
-    speed: float = 1.0
+class Case:
+    """One workload as it is offered: its requests, its replicas, its arrivals, its bounds."""
 
-    def args(self) -> list[str]:
-        return [
-            "--kv-capacity-blocks", str(self.kv_capacity_blocks),
-            "--max-num-seqs", str(self.max_num_seqs),
-            "--prefill-s-per-token", str(self.prefill_s_per_token),
-            "--decode-s-per-token", str(self.decode_s_per_token),
-            "--overhead-s", str(self.overhead_s),
-            "--speed", str(self.speed),
-        ]  # fmt: skip
+    name: str
+    title: str
+    wl: workloads.Workload
+    sim: SimSettings
+    rate: float | None  # Poisson arrivals per wall second (requests without ``at``)
+    orc: OracleResult
+    pooled: OracleResult
+
+    @property
+    def time_scale(self) -> float:
+        """Wall seconds per model second."""
+        return self.sim.speed
 
 
 @dataclass
 class Sent:
-    """What the client saw of one request."""
+    """What the client saw of one request (wall seconds)."""
 
     ok: bool = False
     status: int = 0
     ttft: float = 0.0
     e2e: float = 0.0
-    replica: str | None = None
-    start: float = 0.0  # perf_counter when the request was sent
+    start: float = 0.0
 
 
 @dataclass
@@ -110,26 +139,25 @@ class RunResult:
     ok: int
     errors: int
     wall_s: float
+    time_scale: float  # wall seconds per model second
     oracle_hit: float
+    pooled_hit: float
     fleet_hit: float
     prompt_tokens: int
     cached_tokens: int
-    ttft_mean: float
-    ttft_p50: float
+    ttft_p50: float  # model seconds
     ttft_p99: float
-    ttft_p99_reusable: float  # p99 TTFT of the requests the oracle finds at least half cached
-    rps: float
-    per_replica_requests: list[int]
-    per_replica_busy_s: list[float]
-    inflight_peak_ratio: float  # max over samples of max/mean in-flight (samples with in-flight >= replicas)
-    inflight_over_bound: float  # share of samples where a replica held more than ceil(c * total / n)
-    inflight_samples: int
-    arrival_over_bound: float  # share of requests whose replica, as they arrived, held > ceil(c * total / n)
-    arrival_peak_ratio: float  # max over arrivals (total >= n) of the chosen replica's in-flight / mean
+    ttft_mean: float
+    rps: float  # requests per model second
+    per_replica_prompt: list[int]
+    per_replica_busy: list[float]
+    preemptions: int
+    inflight_peak_ratio: float
+    lag: float = 0.0  # replicas' steps ended this much later than modelled, relative (CPU starvation)
     reasons: dict[str, int] = field(default_factory=dict)
     predicted_cached: int = 0
     reported_cached: int = 0
-    loadavg: float = 0.0  # the machine's 1-minute load average at the end of the run (2 cores shared)
+    loadavg: float = 0.0
 
     @staticmethod
     def imbalance(values: list[float] | list[int]) -> float:
@@ -137,42 +165,23 @@ class RunResult:
         return max(values) / mean if mean else 0.0
 
     @property
-    def req_imbalance(self) -> float:
-        return self.imbalance(self.per_replica_requests)
+    def prompt_imbalance(self) -> float:
+        return self.imbalance(self.per_replica_prompt)
 
     @property
     def busy_imbalance(self) -> float:
-        return self.imbalance(self.per_replica_busy_s)
+        return self.imbalance(self.per_replica_busy)
 
     @property
     def hit_vs_oracle(self) -> float:
         return self.fleet_hit / self.oracle_hit if self.oracle_hit else float("nan")
 
+    @property
+    def hit_vs_pooled(self) -> float:
+        return self.fleet_hit / self.pooled_hit if self.pooled_hit else float("nan")
+
 
 # -- metrics ------------------------------------------------------------------------------------------
-
-
-def at_arrival(sent: list[Sent], replicas: list[str], load_factor: float) -> tuple[float, float]:
-    """In flight per replica at each request's arrival (itself included), from the client's records:
-    the share of requests whose replica then held more than ``ceil(c * total / n)`` requests, and the
-    largest in-flight / mean of the chosen replica (over arrivals with at least ``n`` in flight).
-
-    This is the instant the bounded-load rule governs (departures later may leave a replica above the
-    mean of what remains, which no router controls)."""
-    ok = [s for s in sent if s.ok and s.replica in replicas]
-    n = len(replicas)
-    over, peak = 0, 0.0
-    for s in ok:
-        loads = dict.fromkeys(replicas, 0)
-        for o in ok:
-            if o.start <= s.start < o.start + o.e2e or o is s:
-                loads[o.replica] += 1  # type: ignore[index]
-        total = sum(loads.values())
-        if loads[s.replica] > math.ceil(load_factor * total / n):  # type: ignore[index]
-            over += 1
-        if total >= n:
-            peak = max(peak, loads[s.replica] / (total / n))  # type: ignore[index]
-    return (over / len(ok) if ok else 0.0), peak
 
 
 def prom_values(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
@@ -188,21 +197,35 @@ def prom_sum(values: dict[str, list[tuple[dict[str, str], float]]], name: str) -
     return sum(v for _, v in values.get(name, []))
 
 
+def by_label(values: dict[str, list[tuple[dict[str, str], float]]], name: str, label: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for labels, v in values.get(name, []):
+        key = labels.get(label, "?")
+        out[key] = out.get(key, 0) + int(v)
+    return {k: v for k, v in out.items() if v}
+
+
 async def get_text(session: aiohttp.ClientSession, url: str) -> str:
     async with session.get(url, timeout=aiohttp.ClientTimeout(total=10)) as r:
         r.raise_for_status()
         return await r.text()
 
 
+async def fleet_stats(session: aiohttp.ClientSession, urls: list[str]) -> list[dict[str, Any]]:
+    return [json.loads(await get_text(session, u + "/sim/stats")) for u in urls]
+
+
+async def wait_idle(session: aiohttp.ClientSession, urls: list[str], limit_s: float = 60.0) -> None:
+    for _ in range(int(limit_s / 0.1)):
+        if all(s["running"] == 0 and s["waiting"] == 0 for s in await fleet_stats(session, urls)):
+            return
+        await asyncio.sleep(0.1)
+    raise RuntimeError(f"replicas still busy after {limit_s:.0f} s")
+
+
 async def reset_fleet(session: aiohttp.ClientSession, urls: list[str]) -> None:
     """Wait (bounded) until no replica runs anything, then clear caches and counters."""
-    for _ in range(300):
-        stats = [json.loads(await get_text(session, u + "/sim/stats")) for u in urls]
-        if all(s["running"] == 0 and s["waiting"] == 0 for s in stats):
-            break
-        await asyncio.sleep(0.1)
-    else:
-        raise RuntimeError("replicas still busy after 30 s")
+    await wait_idle(session, urls)
     for u in urls:
         async with session.post(u + "/sim/reset") as r:
             r.raise_for_status()
@@ -225,7 +248,6 @@ async def send(session: aiohttp.ClientSession, url: str, req: workloads.Request,
             url, data=orjson.dumps(body), headers=headers, timeout=aiohttp.ClientTimeout(total=timeout_s)
         ) as r:
             out.status = r.status
-            out.replica = r.headers.get("x-gateway-replica")
             first = None
             async for _ in r.content.iter_any():
                 if first is None:
@@ -256,21 +278,17 @@ async def sample_inflight(
 
 
 async def drive(
-    session: aiohttp.ClientSession,
-    url: str,
-    wl: workloads.Workload,
-    rate: float,
-    seed: int,
-    timeout_s: float,
-    max_seconds: float,
+    session: aiohttp.ClientSession, url: str, case: Case, seed: int, timeout_s: float, max_seconds: float
 ) -> tuple[list[Sent], float]:
-    """Offer ``wl`` open loop at ``rate`` requests/s (Poisson); returns what each request saw and the wall time."""
+    """Offer the case open loop: a request with ``at`` leaves at ``at`` model seconds (x time scale),
+    others by Poisson arrivals at ``case.rate``; one with ``after`` waits for that one to finish."""
     rng = random.Random(seed)
-    done = [asyncio.Event() for _ in wl.requests]
-    results: list[Sent] = [Sent() for _ in wl.requests]
+    reqs = case.wl.requests
+    done = [asyncio.Event() for _ in reqs]
+    results: list[Sent] = [Sent() for _ in reqs]
 
     async def one(i: int) -> None:
-        req = wl.requests[i]
+        req = reqs[i]
         try:
             if req.after is not None:
                 try:
@@ -285,8 +303,11 @@ async def drive(
     deadline = t0 + max_seconds
     tasks = []
     at = t0
-    for i in range(len(wl.requests)):
-        at += rng.expovariate(rate)
+    for i, req in enumerate(reqs):
+        if req.at is not None:
+            at = t0 + req.at * case.time_scale
+        else:
+            at += rng.expovariate(case.rate or 1.0)
         delay = at - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
@@ -300,22 +321,18 @@ async def drive(
 # -- one run ------------------------------------------------------------------------------------------
 
 
-def gateway_policy(
-    urls: list[str],
-    sim: SimSettings,
-    policy: str,
-    seed: int,
-    scrape: bool = True,
-    load_factor: float = 1.25,
-    min_spill: int | None = None,
-) -> dict[str, Any]:
-    """The YAML policy of one run: the replicas with their real KV capacity, the routing policy, and
-    ``min_spill_in_flight`` at the replicas' batch size, as an operator sets it to ``--max-num-seqs``."""
+def gateway_policy(urls: list[str], sim: SimSettings, policy: str, seed: int) -> dict[str, Any]:
+    """The YAML policy of one run: the replicas with their real KV capacity and the routing policy;
+    everything else at its default."""
     return {
-        "billing": {"ledger": {"path": ":memory:"}},
-        "scrape": {"enabled": scrape},
         "version": 1,
-        "server": {"host": "127.0.0.1", "port": 8080},
+        "server": {
+            "host": "127.0.0.1",
+            "port": 8080,
+            "access_log": ACCESS_LOG,
+            "log_level": "info" if ACCESS_LOG else "warning",
+        },
+        "billing": {"ledger": {"path": ":memory:"}},
         "models": [
             {
                 "name": workloads.MODEL,
@@ -324,164 +341,204 @@ def gateway_policy(
                     {"url": u, "id": f"r{i}", "kv_capacity_blocks": sim.kv_capacity_blocks}
                     for i, u in enumerate(urls)
                 ],
-                "routing": {
-                    "policy": policy,
-                    "seed": seed,
-                    "load_factor": load_factor,
-                    "min_spill_in_flight": sim.max_num_seqs if min_spill is None else min_spill,
-                },
+                "routing": {"policy": policy, "seed": seed},
             }
         ],
         "tenancy": {"allow_anonymous": True},
     }
 
 
+async def wait_ready(session: aiohttp.ClientSession, url: str, limit_s: float = 60.0) -> None:
+    """Until the router answers a one-token chat completion (peers register their workers after they
+    start listening)."""
+    body = {"model": workloads.MODEL, "messages": [{"role": "user", "content": "ready?"}], "max_tokens": 1}
+    deadline = time.monotonic() + limit_s
+    while True:
+        try:
+            async with session.post(url, json=body, timeout=aiohttp.ClientTimeout(total=10)) as r:
+                await r.read()
+                if r.status == 200:
+                    return
+        except (TimeoutError, aiohttp.ClientError):
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{url} did not answer a chat completion within {limit_s:.0f} s")
+        await asyncio.sleep(0.2)
+
+
+async def start_router(
+    router: str, urls: list[str], case: Case, seed: int, workdir: Path, tag: str
+) -> tuple[Proc, str | None]:
+    """A router process in front of ``urls``: a peer, or the gateway with a policy. Returns the process
+    and the URL of its metrics (None: the gateway's own ``/metrics``)."""
+    log = str(workdir / f"{tag}.log")
+    if router in PEERS:
+        peer = await asyncio.to_thread(start_peer, PEERS[router], urls, log)
+        return peer.proc, peer.metrics_url
+    policy, workers = (router, 1) if router != WORKERS_ROW else ("prefix_affinity", WORKERS)
+    cfg_path = workdir / f"{tag}.yaml"
+    cfg_path.write_text(yaml.safe_dump(gateway_policy(urls, case.sim, policy, seed)))
+    args = ["--config", str(cfg_path), *(["--workers", str(workers)] if workers > 1 else [])]
+    proc = await asyncio.to_thread(
+        start_gateway, args, env={"PREFIX_GATEWAY_SECRET": "routing-bench"}, log_path=log
+    )
+    return proc, None
+
+
 async def run_one(
-    session: aiohttp.ClientSession,
-    urls: list[str],
-    sim: SimSettings,
-    wl: workloads.Workload,
-    orc: OracleResult,
-    policy: str,
-    rate: float,
-    seed: int,
-    workdir: Path,
-    load_factor: float,
-    scrape: bool = True,
-    min_spill: int | None = None,
-    workers: int = 1,
+    session: aiohttp.ClientSession, urls: list[str], case: Case, router: str, seed: int, workdir: Path
 ) -> RunResult:
-    tag = (
-        f"{wl.name}-{policy}"
-        + ("" if scrape else "-noscrape")
-        + ("" if min_spill is None else f"-ms{min_spill}")
-        + ("" if workers == 1 else f"-w{workers}")
-    )
-    cfg_path = workdir / f"gw-{tag}.yaml"
-    cfg_path.write_text(
-        yaml.safe_dump(gateway_policy(urls, sim, policy, seed, scrape, load_factor, min_spill))
-    )
-    await reset_fleet(session, urls)
-    gw: Proc = await asyncio.to_thread(
-        start_gateway,
-        ["--config", str(cfg_path), *(["--workers", str(workers)] if workers > 1 else [])],
-        env={"PREFIX_GATEWAY_SECRET": "routing-bench"},
-        log_path=str(workdir / f"gw-{tag}.log"),
-    )
+    tag = f"{case.name}-{router}".replace(", ", "-").replace(" ", "_")
+    await wait_idle(session, urls)
+    proc, metrics_url = await start_router(router, urls, case, seed, workdir, tag)
     try:
-        await asyncio.sleep(0.5)  # let the first scrape of the replicas' load land before traffic
+        url = proc.url + "/v1/chat/completions"
+        await wait_ready(session, url)
+        await reset_fleet(session, urls)
+        await asyncio.sleep(0.5)  # let a first scrape of the replicas' load land before traffic
         stop = asyncio.Event()
         sampler = asyncio.create_task(sample_inflight(session, urls, stop))
+        horizon = max([r.at or 0.0 for r in case.wl.requests]) * case.time_scale
         sent, wall = await drive(
-            session, gw.url + "/v1/chat/completions", wl, rate, seed, timeout_s=120.0, max_seconds=600.0
+            session, url, case, seed, timeout_s=max(120.0, 4 * horizon), max_seconds=max(600.0, 3 * horizon)
         )
         stop.set()
         samples = await sampler
-        gw_metrics = prom_values(await get_text(session, gw.url + "/metrics"))
+        router_metrics = prom_values(await get_text(session, metrics_url or proc.url + "/metrics"))
     finally:
-        await asyncio.to_thread(gw.stop)
+        await asyncio.to_thread(proc.stop)
     sims = [prom_values(await get_text(session, u + "/metrics")) for u in urls]
+    stats = await fleet_stats(session, urls)
     queries = sum(prom_sum(m, "vllm:prefix_cache_queries_total") for m in sims)
     hits = sum(prom_sum(m, "vllm:prefix_cache_hits_total") for m in sims)
-    per_req = [int(prom_sum(m, "vllm:request_success_total")) for m in sims]
-    busy = [prom_sum(m, "vllm:e2e_request_latency_seconds_sum") for m in sims]
     ok = [s for s in sent if s.ok]
-    ttfts = [s.ttft for s in ok] or [float("nan")]
-    reusable = [s.ttft for s, (p, h) in zip(sent, orc.per_request, strict=True) if s.ok and 2 * h >= p]
-    ratios, over, counted = [], 0, 0
-    n = len(urls)
-    for row in samples:
-        total = sum(row)
-        if total < n:
-            continue
-        counted += 1
-        ratios.append(max(row) / (total / n))
-        if max(row) > math.ceil(load_factor * total / n):
-            over += 1
-    arrival_over, arrival_peak = at_arrival(sent, [f"r{i}" for i in range(n)], load_factor)
-    reasons: dict[str, int] = {}
-    for labels, v in gw_metrics.get("prefix_gateway_routing_decisions_total", []):
-        reasons[labels.get("reason", "?")] = reasons.get(labels.get("reason", "?"), 0) + int(v)
+    scale = case.time_scale
+    ttfts = [s.ttft / scale for s in ok] or [float("nan")]
+    ratios = [max(row) / (sum(row) / len(row)) for row in samples if sum(row) >= len(row)]
+    if router in PEERS:
+        branch = PEERS[router].branch_metric
+        reasons = by_label(router_metrics, branch, "branch") if branch else {}
+    else:
+        reasons = by_label(router_metrics, "prefix_gateway_routing_decisions_total", "reason")
     return RunResult(
-        workload=wl.name,
-        policy=policy,
-        requests=len(wl.requests),
+        workload=case.name,
+        policy=router
+        if router not in PEERS
+        else f"{PEERS[router].requirement.replace('==', ' ')} cache_aware",
+        requests=len(case.wl.requests),
         ok=len(ok),
         errors=len(sent) - len(ok),
         wall_s=wall,
-        oracle_hit=orc.hit_rate,
+        time_scale=scale,
+        oracle_hit=case.orc.hit_rate,
+        pooled_hit=case.pooled.hit_rate,
         fleet_hit=hits / queries if queries else 0.0,
         prompt_tokens=int(queries),
         cached_tokens=int(hits),
-        ttft_mean=sum(ttfts) / len(ttfts),
         ttft_p50=percentile(ttfts, 50),
         ttft_p99=percentile(ttfts, 99),
-        ttft_p99_reusable=percentile(reusable, 99) if reusable else float("nan"),
-        rps=len(ok) / wall if wall else 0.0,
-        per_replica_requests=per_req,
-        per_replica_busy_s=busy,
+        ttft_mean=sum(ttfts) / len(ttfts),
+        rps=len(ok) / (wall / scale) if wall else 0.0,
+        per_replica_prompt=[int(s["prompt_tokens"]) for s in stats],
+        per_replica_busy=[float(s.get("busy_s", 0.0)) for s in stats],
+        preemptions=int(sum(prom_sum(m, "vllm:num_preemptions_total") for m in sims)),
         inflight_peak_ratio=max(ratios, default=0.0),
-        inflight_over_bound=over / counted if counted else 0.0,
-        inflight_samples=counted,
-        arrival_over_bound=arrival_over,
-        arrival_peak_ratio=arrival_peak,
+        lag=sum(s.get("late_s", 0.0) for s in stats) / max(1e-9, sum(s.get("paced_s", 0.0) for s in stats)),
         reasons=reasons,
-        predicted_cached=int(prom_sum(gw_metrics, "prefix_gateway_prefix_predicted_tokens_total")),
-        reported_cached=int(prom_sum(gw_metrics, "prefix_gateway_prefix_reported_cached_tokens_total")),
+        predicted_cached=int(prom_sum(router_metrics, "prefix_gateway_prefix_predicted_tokens_total")),
+        reported_cached=int(prom_sum(router_metrics, "prefix_gateway_prefix_reported_cached_tokens_total")),
         loadavg=os.getloadavg()[0],
     )
 
 
+# -- the cases ----------------------------------------------------------------------------------------
+
+
+def bounds(wl: workloads.Workload, fleet_blocks: int) -> tuple[OracleResult, OracleResult]:
+    bodies = [r.body for r in wl.requests]
+    return oracle(bodies), oracle(bodies, capacity_blocks=fleet_blocks)
+
+
+def make_cases(args: argparse.Namespace) -> list[Case]:
+    cases: list[Case] = []
+    n = args.replicas
+    for name in args.workloads:
+        if name in TRACE_KV:
+            continue
+        wl = workloads.make(name, quick=args.quick)
+        kv = TIGHT_KV_BLOCKS if name == "tight_cache" else args.kv_capacity_blocks
+        sim = SimSettings(n, kv, args.max_num_seqs, args.speed)
+        orc, pooled = bounds(wl, kv * n)
+        cases.append(Case(name, wl.title, wl, sim, args.rate_scale * RATES[name] / args.speed, orc, pooled))
+    wanted = [w for w in args.workloads if w in TRACE_KV]
+    if wanted and args.trace:
+        scale = traces.Scale(traces.MOONCAKE, args.token_scale)
+        recs = traces.read_trace(args.trace, traces.MOONCAKE, args.trace_requests)
+        base = traces.trace_workload(recs, scale, "mooncake", "Mooncake conversation trace")
+        model_span = max(r.at or 0.0 for r in base.requests) / args.trace_rate
+        reqs = [
+            workloads.Request(r.body, r.session, r.after, (r.at or 0.0) / args.trace_rate)
+            for r in base.requests
+        ]
+        ws = traces.working_set_blocks(recs, scale)
+        speed = args.trace_seconds / model_span
+        for name in wanted:
+            frac = TRACE_KV[name]
+            kv = max(1, int(frac * ws / n))
+            wl = workloads.Workload(
+                name, f"Mooncake conversation trace, fleet KV {frac:.0%} of the working set", reqs
+            )
+            sim = SimSettings(n, kv, args.max_num_seqs, speed, args.token_scale, args.trace_stream_interval)
+            orc, pooled = bounds(wl, kv * n)
+            cases.append(Case(name, wl.title, wl, sim, None, orc, pooled))
+    elif wanted:
+        print(
+            "no --trace given: the Mooncake workloads are skipped (get conversation_trace.jsonl from "
+            "kvcache-ai/Mooncake, FAST25-release/traces/)",
+            file=sys.stderr,
+        )
+    return cases
+
+
 async def main_async(args: argparse.Namespace) -> tuple[list[RunResult], dict[str, Any]]:
-    sim = SimSettings(
-        replicas=args.replicas,
-        kv_capacity_blocks=args.kv_capacity_blocks,
-        max_num_seqs=args.max_num_seqs,
-        speed=args.speed,
-    )
-    wls = [workloads.make(name, quick=args.quick) for name in args.workloads]
-    oracles = {wl.name: oracle(r.body for r in wl.requests) for wl in wls}
+    cases = make_cases(args)
     workdir = Path(tempfile.mkdtemp(prefix="routing-bench-"))
-    sim_proc, urls = start_sim(sim.replicas, extra=sim.args(), log_path=str(workdir / "sim.log"))
     results: list[RunResult] = []
     t_start = time.perf_counter()
-    with running(sim_proc):
-        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
-            runs: list[tuple[str, int | None, int]] = [(p, None, 1) for p in args.policies]
-            if args.ablation and "prefix_affinity" in args.policies:
-                runs += [("prefix_affinity", 0, 1), ("prefix_affinity", None, WORKERS)]
-            for wl in wls:
-                rate = args.rate_scale * RATES[wl.name] / sim.speed
-                for policy, min_spill, workers in runs:
-                    r = await run_one(
-                        session, urls, sim, wl, oracles[wl.name], policy, rate, args.seed, workdir, args.load_factor,
-                        scrape=not args.no_scrape, min_spill=min_spill, workers=workers,
-                    )  # fmt: skip
-                    if min_spill is not None:
-                        r.policy = ABLATION
-                    elif workers > 1:
-                        r.policy = WORKERS_ROW
-                    results.append(r)
-                    print(
-                        f"{wl.name:14s} {policy:16s} ok={r.ok}/{r.requests} hit={r.fleet_hit:.3f} "
-                        f"(oracle {r.oracle_hit:.3f}) ttft mean={r.ttft_mean * 1000:.0f}ms "
-                        f"p99={r.ttft_p99 * 1000:.0f}ms p99reuse={r.ttft_p99_reusable * 1000:.0f}ms rps={r.rps:.1f} imb={r.req_imbalance:.2f}/"
-                        f"{r.busy_imbalance:.2f} peak={r.inflight_peak_ratio:.2f} arr>bound={r.arrival_over_bound:.3f} "
-                        f"arrpeak={r.arrival_peak_ratio:.2f} load={r.loadavg:.1f} reasons={r.reasons}",
-                        flush=True,
-                    )
+    groups: dict[SimSettings, list[Case]] = {}
+    for c in cases:
+        groups.setdefault(c.sim, []).append(c)
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+        for k, (sim, group) in enumerate(groups.items()):
+            sim_proc, urls = start_sim(sim.replicas, extra=sim.args(), log_path=str(workdir / f"sim{k}.log"))
+            with running(sim_proc):
+                for case in group:
+                    routers = list(args.policies)
+                    if args.workers_row and case.name in TRACE_KV:
+                        routers.append(WORKERS_ROW)
+                    for router in routers:
+                        r = await run_one(session, urls, case, router, args.seed, workdir)
+                        results.append(r)
+                        print(
+                            f"{case.name:15s} {r.policy:34s} ok={r.ok}/{r.requests} hit={r.fleet_hit:.3f} "
+                            f"(pooled {r.pooled_hit:.3f}, oracle {r.oracle_hit:.3f}) ttft p50={r.ttft_p50:.3f}s "
+                            f"p99={r.ttft_p99:.3f}s imb={r.prompt_imbalance:.2f}/{r.busy_imbalance:.2f} "
+                            f"preempt={r.preemptions} wall={r.wall_s:.0f}s lag={r.lag:.2f} load={r.loadavg:.1f} "
+                            f"reasons={r.reasons}",
+                            flush=True,
+                        )
     meta = {
         "command": "python -m bench.routing " + " ".join(sys.argv[1:]),
         "machine": f"{platform.machine()}, {psutil.cpu_count()} cores, Python {platform.python_version()}",
-        "sim": asdict(sim),
-        "rates": {wl.name: args.rate_scale * RATES[wl.name] / sim.speed for wl in wls},
-        "sizes": {wl.name: len(wl) for wl in wls},
+        "cases": {
+            c.name: {"title": c.title, "requests": len(c.wl), "sim": asdict(c.sim), "rate": c.rate}
+            for c in cases
+        },
+        "trace_rate": args.trace_rate,
+        "token_scale": args.token_scale,
         "total_s": time.perf_counter() - t_start,
         "workdir": str(workdir),
         "quick": args.quick,
-        "scrape": not args.no_scrape,
-        "load_factor": args.load_factor,
-        "ablation_name": ABLATION,
         "date": time.strftime("%Y-%m-%d", time.gmtime()),
     }
     return results, meta
@@ -489,36 +546,39 @@ async def main_async(args: argparse.Namespace) -> tuple[list[RunResult], dict[st
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="smaller workloads, 3 policies (about 2 minutes)")
+    p.add_argument("--trace", help="Mooncake conversation_trace.jsonl (the mooncake_* workloads need it)")
+    p.add_argument("--quick", action="store_true", help="smaller workloads and trace (a few minutes)")
     p.add_argument("--write", action="store_true", help="write the tables into docs/benchmarks.md and plots")
-    p.add_argument("--policies", nargs="+", choices=POLICIES, help="default: all (quick: 3)")
-    p.add_argument("--workloads", nargs="+", choices=WORKLOADS, default=WORKLOADS)
+    p.add_argument("--policies", nargs="+", choices=ROUTERS, default=DEFAULT_ROUTERS,
+                   help="gateway policies and peers (smg, sglang-router)")  # fmt: skip
+    p.add_argument(
+        "--workloads", nargs="+", choices=WORKLOADS, help="default: all (quick: no mooncake_kv100)"
+    )
     p.add_argument("--replicas", type=int, default=4)
     p.add_argument("--kv-capacity-blocks", type=int, default=SimSettings.kv_capacity_blocks)
     p.add_argument("--max-num-seqs", type=int, default=SimSettings.max_num_seqs)
-    p.add_argument("--speed", type=float, default=1.0, help="multiplies every simulated delay; rates / speed")
-    p.add_argument("--rate-scale", type=float, default=1.0, help="multiplies every workload's offered rate")
+    p.add_argument("--rate-scale", type=float, default=1.0, help="multiplies the synthetic workloads' rates")
     p.add_argument(
-        "--load-factor", type=float, default=1.25, help="the gateway's routing.load_factor (bounded load c)"
+        "--speed", type=float, default=1.0, help="synthetic workloads: the replicas' --speed (rates / speed)"
     )
+    p.add_argument("--trace-requests", type=int, help="first requests of the trace (default 4000; quick 600)")
+    p.add_argument("--trace-rate", type=float, default=0.5, help="trace arrival times / this")
+    p.add_argument("--trace-seconds", type=float, help="wall seconds of one trace replay (90; quick 30)")
+    p.add_argument("--trace-stream-interval", type=int, default=4, help="the replicas' --stream-interval")
+    p.add_argument("--token-scale", type=float, default=8.0, help="real tokens per simulated trace token")
+    p.add_argument("--workers-row", action="store_true", help=f"trace runs also with --workers {WORKERS}")
     p.add_argument("--seed", type=int, default=0, help="arrivals and routing tie breaks")
-    p.add_argument(
-        "--ablation",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="also run prefix_affinity with load scraping off (default: on, off with --quick)",
-    )
-    p.add_argument(
-        "--no-scrape", action="store_true", help="gateway does not read the replicas' /metrics load"
-    )
     p.add_argument("--json", help="also write the raw results to this file")
     args = p.parse_args(argv)
-    if args.policies is None:
-        args.policies = QUICK_POLICIES if args.quick else POLICIES
-    if args.ablation is None:
-        args.ablation = not args.quick
-    if args.speed <= 0:
-        p.error("--speed must be > 0 (delays are what this benchmark measures)")
+    if args.workloads is None:
+        args.workloads = [w for w in WORKLOADS if not (args.quick and w == "mooncake_kv100")]
+    if args.trace_requests is None:
+        args.trace_requests = 600 if args.quick else 4000
+    if args.trace_seconds is None:
+        args.trace_seconds = 30.0 if args.quick else 90.0
+    for name in ("trace_rate", "trace_seconds", "token_scale", "rate_scale", "speed"):
+        if not getattr(args, name) > 0:
+            p.error(f"--{name.replace('_', '-')} must be > 0")
     return args
 
 

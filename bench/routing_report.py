@@ -11,21 +11,21 @@ from bench.report import table
 
 IMG_DIR = Path(__file__).resolve().parent.parent / "docs" / "img"
 REPO_PREFIX = "img"  # image links relative to docs/benchmarks.md
+PA = "prefix_affinity"
+SMG = "smg 1.13.0 cache_aware"
+SGL = "sglang-router 0.3.2 cache_aware"
 
-
-_COLORS = {
-    "prefix_affinity": "#dd8452",
-    "prefix_affinity, min_spill 0": "#e8b48e",
-    "prefix_affinity, 2 workers": "#c44e52",
-}
+_COLORS = {PA: "#dd8452", SMG: "#55a868", SGL: "#8172b3", "prefix_affinity, 2 workers": "#c44e52"}
 
 
 def _pct(x: float) -> str:
     return "n/a" if math.isnan(x) else f"{100 * x:.1f} %"
 
 
-def _ms(x: float) -> str:
-    return "n/a" if math.isnan(x) else f"{1000 * x:.0f}"
+def _s(x: float) -> str:
+    if math.isnan(x):
+        return "n/a"
+    return f"{x:.2f}" if x >= 1 else f"{1000 * x:.0f} ms"
 
 
 def _by(results: Sequence[Any], workload: str, policy: str) -> Any | None:
@@ -34,10 +34,9 @@ def _by(results: Sequence[Any], workload: str, policy: str) -> Any | None:
 
 def workload_table(results: Sequence[Any]) -> str:
     headers = [
-        "policy", "ok / sent", "fleet hit", "oracle hit", "hit / oracle", "TTFT mean ms", "TTFT p99 ms",
-        "p99 reusable ms",
-        "req/s", "imbalance req", "imbalance busy", "in-flight peak max/mean", "arrivals over bound",
-        "index predicted / replica cached", "load avg", "routing reasons",
+        "router", "ok / sent", "fleet hit", "hit / pooled bound", "hit / oracle", "TTFT p50", "TTFT p99",
+        "req/s", "imbalance prompt tokens", "imbalance busy time", "in-flight peak max/mean", "preemptions",
+        "index predicted / replica cached", "replica lag", "load avg", "routing reasons",
     ]  # fmt: skip
     rows = []
     for r in results:
@@ -47,17 +46,17 @@ def workload_table(results: Sequence[Any]) -> str:
                 r.policy,
                 f"{r.ok} / {r.requests}",
                 _pct(r.fleet_hit),
-                _pct(r.oracle_hit),
+                _pct(r.hit_vs_pooled),
                 _pct(r.hit_vs_oracle),
-                _ms(r.ttft_mean),
-                _ms(r.ttft_p99),
-                _ms(r.ttft_p99_reusable),
-                f"{r.rps:.1f}",
-                f"{r.req_imbalance:.2f}",
+                _s(r.ttft_p50),
+                _s(r.ttft_p99),
+                f"{r.rps:.2f}",
+                f"{r.prompt_imbalance:.2f}",
                 f"{r.busy_imbalance:.2f}",
                 f"{r.inflight_peak_ratio:.2f}",
-                _pct(r.arrival_over_bound),
+                str(r.preemptions),
                 f"{r.predicted_cached / r.reported_cached:.2f}" if r.reported_cached else "-",
+                _pct(r.lag),
                 f"{r.loadavg:.1f}",
                 reasons or "-",
             ]
@@ -65,118 +64,51 @@ def workload_table(results: Sequence[Any]) -> str:
     return table(headers, rows)
 
 
-def targets(results: Sequence[Any], load_factor: float) -> list[list[str]]:
-    """One row per target of the issue: what was asked, what this run measured, met or not."""
+def targets(results: Sequence[Any]) -> list[list[str]]:
+    """One row per target of issue 12: what was asked, what this run measured, met or not."""
     rows: list[list[str]] = []
 
     def row(workload: str, target: str, measured: str, met: bool | None) -> None:
         rows.append([workload, target, measured, "n/a" if met is None else ("met" if met else "**missed**")])
 
-    def vs(pa: Any, other: Any, strict: bool) -> tuple[str, bool | None]:
-        """p99 TTFT of prefix_affinity against another policy; a difference under 5 % is a tie."""
-        diff = pa.ttft_p99 / other.ttft_p99 - 1
-        text = f"{_ms(pa.ttft_p99)} vs {_ms(other.ttft_p99)} ms ({100 * diff:+.1f} %)"
-        if abs(diff) < 0.05:
-            return text + ", a tie within 5 %", not strict
-        return text, diff < 0
-
-    for wl in ("shared_system", "multi_turn", "agent_loop"):
-        pa, rr, ll = (_by(results, wl, p) for p in ("prefix_affinity", "round_robin", "least_load"))
+    for wl in ("mooncake_kv25", "mooncake_kv100"):
+        pa, smg, sgl, rr = (_by(results, wl, p) for p in (PA, SMG, SGL, "round_robin"))
         if pa is None:
             continue
-        row(wl, "prefix_affinity hit >= 90 % of oracle", _pct(pa.hit_vs_oracle), pa.hit_vs_oracle >= 0.9)
-        row(wl, "load imbalance (requests) <= 1.3", f"{pa.req_imbalance:.2f}", pa.req_imbalance <= 1.3)
-        for other in (rr, ll):
-            if other is not None:
-                row(wl, f"p99 TTFT below {other.policy} (by 5 % or more)", *vs(pa, other, strict=True))
-    pa, ll = _by(results, "no_sharing", "prefix_affinity"), _by(results, "no_sharing", "least_load")
-    if pa is not None and ll is not None:
-        row(
-            "no_sharing",
-            "p99 TTFT within 5 % of least_load",
-            f"{_ms(pa.ttft_p99)} vs {_ms(ll.ttft_p99)} ms ({100 * (pa.ttft_p99 / ll.ttft_p99 - 1):+.1f} %)",
-            pa.ttft_p99 <= 1.05 * ll.ttft_p99,
-        )
-    pa, ll = _by(results, "hot_prefix", "prefix_affinity"), _by(results, "hot_prefix", "least_load")
-    if pa is not None:
-        row(
-            "hot_prefix",
-            f"no replica above ceil({load_factor} x mean in flight) when a request arrives",
-            f"{_pct(pa.arrival_over_bound)} of arrivals over the bound "
-            f"(peak {pa.arrival_peak_ratio:.2f} x mean); sampled at the replicas every 0.2 s: "
-            f"{_pct(pa.inflight_over_bound)} of {pa.inflight_samples} samples over, "
-            f"peak {pa.inflight_peak_ratio:.2f} x mean",
-            pa.arrival_over_bound == 0.0,
-        )
-        if ll is not None:
-            row("hot_prefix", "p99 TTFT no worse than least_load (5 % tolerance)", *vs(pa, ll, strict=False))
+        if smg is not None:
+            row(wl, "hit rate >= smg cache_aware", f"{_pct(pa.fleet_hit)} vs {_pct(smg.fleet_hit)}",
+                pa.fleet_hit >= smg.fleet_hit)  # fmt: skip
+        row(wl, "hit rate >= 0.97 of the pooled bound", f"{pa.hit_vs_pooled:.3f}", pa.hit_vs_pooled >= 0.97)
+        row(wl, "work imbalance (prompt tokens) <= 1.15", f"{pa.prompt_imbalance:.2f} (busy time "
+            f"{pa.busy_imbalance:.2f})", pa.prompt_imbalance <= 1.15)  # fmt: skip
+        if rr is not None:
+            loaded = rr.ttft_p99 >= 2 * rr.ttft_p50
+            others = [o for o in (smg, sgl, rr) if o is not None]
+            text = ", ".join(f"{o.policy} {_s(o.ttft_p99)}" for o in others)
+            row(
+                wl,
+                "p99 TTFT below smg's, sglang-router's and round_robin's (load: round_robin p99 >= 2 x p50)",
+                f"{_s(pa.ttft_p99)} vs {text}; round_robin p99/p50 = {rr.ttft_p99 / rr.ttft_p50:.1f}",
+                all(pa.ttft_p99 < o.ttft_p99 for o in others) if loaded else None,
+            )
+    pa, sgl = _by(results, "tight_cache", PA), _by(results, "tight_cache", SGL)
+    if pa is not None and sgl is not None:
+        row("tight_cache", "hit rate >= sglang-router's", f"{_pct(pa.fleet_hit)} vs {_pct(sgl.fleet_hit)}",
+            pa.fleet_hit >= sgl.fleet_hit)  # fmt: skip
+    for wl in ("shared_system", "multi_turn", "agent_loop", "no_sharing", "hot_prefix"):
+        pa, rr = _by(results, wl, PA), _by(results, wl, "round_robin")
+        if pa is None or rr is None:
+            continue
+        if pa.oracle_hit:
+            row(wl, "hit rate >= round_robin's", f"{_pct(pa.fleet_hit)} vs {_pct(rr.fleet_hit)}",
+                pa.fleet_hit >= rr.fleet_hit)  # fmt: skip
+        row(wl, "p99 TTFT <= round_robin's (5 % tolerance)", f"{_s(pa.ttft_p99)} vs {_s(rr.ttft_p99)}",
+            pa.ttft_p99 <= 1.05 * rr.ttft_p99)  # fmt: skip
     return rows
 
 
-def findings(results: Sequence[Any], ablation: str, slots: int) -> list[str]:
-    """What this run's numbers say about the router, computed from them (bullets of markdown)."""
-    out: list[str] = []
-    pairs = [
-        (r, _by(results, r.workload, ablation))
-        for r in results
-        if r.policy == "prefix_affinity" and _by(results, r.workload, ablation) is not None
-    ]
-    if pairs:
-        rows = "; ".join(
-            f"{r.workload} hit {_pct(r.hit_vs_oracle)} vs {_pct(a.hit_vs_oracle)} of the oracle, p99 TTFT "
-            f"{_ms(r.ttft_p99)} vs {_ms(a.ttft_p99)} ms, arrivals over the bound {_pct(r.arrival_over_bound)} "
-            f"vs {_pct(a.arrival_over_bound)}"
-            for r, a in pairs
-        )
-        out.append(
-            f"**The batch allowance, measured.** prefix_affinity with `min_spill_in_flight: {slots}` (the "
-            "replicas' batch size) vs the policy's default 0: "
-            f"{rows}. The allowance lets a replica holding a private prefix take requests up to its batch "
-            "size although the bound `ceil(c x (total + 1) / n)` is 2-3 at a few requests in flight; a hot "
-            "prefix keeps the plain bound either way. A replica's load is the gateway's own in-flight count "
-            "plus what its last scraped report shows beyond the gateway's own in-flight count when it was "
-            "read (other pods' share)."
-        )
-    workers = [
-        (r, _by(results, r.workload, "prefix_affinity, 2 workers"))
-        for r in results
-        if r.policy == "prefix_affinity"
-    ]
-    workers = [(r, w) for r, w in workers if w is not None and r.oracle_hit > 0]
-    if workers:
-        rows = "; ".join(
-            f"{r.workload} {_pct(w.hit_vs_oracle)} vs {_pct(r.hit_vs_oracle)} of the oracle "
-            f"(p99 TTFT {_ms(w.ttft_p99)} vs {_ms(r.ttft_p99)} ms)"
-            for r, w in workers
-        )
-        out.append(
-            "**What two worker processes cost.** `--workers 2` (one port, SO_REUSEPORT; each process has its "
-            "own in-flight counts and prefix index, and the kernel spreads connections between them) vs "
-            f"one process: {rows}. Cold prefixes still land alike (CHWBL on the same ring in both); what is "
-            "lost is each process's view of what the other sent. Its routing-reasons column counts one "
-            "worker only (`/metrics` answers from whichever process takes the connection)."
-        )
-    idle = [  # a replica with less than a quarter of the mean number of requests
-        r
-        for r in results
-        if r.policy == "prefix_affinity"
-        and r.per_replica_requests
-        and 4 * len(r.per_replica_requests) * min(r.per_replica_requests) < r.ok
-    ]
-    if idle:
-        parts = ", ".join(f"{r.workload} {r.per_replica_requests}" for r in idle)
-        out.append(
-            "**A replica left (nearly) idle under one hot prefix.** Requests per replica under "
-            f"prefix_affinity: {parts}. Every request of a hot prefix has the same route key, so spills walk "
-            "the ring in the same order; the last replica of that order gets work only when all the others "
-            "are at the bound, which the rounding up of `ceil(c x (total + 1) / n)` rarely allows at a few "
-            "requests in flight: the fleet runs on n - 1 replicas."
-        )
-    return out
-
-
 def plots(results: Sequence[Any], out_dir: Path = IMG_DIR) -> list[str]:
-    """Bar charts (hit rate vs oracle, p99 TTFT, imbalance) per workload; returns the file names."""
+    """Bar charts per workload (hit rate with the pooled bound and the oracle, p99 TTFT, imbalance)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -187,28 +119,27 @@ def plots(results: Sequence[Any], out_dir: Path = IMG_DIR) -> list[str]:
     pols = list(dict.fromkeys(r.policy for r in results))
     charts = [
         ("routing-hit-rate.png", "fleet prefix-cache hit rate (%)", lambda r: 100 * r.fleet_hit, True),
-        ("routing-ttft-p99.png", "p99 time to first token (ms)", lambda r: 1000 * r.ttft_p99, False),
-        ("routing-imbalance.png", "max/mean requests per replica", lambda r: r.req_imbalance, False),
+        ("routing-ttft-p99.png", "p99 time to first token (s, model time)", lambda r: r.ttft_p99, False),
+        ("routing-imbalance.png", "max/mean prompt tokens per replica", lambda r: r.prompt_imbalance, False),
     ]
     names = []
-    for fname, ylabel, value, with_oracle in charts:
-        fig, axes = plt.subplots(1, len(wls), figsize=(3.2 * len(wls), 3.6), squeeze=False)
+    for fname, ylabel, value, with_bounds in charts:
+        fig, axes = plt.subplots(1, len(wls), figsize=(2.9 * len(wls), 3.8), squeeze=False)
         for ax, wl in zip(axes[0], wls, strict=True):
             rs = [_by(results, wl, p) for p in pols]
-            vals = [value(r) if r is not None else 0.0 for r in rs]
             ax.bar(
                 range(len(pols)),
-                vals,
+                [value(r) if r is not None else 0.0 for r in rs],
                 color=[_COLORS.get(p, "#4c72b0") for p in pols],
             )
-            if with_oracle:
-                ax.set_ylim(0, 100)
-            if with_oracle and rs and rs[0] is not None:
-                ax.axhline(100 * rs[0].oracle_hit, color="black", linestyle="--", linewidth=1, label="oracle")
-                ax.legend(loc="lower right", fontsize=7)
+            first = next((r for r in rs if r is not None), None)
+            if with_bounds and first is not None:
+                ax.axhline(100 * first.oracle_hit, color="black", linestyle="--", linewidth=1, label="oracle")
+                ax.axhline(100 * first.pooled_hit, color="grey", linestyle=":", linewidth=1.2, label="pooled")
+                ax.legend(loc="lower right", fontsize=6)
             ax.set_xticks(range(len(pols)))
-            ax.set_xticklabels(pols, rotation=60, ha="right", fontsize=7)
-            ax.set_title(wl, fontsize=9)
+            ax.set_xticklabels(pols, rotation=60, ha="right", fontsize=6)
+            ax.set_title(wl, fontsize=8)
             ax.tick_params(axis="y", labelsize=7)
         axes[0][0].set_ylabel(ylabel, fontsize=8)
         fig.tight_layout()
@@ -219,49 +150,58 @@ def plots(results: Sequence[Any], out_dir: Path = IMG_DIR) -> list[str]:
 
 
 def markdown(results: Sequence[Any], meta: dict[str, Any], with_plots: bool = False) -> str:
-    sim = meta["sim"]
+    cases = meta["cases"]
     lines = [
         "## Routing quality",
         "",
         f"Command: `{meta['command'].strip()}` on {meta['machine']}, {meta['date']}; the whole run took "
-        f"{meta['total_s']:.0f} s. One process simulates {sim['replicas']} vLLM-like replicas "
-        f"(KV cache {sim['kv_capacity_blocks']} blocks of 16 tokens each, {sim['max_num_seqs']} batch slots, "
-        f"prefill {sim['prefill_s_per_token'] * 1000:.2f} ms/token, decode {sim['decode_s_per_token'] * 1000:.0f} "
-        f"ms/token, overhead {sim['overhead_s'] * 1000:.0f} ms, all x speed {sim['speed']}); a fresh gateway "
-        "process per run with the policy named in the table; the load generator is a third process. "
-        "Open-loop Poisson arrivals at "
-        + ", ".join(f"{k} {v:.0f}/s ({meta['sizes'][k]} requests)" for k, v in meta["rates"].items())
-        + "; streamed requests with `temperature: 0.7` (never response-cached); the next turn of a "
-        "conversation is sent only after the previous one finished.",
+        f"{meta['total_s']:.0f} s. Every table was measured in this one run, one router after the other on "
+        "the same simulated replicas (4, engine model: vLLM V1's scheduler and paged KV cache, step costs of "
+        "Llama-3-8B on an A100-80GB), caches and counters reset between runs; the gateway a fresh "
+        "`prefix-gateway serve` process per run, the peers installed from PyPI into side venvs "
+        "(`bench/peers.py`) with `--policy cache_aware`.",
         "",
-        "Columns: *fleet hit* = prefix-cache hit tokens / prompt tokens summed over the replicas' own "
-        "`vllm:prefix_cache_hits_total` and `vllm:prefix_cache_queries_total`; *oracle hit* = one infinite "
-        "cache seeing the same stream in order, block-granular like the replicas (`bench/oracle.py`); "
-        "*TTFT* = first SSE byte at the client; *p99 reusable* = p99 TTFT of the requests the oracle finds at least half cached (leaves out first sights of a prefix, which no routing can help); *imbalance req* = max/mean of requests per replica; "
-        "*imbalance busy* = max/mean of request-seconds per replica (the simulator's "
-        "`vllm:e2e_request_latency_seconds_sum`: queue + prefill + decode; it reports no GPU busy time); "
-        "*in-flight peak* = the largest max/mean of running + waiting requests per replica over samples "
-        "taken every 0.2 s at the replicas (samples with at least one request per replica on average); "
-        "*arrivals over bound* = share of requests whose replica, at the moment they were sent, held more than `ceil(c x total in flight / n)` requests (client-side records: send and end times and the `x-gateway-replica` header); *index predicted / replica cached* = the gateway's `prefix_gateway_prefix_predicted_tokens_total` over `prefix_gateway_prefix_reported_cached_tokens_total` (above 1: its index believes in blocks the replicas no longer hold); *load avg* = the machine's 1-minute load average at the end of the run (2 cores shared with other work: above ~3, CPU contention inflates latencies and makes p99 noisy); *routing reasons* = the gateway's `prefix_gateway_routing_decisions_total{reason}`.",
+        "Columns: *fleet hit* = the replicas' `vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total`; "
+        "*pooled bound* = one LRU cache of the fleet's total KV fed the same stream; *oracle* = one infinite "
+        "cache (both `bench/oracle.py`, block-granular like the replicas); *TTFT* = first SSE byte at the "
+        "client, in model seconds (wall time / the replicas' speed); *req/s* per model second; *imbalance* = "
+        "max / mean over replicas of the prompt tokens they were sent and of their engines' busy time; "
+        "*in-flight peak* = the largest max/mean of running + waiting per replica over samples every 0.2 s; "
+        "*index predicted / replica cached* = the gateway's predicted over the replicas' reported cached "
+        "tokens; *replica lag* = how much later than modelled the replicas' steps ended, over their modelled "
+        "wall time (the simulator is a Python process on shared cores: a starved one falls behind, and "
+        "every TTFT of that run grows with it); *load avg* = the machine's 1-minute load at the end of the run (2 shared cores); "
+        "*routing reasons* = the gateway's `prefix_gateway_routing_decisions_total`, smg's "
+        "`smg_cache_aware_policy_branch_total` (sglang-router 0.3.2 exports none).",
+        "",
+        "Reading the trace rows: the replay runs 1 / speed times faster than real time (the replicas' "
+        "`--speed`, in each table's line), so every wall millisecond a router itself adds to a request "
+        "counts 1 / speed model milliseconds of TTFT: the gateway is one Python process sharing two cores "
+        "with the simulator and the load generator, the peers are Rust; smg polls its workers' load every "
+        "second (`--load-monitor-interval 1`, not its default 10 s, which would be minutes of model time).",
         "",
     ]
-    wls = list(dict.fromkeys(r.workload for r in results))
-    for wl in wls:
-        lines += [f"### {wl}", "", workload_table([r for r in results if r.workload == wl]), ""]
-    rows = targets(results, meta["load_factor"])
-    if rows:
+    for wl in dict.fromkeys(r.workload for r in results):
+        c = cases[wl]
+        sim = c["sim"]
+        arrivals = (
+            f"Poisson arrivals at {c['rate'] * sim['speed']:.0f}/s of model time"
+            if c["rate"]
+            else f"arrivals at the trace's times / {meta['trace_rate']}, replicas at --speed {sim['speed']:.4f} "
+            f"and --token-scale {sim['token_scale']:g}"
+        )
         lines += [
-            "### Targets",
+            f"### {wl}",
             "",
-            "Measured in this one run (the load bound is integral: with `c` = "
-            f"{meta['load_factor']} and `n` replicas a replica may hold `ceil(c x total / n)` requests).",
+            f"{c['title']}: {c['requests']} requests, {arrivals}; KV {sim['kv_capacity_blocks']} blocks of 16 "
+            f"tokens a replica.",
             "",
-            table(["workload", "target", "measured", "result"], rows),
+            workload_table([r for r in results if r.workload == wl]),
             "",
         ]
-    notes = findings(results, meta.get("ablation_name", "prefix_affinity, min_spill 0"), sim["max_num_seqs"])
-    if notes:
-        lines += ["### Findings", ""] + [f"- {n}" for n in notes] + [""]
+    rows = targets(results)
+    if rows:
+        lines += ["### Targets (issue 12)", "", table(["workload", "target", "measured", "result"], rows), ""]
     if with_plots:
         for name in plots(results):
             lines += [f"![{name[:-4]}]({REPO_PREFIX}/{name})", ""]

@@ -27,11 +27,13 @@ TEMPERATURE = 0.7
 
 @dataclass(frozen=True, slots=True)
 class Request:
-    """One request of a workload. ``after``: index of the request that must finish before this one."""
+    """One request of a workload. ``after``: index of the request that must finish before this one;
+    ``at``: when to send it, in seconds from the start (trace replay; None: the runner's arrival process)."""
 
     body: dict[str, Any]
     session: str | None = None
     after: int | None = None
+    at: float | None = None
 
 
 @dataclass(slots=True)
@@ -268,6 +270,31 @@ def hot_prefix(
     return Workload("hot_prefix", "5. One hot prefix (every request shares it)", out)
 
 
+def tight_cache(
+    seed: int = 6,
+    requests: int = 240,
+    prefixes: int = 8,
+    prefix_tokens: int = 1024,
+    question_tokens: tuple[int, int] = (20, 60),
+    max_tokens: int = 16,
+) -> Workload:
+    """sgl-router's tight-cache shape: a few long prefixes, equally popular, and replicas that can each
+    cache about ``prefixes / replicas`` of them (the benchmark sizes their KV so): a router that splits
+    the prefixes between the replicas hits almost always, one that spreads every prefix everywhere
+    thrashes every cache."""
+    rng = random.Random(seed)
+    gen = TextGen(rng)
+    systems = [f"Document {i}. " + gen.text(prefix_tokens) for i in range(prefixes)]
+    out = []
+    for i in range(requests):
+        messages = [
+            {"role": "system", "content": systems[rng.randrange(prefixes)]},
+            {"role": "user", "content": f"Q{i}: " + gen.tokens(*question_tokens)},
+        ]
+        out.append(Request(_body(messages, max_tokens)))
+    return Workload("tight_cache", "6. Tight cache (8 long prefixes, each replica holds about 2)", out)
+
+
 # name -> (generator, keyword arguments that set its size for a default and for a --quick run)
 SIZES: dict[str, tuple[Callable[..., Workload], dict[str, Any], dict[str, Any]]] = {
     "shared_system": (shared_system_prompts, {"requests": 200}, {"requests": 70}),
@@ -275,6 +302,7 @@ SIZES: dict[str, tuple[Callable[..., Workload], dict[str, Any], dict[str, Any]]]
     "agent_loop": (agent_loop, {"agents": 16}, {"agents": 7, "active": 6}),
     "no_sharing": (no_sharing, {"requests": 160}, {"requests": 60}),
     "hot_prefix": (hot_prefix, {"requests": 160}, {"requests": 60}),
+    "tight_cache": (tight_cache, {"requests": 240}, {"requests": 96}),
 }
 
 

@@ -4,8 +4,8 @@
   a ``\\r\\n`` pair or a UTF-8 character may be split across reads.
 * ``StreamAssembler`` / ``assemble_stream`` turn the chunks of an OpenAI-style stream into the
   equivalent non-stream response, or None if the stream did not end normally (it is then never cached).
-* ``replay_sse`` renders a non-stream response (a cache hit) as the SSE chunks a client that asked for
-  ``stream: true`` expects.
+* ``replay_chunks`` / ``replay_sse`` render a non-stream response (a cache hit) as the stream chunks
+  (framed as SSE) a client that asked for ``stream: true`` expects.
 """
 
 from __future__ import annotations
@@ -264,7 +264,27 @@ def replay_sse(
     response_id: str | None = None,
     created: int | None = None,
 ) -> list[bytes]:
-    """Render a non-stream ``chat.completion`` / ``text_completion`` as SSE events, ending in [DONE].
+    """Render a non-stream ``chat.completion`` / ``text_completion`` as SSE events, ending in [DONE]:
+    the chunks of ``replay_chunks``, framed."""
+    chunks = replay_chunks(
+        response,
+        include_usage=include_usage,
+        chunk_chars=chunk_chars,
+        response_id=response_id,
+        created=created,
+    )
+    return [*map(_event, chunks), b"data: [DONE]\n\n"]
+
+
+def replay_chunks(
+    response: Mapping[str, Any],
+    *,
+    include_usage: bool = False,
+    chunk_chars: int | None = None,
+    response_id: str | None = None,
+    created: int | None = None,
+) -> list[dict[str, Any]]:
+    """The stream chunks equivalent to a non-stream ``chat.completion`` / ``text_completion``.
 
     Per choice: a role chunk (chat), content chunk(s) of at most ``chunk_chars`` characters (all of it in
     one chunk when None), tool calls, then a finish chunk; a usage chunk (empty ``choices``) when
@@ -281,10 +301,10 @@ def replay_sse(
     }
     if "system_fingerprint" in response:
         head["system_fingerprint"] = response["system_fingerprint"]
-    events: list[bytes] = []
+    events: list[dict[str, Any]] = []
 
     def emit(choice: dict[str, Any]) -> None:
-        events.append(_event({**head, "choices": [choice]}))
+        events.append({**head, "choices": [choice]})
 
     for c in response.get("choices") or ():
         idx = c.get("index", 0)
@@ -354,6 +374,5 @@ def replay_sse(
                 {"index": idx, "text": "", "logprobs": None, "finish_reason": c.get("finish_reason"), **extra}
             )
     if include_usage and response.get("usage") is not None:
-        events.append(_event({**head, "choices": [], "usage": response["usage"]}))
-    events.append(b"data: [DONE]\n\n")
+        events.append({**head, "choices": [], "usage": response["usage"]})
     return events

@@ -16,6 +16,7 @@ from config.advisor import AdvisorConfig
 from config.batch import BatchConfig
 from config.billing import BillingConfig
 from config.cache import CacheConfig
+from config.protocols import LoraConfig, ProtocolsConfig, TracingConfig
 from config.routing import RoutingConfig
 
 BackendKind = Literal["vllm", "sglang", "openai"]
@@ -171,6 +172,7 @@ class ModelPoolConfig(_Strict):
     replicas: list[ReplicaConfig] = Field(default_factory=list)
     discovery: DiscoveryConfig | None = Field(None, description="replicas from DNS, besides `replicas`")
     routing: RoutingConfig = Field(default_factory=RoutingConfig)
+    lora: LoraConfig = Field(default_factory=LoraConfig)
 
     @model_validator(mode="after")
     def _unique_replicas(self) -> ModelPoolConfig:
@@ -252,14 +254,17 @@ class Policy(_Strict):
     billing: BillingConfig = Field(default_factory=BillingConfig)
     advisor: AdvisorConfig = Field(default_factory=AdvisorConfig)
     batch: BatchConfig = Field(default_factory=BatchConfig)
+    protocols: ProtocolsConfig = Field(default_factory=ProtocolsConfig)
+    tracing: TracingConfig = Field(default_factory=TracingConfig)
 
     @model_validator(mode="after")
     def _consistent(self) -> Policy:
         """Checks across sections: unique model names; batch, semantic settings naming served models."""
         names = [m.name for m in self.models]
-        dup = {n for n in names if names.count(n) > 1}
+        everything = names + [a.name for m in self.models for a in m.lora.adapters]
+        dup = {n for n in everything if everything.count(n) > 1}
         if dup:
-            raise ValueError(f"model names must be unique, repeated: {sorted(dup)}")
+            raise ValueError(f"model and adapter names must be unique, repeated: {sorted(dup)}")
         unknown = sorted(set(self.batch.pools) - set(names))
         if unknown:
             raise ValueError(f"batch.pools names models the policy does not serve: {unknown}")

@@ -94,31 +94,39 @@ class RoutingConfig(BaseModel):
         1.25, gt=1.0, le=10.0, description="bounded-load factor c: max load = c x mean"
     )
     min_match_fraction: float = Field(
-        0.1, ge=0.0, le=1.0, description="a match below this fraction of the prompt counts as no match"
-    )
-    affinity_ratio: float = Field(
-        0.9,
-        gt=0.0,
-        le=1.0,
-        description="prefix_affinity: replicas matching at least this fraction of the best match "
-        "form the affinity set",
+        0.1, ge=0.0, le=1.0, description="a match below this fraction of the prompt counts as no match (cold)"
     )
     max_queued_prefill_tokens: int = Field(
-        65536, ge=1, description="a replica with more uncached prefill tokens queued is saturated"
+        65536,
+        ge=1,
+        description="a replica with more uncached prefill tokens queued is saturated (explicit pin)",
     )
-    min_spill_in_flight: int = Field(
-        0,
-        ge=0,
-        le=100_000,
-        description="prefix_affinity: a replica holding the prefix is saturated only above max(bound, this); "
-        "set it to the replicas' batch size (vLLM --max-num-seqs)",
+    reuse_weight: float = Field(
+        20.0,
+        ge=0.0,
+        le=1000.0,
+        description="prefix_affinity: a cached token of a private prefix (a conversation) is worth (1 + this) "
+        "queued prefill tokens; 0 is greedy on this request's time to first token",
     )
-    hot_window: int = Field(
+    shared_reuse_weight: float = Field(
+        0.0,
+        ge=0.0,
+        le=1000.0,
+        description="prefix_affinity: the same for a shared prefix (one another recent request's match "
+        "ended at too)",
+    )
+    decode_cost_tokens: float = Field(
+        64.0,
+        ge=0.0,
+        le=1_000_000.0,
+        description="prefix_affinity: queued prefill tokens one request in flight on a replica counts as",
+    )
+    shared_window: int = Field(
         64,
         ge=0,
         le=100_000,
-        description="prefix_affinity: decisions over which a prefix carrying more than 1/n of them is hot "
-        "and replicated to a less loaded replica (0: never)",
+        description="prefix_affinity: recent decisions in which a prefix must recur to count as shared "
+        "(0: every prefix is private)",
     )
     index_ttl_s: float | None = Field(None, gt=0, description="forget index entries older than this")
     default_kv_capacity_blocks: int = Field(

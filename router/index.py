@@ -14,7 +14,7 @@ read here, so tests control TTL expiry.
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 
@@ -26,6 +26,7 @@ class IndexStats:
     per_replica: dict[str, int]
     evictions: int
     expirations: int
+    unlearned: int = 0  # entries dropped because a replica reported fewer cached tokens than predicted
 
 
 class PrefixIndex:
@@ -35,6 +36,7 @@ class PrefixIndex:
         self._cap: dict[str, int] = {}
         self.evictions = 0
         self.expirations = 0
+        self.unlearned = 0
 
     # -- replicas -------------------------------------------------------------------------------------
     def add_replica(self, replica_id: str, capacity_blocks: int) -> None:
@@ -113,6 +115,25 @@ class PrefixIndex:
         if lru is not None:
             deque(map(lru.pop, hashes[start:], repeat(None)), maxlen=0)
 
+    def unlearn_oldest(self, replica_id: str, count: int, keep: Collection[int] = ()) -> int:
+        """The replica evicted blocks the index still lists: drop its ``count`` least recently sent
+        entries (its own cache evicts in the same order), except those in ``keep`` (the replica has just
+        computed them), which become the most recent. Returns how many were dropped."""
+        lru = self._lru.get(replica_id)
+        if lru is None or count <= 0:
+            return 0
+        dropped = 0
+        for _ in range(len(lru)):
+            if dropped == count:
+                break
+            h, t = lru.popitem(last=False)
+            if h in keep:
+                lru[h] = t
+            else:
+                dropped += 1
+        self.unlearned += dropped
+        return dropped
+
     def expire(self, now: float) -> None:
         """Drop entries not sent for ``ttl_s`` seconds (oldest first, so the scan stops early)."""
         if self.ttl_s is None:
@@ -127,6 +148,17 @@ class PrefixIndex:
             for _ in range(count):
                 lru.popitem(last=False)
             self.expirations += count
+
+    def headroom(self, replica_id: str, now: float) -> tuple[int, float]:
+        """What a new prefix costs this replica's cache: (free entries, seconds since the entry it would
+        evict next was sent). A replica with room evicts nothing; a full one evicts its oldest entry."""
+        lru = self._lru.get(replica_id)
+        if lru is None:
+            return 0, 0.0
+        free = self._cap[replica_id] - len(lru)
+        if free > 0 or not lru:
+            return free, float("inf")
+        return 0, now - next(iter(lru.values()))
 
     # -- sizes ----------------------------------------------------------------------------------------
     def size(self, replica_id: str) -> int:
@@ -145,6 +177,7 @@ class PrefixIndex:
             per_replica=per,
             evictions=self.evictions,
             expirations=self.expirations,
+            unlearned=self.unlearned,
         )
 
     # -- internals ------------------------------------------------------------------------------------

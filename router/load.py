@@ -1,9 +1,9 @@
-"""The bounded-load test every placement shares: may this replica take one more request?
+"""The bounded-load test of CHWBL placement and the explicit pin: may this replica take one more request?
 
 CHWBL's bound (Mirrokni et al.): after taking the request a replica may hold at most
 ``ceil(c * (total + 1) / n)`` of the candidates' load. A replica also stops taking work while its
-queued uncached prefill tokens exceed a cap. Policies (``prefix_affinity``, ``chwbl``) and the pin
-filter ask the same question, so it is answered here once.
+queued uncached prefill tokens exceed a cap. The ring's bounded walk (``chwbl``, ``session``) and the pin
+filter ask the same question, so it is answered here once (``prefix_affinity`` scores cost instead).
 """
 
 from __future__ import annotations

@@ -150,7 +150,9 @@ class PoolRouter:
             candidates = narrow(candidates, fctx)
         now = self.clock()
         self._drop_stale_reports(candidates, now)
-        ctx = PickContext(request=request, candidates=candidates, block_size=self.cfg.block_size)
+        ctx = PickContext(
+            request=request, candidates=candidates, block_size=self.cfg.block_size, index=self.index, now=now
+        )
         hashes: tuple[int, ...] = ()
         engine: tuple[int, ...] = ()
         approx: dict[str, int] = {}
@@ -219,11 +221,21 @@ class PoolRouter:
             self.exact.forget_speculative(decision.replica.id, decision.engine_block_hashes)
 
     def observe_usage(self, decision: Decision, cached_tokens: int | None) -> None:
-        """The replica's own ``cached_tokens`` for a decision: accounted against the index's prediction."""
+        """The replica's own ``cached_tokens`` for a decision: accounted against the index's prediction,
+        and the truth for the approximate index. Fewer cached tokens than predicted (beyond the one
+        block an engine recomputes when the whole prompt hits) mean the replica evicted blocks its index
+        still lists: as many of its least recently sent entries are unlearned, so the index shrinks to
+        what the replica really keeps (running requests pin blocks an index bound cannot see)."""
         if cached_tokens is None or not decision.block_hashes:
             return
+        cached = max(0, cached_tokens)
         self._predicted += decision.matched_tokens
-        self._observed += max(0, cached_tokens)
+        self._observed += cached
+        if decision.engine_block_hashes or decision.replica.id not in self._by_id:
+            return  # precise mode: the replica's events keep its index true
+        missing = (decision.matched_tokens - cached) // decision.block_size - 1
+        if missing > 0:
+            self.index.unlearn_oldest(decision.replica.id, missing, frozenset(decision.block_hashes))
 
     def stats(self) -> RouterStats:
         return RouterStats(

@@ -30,15 +30,24 @@ _SKIP_MESSAGE_KEYS = frozenset(("role", "content", "cache_control"))
 BATCH_SEPARATOR_ID = 0xFFFFFFFF
 
 
+# The field holding the text of each endpoint that is not chat (vLLM's pass-through endpoints too).
+_TEXT_FIELD = {
+    "completions": "prompt",
+    "tokenize": "prompt",
+    "detokenize": "tokens",
+    "rerank": "query",
+    "score": "text_1",
+}
+
+
 def render_prompt(endpoint: str, body: Mapping[str, Any]) -> str | list[int]:
     """Render a request's prompt; token-id completions prompts come back as a list of ids."""
-    if endpoint == "chat":
+    if endpoint == "chat" or (endpoint in ("tokenize", "pooling") and "messages" in body):
         messages = body.get("messages")
         if not isinstance(messages, list):  # malformed: still rendered, the gateway rejects it anyway
             messages = [messages] if messages is not None else []
         return render_chat(messages, body.get("tools"))
-    prompt = body.get("prompt") if endpoint == "completions" else body.get("input")
-    return render_completion_prompt(prompt)
+    return render_completion_prompt(body.get(_TEXT_FIELD.get(endpoint, "input")))
 
 
 def render_chat(messages: Sequence[Any], tools: Any = None) -> str:

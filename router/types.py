@@ -26,13 +26,15 @@ class Placement(Protocol):
 class RouteRequest:
     """A parsed request as the router sees it. ``body`` is the client's JSON, never mutated here."""
 
-    endpoint: str  # "chat" | "completions" | "embeddings"
-    model: str
+    endpoint: str  # "chat" | "completions" | "embeddings" | a pass-through endpoint
+    model: str  # the name the client sent: a model, or a LoRA adapter (its blocks hash apart)
     body: Mapping[str, Any]
     tenant_salt: str = ""
     headers: Mapping[str, str] = field(default_factory=dict)
     pinned_replica: str | None = None  # holds the request's live explicit cache entry (billing)
     placement: Placement | None = None  # an offline batch line's planned replica and share
+    adapter: str | None = None  # the LoRA adapter the request names: only replicas serving it may take it
+    load_adapter: bool = False  # when none serves it, any replica may (the gateway loads it there first)
 
 
 @dataclass(slots=True, eq=False)

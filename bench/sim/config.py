@@ -95,11 +95,14 @@ class SimConfig:
     embedding_model: str | None = None  # "minilm": real all-MiniLM-L6-v2 vectors (the `embed` extra)
     hang_limit_s: float = 300.0
     faults: Faults = field(default_factory=Faults)
+    lora_adapters: tuple[str, ...] = ()  # LoRA adapters served from the start (listed with parent)
+    allow_runtime_lora: bool = False  # vLLM's VLLM_ALLOW_RUNTIME_LORA_UPDATING: /v1/load_lora_adapter
 
     def __post_init__(self) -> None:
         if isinstance(self.models, str):
             self.models = (self.models,)
         self.models = tuple(self.models)
+        self.lora_adapters = tuple(self.lora_adapters)
         if not self.models:
             raise ValueError("at least one served model name is required")
         if self.mode not in MODES:

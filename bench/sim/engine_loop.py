@@ -47,6 +47,8 @@ class EngineLoop:
         self.stream_interval = max(1, stream_interval)
         self.on_finished = on_finished
         self._progress: dict[EngineRequest, Progress] = {}
+        self.paced_s = 0.0  # wall seconds the steps should have taken (model time x factor)
+        self.late_s = 0.0  # how much later than planned they ended (a CPU-starved process falls behind)
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -85,6 +87,8 @@ class EngineLoop:
             end = start + out.duration_s * factor
             delay = end - loop.time()
             await asyncio.sleep(delay if delay > 0 else 0)
+            self.paced_s += end - start
+            self.late_s += max(0.0, loop.time() - end)
             self._deliver(out)
 
     def _deliver(self, out: StepOutput) -> None:

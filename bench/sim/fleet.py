@@ -18,7 +18,7 @@ class Fleet:
     host: str
     ports: list[int]
     replicas: list[Replica]
-    _runners: list[web.AppRunner] = field(default_factory=list, repr=False)
+    _runners: list[web.AppRunner | None] = field(default_factory=list, repr=False)
 
     @property
     def urls(self) -> list[str]:
@@ -34,6 +34,14 @@ class Fleet:
         """Close the listeners and cancel handlers still running (hung or streaming requests)."""
         runners, self._runners = self._runners, []
         for runner in runners:
+            if runner is not None:
+                await runner.cleanup()
+
+    async def stop_replica(self, index: int) -> None:
+        """Stop one replica (its port refuses connections from now on); the others go on."""
+        runner = self._runners[index]
+        if runner is not None:
+            self._runners[index] = None
             await runner.cleanup()
 
 

@@ -17,78 +17,34 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from bench.sim import latency, textgen
+from bench.sim import extras, latency, lora, protocols, textgen
 from bench.sim.config import Faults, SimConfig
 from bench.sim.engine import EngineRequest
 from bench.sim.engine_loop import Progress
+from bench.sim.http import JSON as _JSON
+from bench.sim.http import REPLICA_KEY, error_response, record_trace
+from bench.sim.http import BadRequest as _BadRequest
+from bench.sim.http import check_model as _check_model
+from bench.sim.http import json_response as _json
+from bench.sim.http import read_body as _read_body
 from bench.sim.kvcache import block_hashes, count_tokens
 from bench.sim.metrics import CONTENT_TYPE, make_registry, render
 from bench.sim.prompt import PromptError, render_chat, render_completion
 from bench.sim.state import Replica
 
-REPLICA_KEY: web.AppKey[Replica] = web.AppKey("sim_replica", Replica)
 _ENCODER_KEY: web.AppKey[Any] = web.AppKey("sim_encoder", object)
 _REGISTRY_KEY: web.AppKey[Any] = web.AppKey("sim_registry", object)
 
-_JSON = "application/json"
 _SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
 _DONE = b"data: [DONE]\n\n"
-_ERROR_TYPES = {
-    400: "BadRequestError",
-    401: "AuthenticationError",
-    403: "PermissionDeniedError",
-    404: "NotFoundError",
-    408: "RequestTimeoutError",
-    422: "UnprocessableEntityError",
-    429: "RateLimitError",
-}
 
 
 class _SimulatedDrop(Exception):
     """The ``drop_mid_stream_after`` fault closed the connection (not counted as a cancellation)."""
 
 
-class _BadRequest(Exception):
-    def __init__(self, status: int, message: str, param: str | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.param = param
-
-
-def error_response(status: int, message: str, param: str | None = None) -> web.Response:
-    """An OpenAI-style error body: ``{"error": {"message", "type", "param", "code"}}``."""
-    kind = _ERROR_TYPES.get(status, "InternalServerError" if status >= 500 else "APIError")
-    body = {"error": {"message": message, "type": kind, "param": param, "code": status}}
-    headers = {"Retry-After": "1"} if status in (429, 503) else None
-    return web.Response(status=status, body=orjson.dumps(body), content_type=_JSON, headers=headers)
-
-
-def _json(data: Any, status: int = 200) -> web.Response:
-    return web.Response(status=status, body=orjson.dumps(data), content_type=_JSON)
-
-
 def _sse(obj: Any) -> bytes:
     return b"data: " + orjson.dumps(obj) + b"\n\n"
-
-
-async def _read_body(request: web.Request) -> dict[str, Any]:
-    raw = await request.read()
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise _BadRequest(400, f"invalid JSON body: {exc}") from None
-    if not isinstance(body, dict):
-        raise _BadRequest(400, "the request body must be a JSON object")
-    return body
-
-
-def _check_model(rep: Replica, body: dict[str, Any]) -> str:
-    model = body.get("model")
-    if model is None:
-        return rep.model_name
-    if model not in rep.cfg.models:
-        raise _BadRequest(404, f"The model `{model}` does not exist.", "model")
-    return model
 
 
 def _max_tokens(cfg: SimConfig, body: dict[str, Any], prompt_tokens: int) -> int:
@@ -132,11 +88,18 @@ class _Job:
 
     __slots__ = (
         "body", "chat", "data", "hashes", "include_usage", "max_tokens", "model", "prompt_tokens",
-        "rid", "seed", "stream", "temperature",
+        "rid", "seed", "shape", "stream", "temperature",
     )  # fmt: skip
 
-    def __init__(self, rep: Replica, body: dict[str, Any], chat: bool) -> None:
+    def __init__(
+        self, rep: Replica, body: dict[str, Any], chat: bool, shape: protocols.Shape | None = None
+    ) -> None:
         cfg = rep.cfg
+        self.shape = shape  # another API served on top of chat (Responses, Anthropic Messages), as vLLM
+        try:
+            body = shape.to_chat(body) if shape is not None else body
+        except PromptError as exc:
+            raise _BadRequest(400, str(exc), "input") from None
         self.body = body
         self.chat = chat
         self.model = _check_model(rep, body)
@@ -152,7 +115,8 @@ class _Job:
             raise _BadRequest(400, "cache_salt must be a non-empty string", "cache_salt")
         self.data = data
         self.prompt_tokens = count_tokens(len(data), bpt)
-        self.hashes = block_hashes(data, block_size=cfg.block_size, bytes_per_token=bpt, cache_salt=salt)
+        seed = lora.cache_seed(rep, self.model, salt)
+        self.hashes = block_hashes(data, block_size=cfg.block_size, bytes_per_token=bpt, cache_salt=seed)
         self.max_tokens = _max_tokens(cfg, body, self.prompt_tokens)
         self.seed, self.temperature = _sampling(body)
         self.stream = bool(body.get("stream"))
@@ -176,6 +140,8 @@ class _Job:
         }
 
     def full_response(self, created: int, toks: list[str], cached: int) -> dict[str, Any]:
+        if self.shape is not None:
+            return self.shape.full_response(self, created, toks, cached)
         text = "".join(toks)
         if self.chat:
             choice: dict[str, Any] = {
@@ -242,10 +208,14 @@ class _Job:
     @property
     def lead(self) -> int:
         """Events sent before the first token: chat opens with a role-only chunk, like vLLM."""
+        if self.shape is not None:
+            return self.shape.lead
         return 1 if self.chat else 0
 
     def events(self, created: int, toks: list[str], cached: int) -> list[bytes]:
         """Every SSE event of the stream in order, ``[DONE]`` included."""
+        if self.shape is not None:
+            return self.shape.events(self, created, toks, cached)
         out = [self.chunk(created, "", None, first=True)] if self.chat else []
         # Token chunks differ only in their text: splice it between a fixed head and tail (cheap).
         head = orjson.dumps(
@@ -307,6 +277,15 @@ async def _send_stream(
     return resp
 
 
+async def _whole(request: web.Request, rep: Replica, job: _Job, toks: list[str], cached: int) -> web.Response:
+    """A non-streamed answer (its first half only, then a cut connection, under ``drop_mid_stream_after``)."""
+    rep.counters.generation_tokens += len(toks)
+    payload = orjson.dumps(job.full_response(int(time.time()), toks, cached))
+    if rep.faults.drop_mid_stream_after is not None:
+        await _send_dropped_json(request, payload)  # raises _SimulatedDrop
+    return web.Response(body=payload, content_type=_JSON)
+
+
 async def _send_dropped_json(request: web.Request, payload: bytes) -> web.StreamResponse:
     """Headers and half of the body, then the connection closes: a truncated non-stream answer."""
     resp = web.StreamResponse(status=200, headers={"Content-Type": _JSON})
@@ -317,11 +296,14 @@ async def _send_dropped_json(request: web.Request, payload: bytes) -> web.Stream
     raise _SimulatedDrop
 
 
-async def _generate(request: web.Request, chat: bool) -> web.StreamResponse:
+async def _generate(
+    request: web.Request, chat: bool, shape: type[protocols.Shape] | None = None
+) -> web.StreamResponse:
     rep = request.app[REPLICA_KEY]
     counters = rep.counters
     t0 = time.perf_counter()
     counters.requests += 1
+    record_trace(rep, request)
     try:
         try:
             body = await _read_body(request)
@@ -332,7 +314,7 @@ async def _generate(request: web.Request, chat: bool) -> web.StreamResponse:
                 return error_response(faults.fail_status, f"simulated failure {faults.fail_status}")
             if faults.hang:
                 return await _hang(rep)
-            job = _Job(rep, body, chat)
+            job = _Job(rep, body, chat, shape(rep, body) if shape is not None else None)
         except _BadRequest as exc:
             counters.errors += 1
             return error_response(exc.status, str(exc), exc.param)
@@ -354,7 +336,7 @@ async def _run(
     request: web.Request, rep: Replica, job: _Job, faults: Faults, t0: float
 ) -> web.StreamResponse:
     if rep.loop is not None:
-        return await _run_engine(request, rep, job, faults, t0)
+        return await _run_engine(request, rep, job, t0)
     cfg = rep.cfg
     limiter = rep.limiter
     if not limiter.try_acquire():
@@ -377,11 +359,7 @@ async def _run(
             rep.ttft.observe(time.perf_counter() - t0)
             if d.per_token_s and len(toks) > 1:
                 await asyncio.sleep(d.per_token_s * (len(toks) - 1))
-            counters.generation_tokens += len(toks)
-            payload = orjson.dumps(job.full_response(int(time.time()), toks, cached))
-            if faults.drop_mid_stream_after is not None:
-                return await _send_dropped_json(request, payload)
-            resp = web.Response(body=payload, content_type=_JSON)
+            resp = await _whole(request, rep, job, toks, cached)
         counters.completed += 1
         rep.e2e.observe(time.perf_counter() - t0)
         return resp
@@ -390,9 +368,7 @@ async def _run(
         limiter.release()
 
 
-async def _run_engine(
-    request: web.Request, rep: Replica, job: _Job, faults: Faults, t0: float
-) -> web.StreamResponse:
+async def _run_engine(request: web.Request, rep: Replica, job: _Job, t0: float) -> web.StreamResponse:
     """Engine mode: the request joins the engine's queue; tokens come out as its steps end."""
     assert rep.loop is not None
     ereq = EngineRequest(job.hashes, job.prompt_tokens, job.max_tokens)
@@ -409,11 +385,7 @@ async def _run_engine(
                 await progress.next()
             counters.prompt_tokens += job.prompt_tokens
             counters.cached_tokens += ereq.cached_tokens
-            counters.generation_tokens += len(toks)
-            payload = orjson.dumps(job.full_response(int(time.time()), toks, ereq.cached_tokens))
-            if faults.drop_mid_stream_after is not None:
-                return await _send_dropped_json(request, payload)
-            resp = web.Response(body=payload, content_type=_JSON)
+            resp = await _whole(request, rep, job, toks, ereq.cached_tokens)
         counters.completed += 1
         rep.e2e.observe(time.perf_counter() - t0)
         return resp
@@ -460,9 +432,18 @@ async def completions(request: web.Request) -> web.StreamResponse:
     return await _generate(request, chat=False)
 
 
+async def responses(request: web.Request) -> web.StreamResponse:
+    return await _generate(request, chat=True, shape=protocols.Responses)
+
+
+async def messages(request: web.Request) -> web.StreamResponse:
+    return await _generate(request, chat=True, shape=protocols.Messages)
+
+
 async def embeddings(request: web.Request) -> web.StreamResponse:
     rep = request.app[REPLICA_KEY]
     rep.counters.requests += 1
+    record_trace(rep, request)
     try:
         body = await _read_body(request)
         rep.requests_log.append(body)
@@ -508,6 +489,7 @@ async def embeddings(request: web.Request) -> web.StreamResponse:
 
 async def models(request: web.Request) -> web.Response:
     rep = request.app[REPLICA_KEY]
+    adapters = lora.listed(rep)
     data = [
         {
             "id": name,
@@ -520,7 +502,7 @@ async def models(request: web.Request) -> web.Response:
         }
         for name in rep.cfg.models
     ]
-    return _json({"object": "list", "data": data})
+    return _json({"object": "list", "data": data + adapters})
 
 
 async def health(request: web.Request) -> web.Response:
@@ -539,6 +521,10 @@ async def metrics(request: web.Request) -> web.Response:
 
 async def sim_requests(request: web.Request) -> web.Response:
     return _json(list(request.app[REPLICA_KEY].requests_log))
+
+
+async def sim_traces(request: web.Request) -> web.Response:
+    return _json(list(request.app[REPLICA_KEY].traces))
 
 
 async def sim_stats(request: web.Request) -> web.Response:
@@ -592,11 +578,16 @@ def create_app(cfg: SimConfig | None = None, index: int = 0) -> web.Application:
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_post("/v1/completions", completions)
     app.router.add_post("/v1/embeddings", embeddings)
+    app.router.add_post("/v1/responses", responses)
+    app.router.add_post("/v1/messages", messages)
+    extras.add_routes(app)
+    lora.add_routes(app)
     app.router.add_get("/v1/models", models)
     app.router.add_get("/health", health)
     app.router.add_get("/version", version)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/sim/requests", sim_requests)
+    app.router.add_get("/sim/traces", sim_traces)
     app.router.add_get("/sim/stats", sim_stats)
     app.router.add_post("/sim/reset", sim_reset)
     app.router.add_post("/sim/faults", sim_faults)

@@ -91,6 +91,8 @@ class Replica:
         self.itl = Histogram(ITL_BUCKETS)
         self.kv_blocks_in_use = 0
         self.requests_log: deque[Any] = deque(maxlen=cfg.max_recorded_requests)
+        self.traces: deque[dict[str, str]] = deque(maxlen=cfg.max_recorded_requests)  # traceparent seen
+        self.adapters: dict[str, str] = dict.fromkeys(cfg.lora_adapters, "")  # LoRA name -> its path
         self._nonce = itertools.count(1)
 
     @property
@@ -160,6 +162,7 @@ class Replica:
         for h in (self.ttft, self.e2e, self.queue_time, self.prefill_time, self.decode_time, self.itl):
             h.reset()
         self.requests_log.clear()
+        self.traces.clear()
         self.limiter.reset_peaks()
 
     def stats(self) -> dict[str, Any]:
@@ -189,5 +192,7 @@ class Replica:
                 preempted_queries=st.preempted_queries,
                 preempted_hits=st.preempted_hits,
                 max_step_tokens=st.max_step_tokens,
+                paced_s=self.loop.paced_s if self.loop else 0.0,
+                late_s=self.loop.late_s if self.loop else 0.0,
             )
         return out

@@ -116,23 +116,35 @@ def policy_for_serve(args: argparse.Namespace) -> Policy:
             )
         except DiscoveryError as exc:
             raise SystemExit(f"error: {exc}") from None
-        return policy
     else:
         raise SystemExit("give --config FILE, or one --replica URL per replica (see --help)")
-    updates: dict[str, object] = {}
+    return with_flags(policy, args)
+
+
+def with_flags(policy: Policy, args: argparse.Namespace) -> Policy:
+    """The policy with what the command line overrides (the flags win over the file)."""
+    server: dict[str, object] = {}
     if args.host:
-        updates["host"] = args.host
+        server["host"] = args.host
     if args.port is not None:
-        updates["port"] = args.port
-    if updates:
-        policy = policy.model_copy(update={"server": policy.server.model_copy(update=updates)})
+        server["port"] = args.port
+    if args.log_level:
+        server["log_level"] = args.log_level
+    updates: dict[str, object] = {}
+    if server:
+        updates["server"] = policy.server.model_copy(update=server)
+    if args.no_cache:
+        updates["cache"] = policy.cache.model_copy(update={"enabled": False})
+    if args.redis:
+        updates["redis"] = policy.redis.model_copy(update={"url": args.redis})
+    if args.admin_token_env:
+        updates["admin"] = policy.admin.model_copy(update={"token_env": args.admin_token_env})
     if args.policy:
-        models = [
+        updates["models"] = [
             m.model_copy(update={"routing": m.routing.model_copy(update={"policy": args.policy})})
             for m in policy.models
         ]
-        policy = policy.model_copy(update={"models": models})
-    return policy
+    return policy.model_copy(update=updates)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -223,6 +235,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--policy", choices=POLICY_NAMES, help="routing policy for every model")
     serve.add_argument("--host")
     serve.add_argument("--port", type=int)
+    serve.add_argument("--no-cache", action="store_true", help="turn the response cache off")
+    serve.add_argument("--redis", metavar="URL", help="shared state in Redis (redis://host:port/db)")
+    serve.add_argument("--admin-token-env", metavar="NAME", help="variable holding the admin token")
+    serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"], help="JSON logs' level")
     serve.add_argument(
         "--workers", type=int, default=1, help="worker processes sharing the port (SO_REUSEPORT)"
     )

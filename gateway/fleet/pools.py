@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from config.policy import ModelPoolConfig, Policy
+from config.policy import ModelPoolConfig
 from router.pool import PoolRouter
 from router.replica import ReplicaState
 
@@ -18,10 +18,30 @@ class Pool:
     def name(self) -> str:
         return self.cfg.name
 
+    def adapters(self) -> set[str]:
+        """LoRA adapters of this model: those the policy names, then those its replicas list (in name
+        order), ``lora.max_adapters`` in all, so that metric labels stay bounded."""
+        lora = self.cfg.lora
+        named = {a.name for a in lora.adapters}
+        listed = set().union(*(r.adapters for r in self.router.replicas)) - named
+        room = max(0, lora.max_adapters - len(named))
+        return named | set(sorted(listed)[:room])
+
     @property
     def sends_cache_salt(self) -> bool:
         """vLLM and SGLang isolate prefix-cache blocks by ``cache_salt``; an OpenAI backend rejects it."""
         return self.cfg.backend in ("vllm", "sglang")
+
+
+def find_pool(pools: dict[str, Pool], model: str) -> tuple[Pool | None, str | None]:
+    """The pool serving ``model`` and the adapter it names: (the pool, None) for a base model."""
+    pool = pools.get(model)
+    if pool is not None:
+        return pool, None
+    for pool in pools.values():
+        if model in pool.adapters():
+            return pool, model
+    return None, None
 
 
 def replica_states(cfg: ModelPoolConfig) -> list[ReplicaState]:
@@ -35,11 +55,3 @@ def replica_states(cfg: ModelPoolConfig) -> list[ReplicaState]:
         )
         for r in cfg.replicas
     ]
-
-
-def build_pools(policy: Policy) -> dict[str, Pool]:
-    slots = policy.limits.max_concurrent_per_replica
-    return {
-        m.name: Pool(cfg=m, router=PoolRouter(replica_states(m), m.routing, slot_limit=slots))
-        for m in policy.models
-    }

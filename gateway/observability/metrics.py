@@ -64,6 +64,13 @@ _SPECS: tuple[tuple[Any, ...], ...] = (
     ("ledger_errors", Counter, "ledger_errors_total", "Failed ledger writes.", ()),
     ("explicit_entries", Gauge, "explicit_cache_entries",
      "Explicit prompt-cache entries (live, created, hits, expired).", ("state",)),
+    # -- protocols: the Responses store, LoRA adapters
+    ("responses_stored", Counter, "responses_stored_total",
+     "Responses kept for previous_response_id, by result (stored, too_large, error).", ("result",)),
+    ("adapter_requests", Counter, "adapter_requests_total",
+     "Requests naming a LoRA adapter, by model, adapter and HTTP status.", ("model", "adapter", "status")),
+    ("adapter_loads", Counter, "adapter_loads_total",
+     "Dynamic LoRA adapter loads on a replica, by model, adapter and result.", ("model", "adapter", "result")),
     # -- replicas: health, breakers, admission
     ("replica_healthy", Gauge, "replica_healthy",
      "1 when the replica takes new requests (active check ok, breaker not open, not drained).", ("replica",)),
@@ -145,6 +152,9 @@ class GatewayMetrics:
     billed_cost: Counter
     ledger_errors: Counter
     explicit_entries: Gauge
+    responses_stored: Counter
+    adapter_requests: Counter
+    adapter_loads: Counter
     replica_healthy: Gauge
     breaker_state: Gauge
     breaker_transitions: Counter

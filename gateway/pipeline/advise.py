@@ -20,12 +20,14 @@ OBSERVED_ENDPOINTS = frozenset(("chat", "completions"))
 
 
 def _observe(ctx: RequestContext) -> None:
-    advisor, d = ctx.process.advisor, ctx.decision
-    if ctx.attempts != 1 or ctx.endpoint not in OBSERVED_ENDPOINTS or not advisor.sampled():
+    advisor, d, parsed = ctx.process.advisor, ctx.decision, ctx.parsed
+    # The endpoint the stages saw: a Responses or Messages request is a chat request here.
+    endpoint = parsed.endpoint if parsed is not None else ctx.endpoint
+    if ctx.attempts != 1 or endpoint not in OBSERVED_ENDPOINTS or not advisor.sampled():
         return
-    if d is None or not d.block_hashes or ctx.parsed is None or ctx.tenant is None or ctx.pool is None:
+    if d is None or not d.block_hashes or parsed is None or ctx.tenant is None or ctx.pool is None:
         return
-    rendered = render_prompt(ctx.endpoint, ctx.parsed.body)  # what the router hashed
+    rendered = render_prompt(endpoint, parsed.body)  # what the router hashed
     data = (
         array("I", rendered).tobytes()
         if isinstance(rendered, list)
@@ -38,7 +40,7 @@ def _observe(ctx: RequestContext) -> None:
         data,
         d.prompt_tokens,
         d.block_hashes,
-        chat=ctx.endpoint == "chat",
+        chat=endpoint == "chat",
         marked_tokens=ctx.marked.prefix_tokens if ctx.marked is not None else 0,
     )
 

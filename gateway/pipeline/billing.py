@@ -32,6 +32,7 @@ from cache.store_redis import REDIS_ERRORS
 from gateway.errors import GatewayError
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.lifecycle import Event, Hooks
+from gateway.pipeline.parse import ENDPOINTS
 from router.prompt import render_prompt
 
 
@@ -69,8 +70,10 @@ def prepare(ctx: RequestContext) -> None:
     else:
         tokens = pool.router.tokenizer.encode(prompt).count
         digest = xxhash.xxh3_128_hexdigest(prompt.encode("utf-8"), seed=0)
-    # The registry is per tenant already; the salt in the hash keeps digests unlinkable across tenants.
-    prefix_hash = xxhash.xxh3_128_hexdigest(ctx.tenant.salt.encode() + digest.encode())
+    # The registry is per tenant already; the salt in the hash keeps digests unlinkable across tenants,
+    # the model name (a LoRA adapter's own) keeps an adapter's entries apart from its base model's.
+    seed = ctx.tenant.salt.encode() + b"\x00" + parsed.model.encode("utf-8", "surrogatepass") + b"\x00"
+    prefix_hash = xxhash.xxh3_128_hexdigest(seed + digest.encode())
     ctx.marked = Marked(prefix_hash, tokens)
 
 
@@ -105,6 +108,8 @@ async def settle(ctx: RequestContext) -> None:
         return
     ctx.billed = True
     if ctx.source == "fallback" or ctx.status not in (0, 200):
+        return
+    if ctx.parsed is None or not ENDPOINTS[ctx.parsed.endpoint].billed:
         return
     decision, pool, tenant = ctx.decision, ctx.pool, ctx.tenant
     usage_json = ctx.usage

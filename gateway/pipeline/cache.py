@@ -38,12 +38,13 @@ from cache.pii import (
     mask_request,
     unmask_response,
 )
-from cache.sse import DONE, replay_sse
+from cache.sse import DONE, replay_chunks
 from config.cache import CacheConfig
 from gateway.errors import GatewayError
 from gateway.pipeline import respond
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.dispatch import dispatch
+from gateway.pipeline.parse import ENDPOINTS
 from gateway.pipeline.relay import Relay
 from gateway.pipeline.stream_tap import StreamTap, is_usage_only
 
@@ -75,13 +76,14 @@ async def forward(
 ) -> web.StreamResponse:
     """Dispatch with a tap that collects usage (and the whole answer when someone needs it)."""
     assert ctx.parsed is not None
-    parsed = ctx.parsed
+    parsed, frontend = ctx.parsed, ctx.frontend
     how = Relay(
         tap=StreamTap(
             assemble=assemble,
             strip_usage=not wants_usage(parsed.body),
             unmasker=ChunkUnmasker(mapping) if mapping else None,
             publish=flight.publish if flight is not None else None,
+            encoder=None if frontend.passthrough else respond.encoder_of(ctx),
         )
         if parsed.stream
         else None,
@@ -102,7 +104,7 @@ async def serve(ctx: RequestContext) -> web.StreamResponse:
     parsed, payload = ctx.parsed, ctx.payload
     rt = ctx.state.cache
     cfg = rt.configs.get(ctx.pool.name) if rt is not None else None
-    if rt is None or cfg is None or not cfg.enabled or parsed.endpoint == "embeddings":
+    if rt is None or cfg is None or not cfg.enabled or not ENDPOINTS[parsed.endpoint].cacheable:
         return await forward(ctx, payload)
     control = parse_cache_control(ctx.headers.get("Cache-Control"), parsed.body)
     if control.no_store:
@@ -272,7 +274,7 @@ async def _follow(ctx: RequestContext, flight: Flight, mapping: PiiMapping | Non
                     continue
                 if unmasker is not None:
                     chunk = unmasker.process(chunk)
-                await out.write(respond.sse_event(chunk))
+                await out.write(respond.encoder_of(ctx).chunk(chunk))
             if out is not None:
                 ctx.response = await flight.result()
         except FlightFailed as failed:
@@ -301,8 +303,9 @@ async def _answer_from(
         response = unmask_response(response, mapping)
     if ctx.parsed.stream:
         out = await respond.open_stream(ctx, ctx.answer_headers())
-        events = replay_sse(response, include_usage=wants_usage(ctx.parsed.body))
-        await out.write(b"".join(events[:-1]))  # the last is [DONE], written after the ledger row
+        encode = respond.encoder_of(ctx).chunk
+        chunks = replay_chunks(response, include_usage=wants_usage(ctx.parsed.body))
+        await out.write(b"".join(map(encode, chunks)))  # its end comes after the ledger row
         return await respond.close_stream(ctx, out, done=True)
     return await respond.whole(ctx, 200, orjson.dumps(response), ctx.answer_headers(), response)
 

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from gateway.fleet.pools import Pool
     from gateway.pipeline.billing import Marked
     from gateway.pipeline.parse import ParsedRequest
+    from gateway.pipeline.protocols.base import Encoder, FrontEnd
     from gateway.pipeline.tenant import Tenant
     from gateway.process.process import Process
     from gateway.process.state import State
@@ -36,6 +37,7 @@ class RequestContext:
     state: State
     endpoint: str
     request_id: str
+    frontend: FrontEnd  # the API the client speaks (gateway.pipeline.protocols): its request and answer maps
     headers: Mapping[str, str]  # the request's (case-insensitive over HTTP)
     request: web.Request | None = None  # None for a batch line
     batch_id: str | None = None  # the offline batch a line belongs to (billed as ``batch``)
@@ -43,8 +45,10 @@ class RequestContext:
     started: float = field(default_factory=time.perf_counter)
     # -- who and what (parse, tenant)
     tenant: Tenant | None = None
-    parsed: ParsedRequest | None = None
+    parsed: ParsedRequest | None = None  # what the stages read (a front end's request mapped onto chat)
+    exchange: Any = None  # the front end's own data for this request (a response id, its history)
     pool: Pool | None = None
+    adapter: str | None = None  # the LoRA adapter the client named (``parsed.model``), served by ``pool``
     payload: dict[str, Any] | None = None  # what a replica receives: markers stripped, PII masked
     # -- billing and limits
     marked: Marked | None = None  # the explicit cache_control prefix, when the request has one
@@ -53,6 +57,8 @@ class RequestContext:
     line_item: LineItem | None = None  # the ledger row, once billed
     billed: bool = False
     # -- where it went (dispatch)
+    propagate: dict[str, str] = field(default_factory=dict)  # headers every attempt carries (trace context)
+    trace: Any = None  # the open spans of this request, when tracing is on (gateway.pipeline.trace)
     decision: Decision | None = None  # the current (last) attempt's
     attempts: int = 0
     upstream_error: str | None = None
@@ -62,6 +68,7 @@ class RequestContext:
     source: str = "upstream"  # upstream | response_cache | coalesced | fallback
     status: int = 0
     first_byte_s: float | None = None  # when the answer's first byte was sent to the client
+    encoder: Encoder | None = None  # the stream's, once it is open (the front end's events)
     usage: dict[str, Any] | None = None
     response: dict[str, Any] | None = None  # the complete answer (parsed or assembled), when known
     generated_chunks: int = 0  # stream events relayed (an aborted stream is billed for these)

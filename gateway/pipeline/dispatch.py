@@ -41,12 +41,17 @@ class AttemptFailed(Exception):
         self.error = error
 
 
-def upstream_body(payload: dict[str, Any], pool: Pool, tenant: Tenant) -> bytes:
+# W3C trace context: passed on as the client sent it (the tracing hooks replace it with their span's).
+TRACE_HEADERS = ("traceparent", "tracestate")
+
+
+def upstream_body(payload: dict[str, Any], pool: Pool, tenant: Tenant, adapter: str | None = None) -> bytes:
     """The body sent to the replica: the client's fields in the client's order (so the replica's own
-    prefix cache sees the same prompt), the served model name, and the tenant's ``cache_salt``."""
+    prefix cache sees the same prompt), the served model name (an adapter keeps its own: vLLM picks the
+    LoRA by it), and the tenant's ``cache_salt``."""
     body = dict(payload)
     body.pop("cache", None)  # LiteLLM's cache-control object is for the gateway, not the replica
-    if pool.cfg.served_model_name:
+    if pool.cfg.served_model_name and adapter is None:
         body["model"] = pool.cfg.served_model_name
     if pool.sends_cache_salt:
         body["cache_salt"] = tenant.salt
@@ -64,8 +69,9 @@ async def dispatch(ctx: RequestContext, payload: dict[str, Any], how: Relay) -> 
     assert ctx.parsed is not None and ctx.pool is not None and ctx.tenant is not None
     parsed, pool = ctx.parsed, ctx.pool
     retries = ctx.state.policy.retries
-    body = upstream_body(payload, pool, ctx.tenant)
+    body = upstream_body(payload, pool, ctx.tenant, ctx.adapter)
     headers = {"Content-Type": "application/json", "X-Request-Id": ctx.request_id}
+    headers.update((h, ctx.headers[h]) for h in TRACE_HEADERS if h in ctx.headers)
     if parsed.stream:
         headers["Accept"] = "text/event-stream"
     route_req = RouteRequest(
@@ -76,6 +82,8 @@ async def dispatch(ctx: RequestContext, payload: dict[str, Any], how: Relay) -> 
         ctx.headers,
         ctx.pinned_replica,
         ctx.placement,
+        adapter=ctx.adapter,
+        load_adapter=_adapter_path(ctx) is not None,
     )
     deadline = time.monotonic() + retries.deadline_s
     tried: set[str] = set()
@@ -83,6 +91,7 @@ async def dispatch(ctx: RequestContext, payload: dict[str, Any], how: Relay) -> 
     for attempt in range(retries.max_attempts):
         if attempt and time.monotonic() >= deadline:
             break
+        await ctx.process.hooks.emit(Event.ROUTING, ctx)
         try:
             decision = await _route(ctx, route_req, tried)
         except NoReplicaAvailable:
@@ -145,8 +154,9 @@ async def attempt_once(
     resp: aiohttp.ClientResponse | None = None
     try:
         try:
+            await _with_adapter(ctx, decision)
             url = decision.replica.url + ENDPOINTS[ctx.parsed.endpoint].path
-            resp = await ctx.state.upstream.open(url, body, headers)
+            resp = await ctx.state.upstream.open(url, body, {**headers, **ctx.propagate})
             if resp.status in retries.on_status and not last:
                 raise AttemptFailed(f"status_{resp.status}", await _error_from_status(ctx, resp))
             return await relay(ctx, resp, how)
@@ -165,6 +175,32 @@ async def attempt_once(
         pool.router.release(decision)
         ctx.process.admission.replica_released(pool.name)  # a request waiting for a slot may go
         gauge.dec()
+
+
+def _adapter_path(ctx: RequestContext) -> str | None:
+    """The path the gateway may load the request's adapter from (``lora.dynamic_loading``), else None."""
+    if ctx.adapter is None or ctx.pool is None or not ctx.pool.cfg.lora.dynamic_loading:
+        return None
+    return next((a.path for a in ctx.pool.cfg.lora.adapters if a.name == ctx.adapter), None)
+
+
+async def _with_adapter(ctx: RequestContext, decision: Decision) -> None:
+    """Load the request's adapter on the chosen replica when it does not serve it yet."""
+    adapter, replica = ctx.adapter, decision.replica
+    if adapter is None or adapter in replica.adapters:
+        return
+    path = _adapter_path(ctx)
+    assert path is not None and ctx.pool is not None  # else the adapter filter kept only its servers
+    lora, metrics = ctx.pool.cfg.lora, ctx.process.metrics
+    session = ctx.state.upstream.session
+    result = await ctx.process.adapter_loader.ensure(session, replica, adapter, path, lora.load_timeout_s)
+    if result != "present":
+        metrics.child(metrics.adapter_loads, ctx.pool.name, adapter, result).inc()
+    if result == "failed":
+        raise AttemptFailed(
+            "adapter_load",
+            GatewayError(503, f"could not load adapter '{adapter}'", code="adapter_load_failed"),
+        )
 
 
 async def _error_from_status(ctx: RequestContext, resp: aiohttp.ClientResponse) -> GatewayError:

@@ -3,10 +3,13 @@
     context   a request id; the process and the state this request is served with
     tenant    API key (or trusted header) → tenant, its salt            pipeline.tenant   → 401
     parse     body size, UTF-8, JSON, the fields the gateway relies on  pipeline.parse    → 4xx
-    pool      the model's pool                                                             → 404
+    prepare   the client's API mapped onto chat (Responses: the stored  pipeline.protocols → 400
+              conversation expanded; Anthropic Messages)
+    pool      the model's pool (or the pool serving the LoRA adapter it names)              → 404
     billing   cache_control markers → marked prefix; stripped payload;  pipeline.billing  → 400
               the replica holding its live explicit entry (a pin)
     limits    tenant token buckets: requests/s, tokens/min reserved     pipeline.limits   → 429
+              (``admitted``)
     cache     bypass / key / lookup / coalescing                        pipeline.cache
     dispatch  route, attempt, retry before the first byte               pipeline.dispatch → 503, 502, 504
     relay     whole (parsed once) or streamed event by event            pipeline.relay
@@ -38,13 +41,16 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from gateway.errors import GatewayError
+from gateway.fleet.pools import find_pool
 from gateway.pipeline import billing, cache, limits, respond
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.lifecycle import Event
-from gateway.pipeline.parse import parse_request, validate
+from gateway.pipeline.parse import ENDPOINTS, parse_request, validate
+from gateway.pipeline.protocols import FRONTENDS
 from gateway.pipeline.tenant import Tenant
 
 if TYPE_CHECKING:
+    from gateway.pipeline.protocols.base import FrontEnd
     from gateway.process.process import Process
     from router.types import Placement
 
@@ -65,7 +71,15 @@ def request_id_of(request: web.Request) -> str:
 
 async def handle(request: web.Request, process: Process, endpoint: str) -> web.StreamResponse:
     """One request that came over HTTP."""
-    ctx = RequestContext(process, process.state, endpoint, request_id_of(request), request.headers, request)
+    ctx = RequestContext(
+        process,
+        process.state,
+        endpoint,
+        request_id_of(request),
+        _frontend(endpoint),
+        request.headers,
+        request,
+    )
     return await _run(ctx, _read_request(ctx, request))
 
 
@@ -81,12 +95,23 @@ async def call(
 ) -> web.Response:
     """One line of an offline batch, through the same stages (see the module)."""
     ctx = RequestContext(
-        process, process.state, endpoint, request_id, _NO_HEADERS, batch_id=batch_id, placement=placement
+        process,
+        process.state,
+        endpoint,
+        request_id,
+        _frontend(endpoint),
+        _NO_HEADERS,
+        batch_id=batch_id,
+        placement=placement,
     )
     ctx.tenant = tenant
     resp = await _run(ctx, _read_line(ctx, body))
     assert isinstance(resp, web.Response)  # never a stream
     return resp
+
+
+def _frontend(endpoint: str) -> FrontEnd:
+    return FRONTENDS[ENDPOINTS[endpoint].frontend]
 
 
 async def _read_request(ctx: RequestContext, request: web.Request) -> None:
@@ -105,7 +130,8 @@ async def _run(ctx: RequestContext, read: Awaitable[None]) -> web.StreamResponse
     try:
         await read
         assert ctx.parsed is not None
-        ctx.pool = state.pools.get(ctx.parsed.model)
+        await ctx.frontend.prepare(ctx)
+        ctx.pool, ctx.adapter = find_pool(state.pools, ctx.parsed.model)
         if ctx.pool is None:
             raise GatewayError(
                 404, f"The model '{ctx.parsed.model}' does not exist", param="model", code="model_not_found"
@@ -113,6 +139,7 @@ async def _run(ctx: RequestContext, read: Awaitable[None]) -> web.StreamResponse
         billing.prepare(ctx)
         await billing.pin(ctx)
         await limits.admit(ctx)
+        await hooks.emit(Event.ADMITTED, ctx)
         return await cache.serve(ctx)
     except GatewayError as err:
         resp = respond.error(ctx, err)

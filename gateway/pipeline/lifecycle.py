@@ -6,6 +6,8 @@ the events as they happen. Nothing is stored in the request's data to be called 
 
 Events, in the order one request can see them:
 
+- ``admitted``: the request passed tenancy, validation and its tenant's limits; the cache decides next.
+- ``routing``: the request goes to the fleet for an attempt (a replica is being picked, a slot awaited).
 - ``routed``: a replica was picked for an attempt (``ctx.decision`` is that attempt's).
 - ``first_byte``: the replica's first byte arrived (its prefill for this request is done).
 - ``completed``: a 200 answer is complete and its end (the JSON body, a stream's ``[DONE]`` or its
@@ -31,6 +33,8 @@ if TYPE_CHECKING:
 
 
 class Event(enum.Enum):
+    ADMITTED = "admitted"
+    ROUTING = "routing"
     ROUTED = "routed"
     FIRST_BYTE = "first_byte"
     COMPLETED = "completed"

@@ -21,6 +21,8 @@ def _finished(ctx: RequestContext) -> None:
     metrics.child(metrics.requests, model, ctx.replica_id, str(ctx.status)).inc()
     if ctx.cache:
         metrics.child(metrics.cache_requests, ctx.cache).inc()
+    if ctx.adapter is not None:  # a name the pool knows: bounded by lora.max_adapters
+        metrics.child(metrics.adapter_requests, model, ctx.adapter, str(ctx.status)).inc()
     if model != "-" and ctx.batch_id is None:
         metrics.child(metrics.duration, model).observe(elapsed)
         ttfb = ctx.first_byte_s if ctx.first_byte_s is not None else elapsed

@@ -2,11 +2,14 @@
 always happens before the client can see that end.
 
 - ``whole``: a JSON answer sent at once (relayed, from the cache, or a fallback). Parsed at most once
-  upstream of here; serialised again only when something changes it (unmasking, the billing usage
-  extension). The billing line item goes out as ``x-gateway-billing-*`` headers.
-- ``open_stream`` / ``close_stream``: an SSE answer. ``close_stream`` emits ``completed``, then writes
-  ``[DONE]`` (or, for a stream that failed part-way, an OpenAI-shaped error event) and ends it.
-- ``error``: an answer in OpenAI's error format; ``failed`` is emitted by the handler.
+  upstream of here; serialised again only when something changes it (unmasking, the client's API when
+  it is not the replica's, the billing usage extension). The billing line item goes out as
+  ``x-gateway-billing-*`` headers.
+- ``open_stream`` / ``close_stream``: an SSE answer in the client's API (the front end's encoder).
+  ``close_stream`` emits ``completed``, then writes the encoder's end (``[DONE]``, or for a stream
+  that failed part-way an error event; a Responses or Messages stream's final events with its usage)
+  and ends it.
+- ``error``: an answer in the client's API's error format; ``failed`` is emitted by the handler.
 """
 
 from __future__ import annotations
@@ -19,16 +22,12 @@ import orjson
 from aiohttp import web
 
 from cache.billing.pricing import billing_headers, usage_extension
-from gateway.errors import GatewayError, error_body, error_response
+from gateway.errors import GatewayError
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.lifecycle import Event
+from gateway.pipeline.protocols.base import Encoder, error_message
 
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-DONE_EVENT = b"data: [DONE]\n\n"
-
-
-def sse_event(data: Any) -> bytes:
-    return b"data: " + orjson.dumps(data) + b"\n\n"
 
 
 async def whole(
@@ -40,19 +39,24 @@ async def whole(
     rewrite: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
 ) -> web.Response:
     """Send a whole answer: ``data`` as it came, unless ``parsed`` (the same answer, parsed) must be
-    rewritten or carry the billing extension."""
+    rewritten, mapped to the client's API or carry the billing extension."""
     ctx.status = status
     ctx.first_byte_s = time.perf_counter() - ctx.started
     await ctx.process.hooks.emit(Event.COMPLETED if status == 200 else Event.FAILED, ctx)
     item = ctx.line_item
     cfg = ctx.state.policy.billing.response
-    if parsed is not None:
+    frontend = ctx.frontend
+    if parsed is not None and status == 200:
         extend = item is not None and cfg.usage_extension and isinstance(parsed.get("usage"), Mapping)
-        if rewrite is not None or extend:
+        if rewrite is not None or extend or not frontend.passthrough:
             body = rewrite(parsed) if rewrite is not None else parsed
-            if extend:
+            if not frontend.passthrough:
+                body = await frontend.answer(ctx, body)
+            if extend and isinstance(body.get("usage"), Mapping):
                 body = {**body, "usage": {**body["usage"], "billing": usage_extension(item)}}  # type: ignore[arg-type]
             data = orjson.dumps(body)
+    elif status != 200 and not frontend.passthrough:
+        data = frontend.error(GatewayError(status, error_message(data))).body  # type: ignore[assignment]
     if item is not None and cfg.headers:
         headers.update(billing_headers(item, cfg.header_prefix))
     headers.setdefault("Content-Type", "application/json")
@@ -65,19 +69,29 @@ async def open_stream(ctx: RequestContext, headers: Mapping[str, str]) -> web.St
     await out.prepare(ctx.request)
     ctx.status = 200
     ctx.first_byte_s = time.perf_counter() - ctx.started
+    head = encoder_of(ctx).start()
+    if head:
+        await out.write(head)
     return out
+
+
+def encoder_of(ctx: RequestContext) -> Encoder:
+    """The request's stream encoder (the front end's), made once."""
+    if ctx.encoder is None:
+        ctx.encoder = ctx.frontend.encoder(ctx)
+    return ctx.encoder
 
 
 async def close_stream(
     ctx: RequestContext, out: web.StreamResponse, *, done: bool, error: str | None = None
 ) -> web.StreamResponse:
-    """End a stream: ``[DONE]`` when it ended normally, the error event when it failed part-way
-    (``error`` set), or nothing more when the replica sent no end. The ledger row comes first."""
+    """End a stream: the encoder's end (``[DONE]`` when it ended normally, the error event when it
+    failed part-way (``error`` set), nothing more when the replica sent no end). The ledger row comes
+    first."""
     await ctx.process.hooks.emit(Event.COMPLETED, ctx)
-    if error is not None:
-        await out.write(sse_event(error_body(error, "upstream_error", None, "upstream_stream_error")))
-    elif done:
-        await out.write(DONE_EVENT)
+    tail = await encoder_of(ctx).end(ctx, done=done, error=error)
+    if tail:
+        await out.write(tail)
     await out.write_eof()
     return out
 
@@ -85,4 +99,4 @@ async def close_stream(
 def error(ctx: RequestContext, err: GatewayError) -> web.Response:
     ctx.status = err.status
     err.headers.setdefault("x-request-id", ctx.request_id)
-    return error_response(err)
+    return ctx.frontend.error(err)

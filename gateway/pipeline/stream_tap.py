@@ -5,19 +5,23 @@ The tap re-frames the stream event by event (``data: ...\\n\\n``, as vLLM and SG
 - find the usage chunk (billing) and drop it when the gateway asked for it and the client did not;
 - unmask PII placeholders per request (mask mode), holding back a placeholder split across deltas;
 - hand each parsed chunk to coalesced followers as it arrives;
-- hold back the final ``[DONE]``: the relay writes it once the request's ledger row is written.
+- hold back the final ``[DONE]``: the relay writes it once the request's ledger row is written;
+- re-encode each chunk in the client's API when it is not the replica's (the front end's encoder).
 Events are JSON-parsed only when one of these needs it; otherwise their bytes pass through as they came.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from cache.pii import ChunkUnmasker
 from cache.sse import DONE, SSEParser, StreamAssembler
+
+if TYPE_CHECKING:
+    from gateway.pipeline.protocols.base import Encoder
 
 
 def _may_carry_usage(event: str) -> bool:
@@ -38,12 +42,14 @@ class StreamTap:
         strip_usage: bool = False,
         unmasker: ChunkUnmasker | None = None,
         publish: Callable[[Any], None] | None = None,
+        encoder: Encoder | None = None,
     ):
         self.parser = SSEParser()
         self.assembler = StreamAssembler() if assemble or publish is not None else None
         self.strip_usage = strip_usage
         self.unmasker = unmasker if unmasker is not None and unmasker.mapping else None
         self.publish = publish
+        self.encoder = encoder  # None: chunks go out in the replica's own framing
         self.usage: dict[str, Any] | None = None
         self.done = False
         self.events = 0
@@ -62,7 +68,12 @@ class StreamTap:
                 if self.publish is not None:
                     self.publish(DONE)
                 continue
-            needs_json = self.assembler is not None or self.unmasker is not None or _may_carry_usage(event)
+            needs_json = (
+                self.assembler is not None
+                or self.unmasker is not None
+                or self.encoder is not None
+                or _may_carry_usage(event)
+            )
             chunk: Any = None
             if needs_json:
                 try:
@@ -80,6 +91,11 @@ class StreamTap:
                     self.publish(chunk)
                 if isinstance(chunk, dict) and isinstance(chunk.get("usage"), dict):
                     self.usage = chunk["usage"]
+                if self.encoder is not None:
+                    if self.unmasker is not None:
+                        chunk = self.unmasker.process(chunk)
+                    out.append(self.encoder.chunk(chunk))
+                    continue
                 if self.strip_usage and is_usage_only(chunk):
                     continue
                 if self.unmasker is not None:

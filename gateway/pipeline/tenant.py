@@ -112,20 +112,25 @@ class TenantResolver:
         tenant = self._from_trusted_header(headers, peer)
         if tenant is not None:
             return tenant
+        # OpenAI clients send ``Authorization: Bearer``; Anthropic clients ``x-api-key``.
         auth = headers.get("Authorization")  # type: ignore[attr-defined]
+        key = None
         if auth:
-            scheme, _, key = auth.partition(" ")
-            key = key.strip()
-            if scheme.lower() == "bearer" and key:
-                found = self._by_digest.get(hashlib.sha256(key.encode("utf-8")).hexdigest())
-                if found is not None:
-                    return found
+            scheme, _, bearer = auth.partition(" ")
+            key = bearer.strip() if scheme.lower() == "bearer" else None
+        else:
+            key = headers.get("x-api-key")  # type: ignore[attr-defined]
+            auth = key
+        if key:
+            found = self._by_digest.get(hashlib.sha256(key.encode("utf-8")).hexdigest())
+            if found is not None:
+                return found
         if self.cfg.allow_anonymous:
             return self.default
         if not auth:
             raise GatewayError(
                 401,
-                "You didn't provide an API key. Use 'Authorization: Bearer YOUR_KEY'.",
+                "You didn't provide an API key. Use 'Authorization: Bearer YOUR_KEY' (or 'x-api-key').",
                 code="missing_api_key",
             )
         raise GatewayError(401, "Incorrect API key provided.", code="invalid_api_key")

@@ -2,9 +2,11 @@
 
 A ``Process`` owns the metrics registry, the lifecycle hooks, the fleet's health (breakers, active
 verdicts, drains), the Redis client and its pool (when the policy names Redis), the billing ledger,
-admission, the layout advisor's sketches, the background tasks (health checks, load scrape, discovery, the policy file watch,
-KV events), the offline batches (``batch.enabled``: their job store, file store and service, whose
-loop runs them), the draining flag, and the current ``State``: the policy-derived part, which a reload
+OpenTelemetry's tracer provider (when the policy turns tracing on), admission, the layout advisor's
+sketches, the background tasks (health checks, load scrape, LoRA adapters, discovery, the policy file
+watch, KV events), LoRA adapter loads in flight, the offline batches (``batch.enabled``: their job store,
+file store and service, whose loop runs them), the draining flag, and the current ``State``: the
+policy-derived part, which a reload
 swaps (``swap``).
 
 ``open`` and ``close`` run from the app's cleanup context (aiohttp ``cleanup_ctx``): every resource
@@ -35,9 +37,12 @@ from gateway.batch.metrics import BatchCollector
 from gateway.batch.service import BatchService
 from gateway.batch.store import open_store
 from gateway.fleet import probes, scrape
+from gateway.fleet.adapters import AdapterLoader, adapters_loop
 from gateway.fleet.discovery import start_discovery
 from gateway.fleet.kv_events import Listener, start_kv_events, stop_kv_events
 from gateway.observability.metrics import GatewayMetrics
+from gateway.observability.tracing import Tracing, open_tracing
+from gateway.pipeline import trace
 from gateway.pipeline.lifecycle import Hooks
 from gateway.pipeline.tenant import server_secret
 from gateway.process.admission import Admission
@@ -74,6 +79,9 @@ class Process:
     discovered: dict[str, tuple[Any, list[str]]] = field(default_factory=dict)
     kv_listeners: list[Listener] = field(default_factory=list)
     reload_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    adapter_loader: AdapterLoader = field(default_factory=AdapterLoader)  # LoRA loads in flight
+    span_exporter: Any = None  # replaces OTLP when tracing is on (tests: the SDK's in-memory exporter)
+    tracing: Tracing | None = None
     # Run in order after in-flight requests drained (or the drain period ended), before the upstream
     # session closes: e.g. flushing something. Exceptions are logged.
     shutdown_hooks: list[ShutdownHook] = field(default_factory=list)
@@ -98,6 +106,10 @@ class Process:
         self.metering = await open_metering(policy, self.metrics, self.redis)
         if self.metering is not None:
             stack.push_async_callback(self.metering.close)
+        self.tracing = open_tracing(policy.tracing, self.span_exporter)
+        if self.tracing is not None:
+            stack.push_async_callback(self.tracing.close)
+            trace.install(self.hooks, self.tracing)
         self.state, pending = self.build(policy, previous=None)
         for apply in pending:
             apply()
@@ -197,7 +209,7 @@ class Process:
 
     def start_loops(self, policy: Policy) -> None:
         """(Re)start the loops whose settings come from the policy (they read ``self.state`` afresh)."""
-        for name in ("health", "scrape", "watch"):
+        for name in ("health", "scrape", "watch", "adapters"):
             task = self.tasks.pop(name, None)
             if task is not None:
                 task.cancel()
@@ -208,6 +220,8 @@ class Process:
             self.start_task(
                 "scrape", scrape.scrape_loop(self, policy.scrape.interval_s, policy.scrape.timeout_s)
             )
+        if any(m.lora.discover for m in policy.models):
+            self.start_task("adapters", adapters_loop(self))
         if policy.reload.watch_interval_s > 0 and self.policy_path is not None:
             self.start_task("watch", watch_file(self, policy.reload.watch_interval_s))
 

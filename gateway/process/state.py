@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import redis.asyncio as aioredis
 
 from cache.billing.pricing import ModelPrices, Rules, prices_from_config, rules_from_config
+from cache.conversations import ConversationStore, make_conversations
 from config.policy import ModelPoolConfig, Policy
 from gateway.fleet.discovery import pool_replicas
 from gateway.fleet.pools import Pool
@@ -40,6 +41,7 @@ class State:
     cache: CacheRuntime | None
     rules: dict[str, Rules]  # billing rules per model (overrides applied)
     prices: dict[str, ModelPrices]
+    conversations: ConversationStore | None = None  # the Responses API's store (None: turned off)
 
 
 def _keep(
@@ -101,6 +103,9 @@ def build_state(
     cache = _keep(previous, lambda p: (p.cache, [m.name for m in p.models]), policy, lambda s: s.cache)
     if cache is None and policy.cache.enabled:
         cache = build_cache_runtime(policy, metrics, redis, secret, pools_now)
+    conversations = _keep(previous, lambda p: p.protocols.responses, policy, lambda s: s.conversations)
+    if conversations is None:
+        conversations = make_conversations(policy.protocols.responses, redis, policy.redis.key_prefix)
     upstream = _keep(previous, lambda p: p.timeouts, policy, lambda s: s.upstream)
     if upstream is None:
         upstream = ObservedUpstream(make_session(policy.timeouts), policy.timeouts, fleet)
@@ -112,6 +117,7 @@ def build_state(
         cache=cache,
         rules=rules,
         prices=prices,
+        conversations=conversations,
     )
     return state, pending
 

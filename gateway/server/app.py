@@ -5,10 +5,11 @@
 layout advisor's observation, billing, tenant refunds, metrics and the access log), and the routes: the public ones
 (``gateway.server.endpoints``) and the admin API (``gateway.admin``).
 
-One middleware does what every request needs, in this order: OpenAI-format errors for anything that
-escapes (404, 405, an unexpected exception: never a crash); a POST body read within
-``limits.body_timeout_s`` (but for file uploads, which the handler streams); process admission for
-inference requests (at most ``limits.max_concurrent_requests`` at once, others queued, bounded).
+One middleware does what every request needs, in this order: errors in the format of the API the path
+speaks (OpenAI's, Anthropic's on ``/v1/messages``) for anything that escapes (404, 405, an unexpected
+exception: never a crash); a POST body read within ``limits.body_timeout_s`` (but for file uploads,
+which the handler streams); process admission for inference requests (at most
+``limits.max_concurrent_requests`` at once, others queued, bounded).
 
 When the drain begins (aiohttp's ``on_shutdown``, before requests in flight are waited for) the process
 stops running batches, so their leases are free for another pod at once.
@@ -17,18 +18,20 @@ stops running batches, so their leases are free for another pod at once.
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from aiohttp import web
 
 from config.policy import Policy
 from gateway.admin.routes import add_admin_routes
-from gateway.errors import GatewayError, error_response
+from gateway.errors import GatewayError
 from gateway.observability.metrics import GatewayMetrics
 from gateway.pipeline import advise, billing, dispatch, limits, observe
+from gateway.pipeline.protocols.openai import FRONTEND as OPENAI
 from gateway.process.process import PROCESS, Process, process_context
 from gateway.server.batch_api import STREAMED_PATHS
 from gateway.server.conn_guard import GatewayRunner, read_body_within
-from gateway.server.endpoints import INFERENCE_PATHS, add_public_routes
+from gateway.server.endpoints import FRONTEND_BY_PATH, INFERENCE_PATHS, add_public_routes
 
 HOOKS = (dispatch.install, advise.install, billing.install, limits.install, observe.install)
 
@@ -36,6 +39,7 @@ HOOKS = (dispatch.install, advise.install, billing.install, limits.install, obse
 @web.middleware
 async def gateway_middleware(request: web.Request, handler):  # type: ignore[no-untyped-def]
     process = request.app[PROCESS]
+    error_response = FRONTEND_BY_PATH.get(request.path, OPENAI).error
     try:
         if request.method != "POST" or request.path in STREAMED_PATHS:
             return await handler(request)
@@ -75,9 +79,17 @@ def create_app(
     secret: bytes | None = None,
     metrics: GatewayMetrics | None = None,
     policy_path: str | None = None,
+    span_exporter: Any = None,
 ) -> web.Application:
-    """``policy_path``: the file a reload (SIGHUP, file watch, ``POST /admin/reload``) reads again."""
-    process = Process(policy, policy_path=policy_path, secret=secret, metrics=metrics or GatewayMetrics())
+    """``policy_path``: the file a reload (SIGHUP, file watch, ``POST /admin/reload``) reads again;
+    ``span_exporter`` replaces OTLP when the policy turns tracing on."""
+    process = Process(
+        policy,
+        policy_path=policy_path,
+        secret=secret,
+        metrics=metrics or GatewayMetrics(),
+        span_exporter=span_exporter,
+    )
     for install in HOOKS:
         install(process.hooks)
     app = web.Application(middlewares=[gateway_middleware], client_max_size=policy.limits.max_body_bytes)

@@ -20,24 +20,54 @@ from gateway.batch.objects import STATUSES
 from gateway.errors import GatewayError, error_response
 from gateway.pipeline.handler import handle
 from gateway.pipeline.parse import ENDPOINTS
+from gateway.pipeline.protocols import FRONTENDS, FrontEnd
+from gateway.pipeline.protocols import responses as responses_api
 from gateway.process.process import PROCESS, Process
 from gateway.server.batch_api import add_batch_routes
 
 INFERENCE_PATHS = frozenset(e.path for e in ENDPOINTS.values())
+FRONTEND_BY_PATH: dict[str, FrontEnd] = {e.path: FRONTENDS[e.frontend] for e in ENDPOINTS.values()}
 
 
 async def list_models(request: web.Request) -> web.Response:
+    """The policy's models and, as vLLM lists them, the LoRA adapters each serves (``parent``)."""
     state = request.app[PROCESS].state
     try:
         state.tenants.resolve(request.headers, request.remote)
     except GatewayError as err:
         return error_response(err)
     created = int(time.time())
-    data = [
-        {"id": name, "object": "model", "created": created, "owned_by": "prefix-gateway"}
-        for name in state.pools
-    ]
+    data = []
+    for name, pool in state.pools.items():
+        data.append(
+            {"id": name, "object": "model", "created": created, "owned_by": "prefix-gateway", "parent": None}
+        )
+        data.extend(
+            {"id": a, "object": "model", "created": created, "owned_by": "prefix-gateway", "parent": name}
+            for a in sorted(pool.adapters())
+        )
     return web.Response(body=orjson.dumps({"object": "list", "data": data}), content_type="application/json")
+
+
+async def stored_response(request: web.Request) -> web.Response:
+    """``GET /v1/responses/{id}`` (and ``/input_items``), ``DELETE /v1/responses/{id}``: the
+    gateway's response store, per tenant."""
+    process = request.app[PROCESS]
+    state, metrics = process.state, process.metrics
+    response_id = request.match_info["response_id"]
+    try:
+        tenant = state.tenants.resolve(request.headers, request.remote)
+        if request.method == "DELETE":
+            return await responses_api.forget(state.conversations, tenant.id, response_id, metrics)
+        record = await responses_api.stored(state.conversations, tenant.id, response_id, metrics)
+    except GatewayError as err:
+        return error_response(err)
+    body = (
+        responses_api.input_items_page(record)
+        if request.path.endswith("/input_items")
+        else record["response"]
+    )
+    return web.Response(body=orjson.dumps(body), content_type="application/json")
 
 
 async def health(request: web.Request) -> web.Response:
@@ -127,6 +157,9 @@ def add_public_routes(app: web.Application, process: Process) -> None:
     for name, spec in ENDPOINTS.items():
         app.router.add_post(spec.path, _inference(process, name))
     app.router.add_get("/v1/models", list_models)
+    app.router.add_get("/v1/responses/{response_id}", stored_response)
+    app.router.add_delete("/v1/responses/{response_id}", stored_response)
+    app.router.add_get("/v1/responses/{response_id}/input_items", stored_response)
     app.router.add_get("/health", health)
     app.router.add_get("/ready", ready)
     app.router.add_get("/metrics", metrics_endpoint)

@@ -31,13 +31,11 @@ def make_policy(cfg: RoutingConfig) -> RoutingPolicy:
 
         return PrefixAffinity(
             virtual_nodes=cfg.virtual_nodes,
-            load_factor=cfg.load_factor,
+            reuse_weight=cfg.reuse_weight,
+            shared_reuse_weight=cfg.shared_reuse_weight,
+            decode_cost_tokens=cfg.decode_cost_tokens,
+            shared_window=cfg.shared_window,
             min_match_fraction=cfg.min_match_fraction,
-            affinity_ratio=cfg.affinity_ratio,
-            max_queued_prefill_tokens=cfg.max_queued_prefill_tokens,
-            min_spill_in_flight=cfg.min_spill_in_flight,
-            hot_window=cfg.hot_window,
-            seed=cfg.seed,
         )
     if cfg.policy == "session":
         from router.policies.session import Session

@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from router.index import PrefixIndex
 from router.replica import ReplicaState
 from router.types import RouteRequest
 
@@ -25,6 +26,8 @@ class PickContext:
     hashed_tokens: int = 0  # tokens of the prompt a match can cover (min(prompt, max_prefix_tokens))
     matched_blocks: Mapping[str, int] = field(default_factory=dict)
     block_hashes: Sequence[int] = ()  # the prompt's chained block hashes (router blocks)
+    index: PrefixIndex | None = None  # the pool's prefix index (read only), with the decision's time
+    now: float = 0.0
 
 
 class RoutingPolicy(Protocol):

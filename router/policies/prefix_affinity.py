@@ -1,37 +1,53 @@
-"""Prefix affinity: sticky to the replicas holding the prompt's prefix until they are saturated.
+"""Prefix affinity by predicted cost: each replica is scored by the prefill it would queue this request
+behind, less what it already holds of the prompt; the lowest score takes the request.
 
-1. The affinity set: candidates whose match is at least ``affinity_ratio`` of the best match, when the
-   best match covers at least ``min_match_fraction`` of the hashed prompt.
-2. Within it, the lowest load that is not saturated (ties at random, seeded). Saturated means: taking
-   this request would put its load above ``ceil(load_factor * (total + 1) / n)`` (the CHWBL bound), or
-   its queued uncached prefill tokens already exceed ``max_queued_prefill_tokens``.
-3. Every member saturated: spill to the unsaturated candidates holding the longest useful part of the
-   prefix (else to all unsaturated ones), the first of them along the ring from the route key, so a
-   hot prefix grows onto the same second replica from every gateway process.
-4. No useful match anywhere: CHWBL placement of the route key (deterministic for equal loads).
+    score(r) = queued_prefill_tokens(r) + decode_cost_tokens * load(r) - (1 + w) * matched(r)
 
-Two refinements, both measured with ``python -m bench.routing``:
-- ``min_spill_in_flight``: a member of the affinity set is saturated only above
-  ``max(bound, min_spill_in_flight)``. At low load the bound is 2–3 requests, inside a replica's batch;
-  leaving then re-prefills a whole conversation on another replica for nothing. Set it to the replicas'
-  batch size (vLLM ``--max-num-seqs``); 0 keeps the plain bound. Not for a hot prefix: it is shared,
-  cheap to prefill elsewhere, and keeps the plain bound.
-- Hot prefixes replicate: when one prefix (the deepest matched block) carries more than 1/n of the last
-  ``hot_window`` affinity decisions and a replica outside its affinity set is less loaded than the
-  chosen member, the request goes there (``hot_replicate``), which then learns the prefix. Spills alone
-  walk the ring in one order, so the last replica on it idled under a single hot prefix.
+``queued_prefill_tokens`` is the uncached prefill this process sent ``r`` that ``r`` has not answered
+yet; ``load`` the requests in flight there (this process's, plus other pods' from the last scrape);
+``matched`` the leading tokens of the prompt the index says ``r`` holds. ``w`` is ``reuse_weight``
+for a private prefix and ``shared_reuse_weight`` for a shared one (below). Ties go to the cache with
+the most room, else to the one whose next eviction is the oldest, then to the first tied replica along
+the hash ring from the prompt's route key (an idle fleet places a new prefix alike in every gateway
+process). Reasons: ``affinity`` (the replica with the longest match), ``spill`` (a longer match was
+passed over: queueing there cost more than prefilling again here), ``cold`` (no match of
+``min_match_fraction`` of the prompt anywhere).
+
+Why, measured with ``python -m bench.routing_offline`` (the router in front of engine models in
+virtual time, 4 replicas; the Mooncake conversation trace, 4,000 requests at 1/8 of their tokens, with
+25 % and 100 % of its working set in KV; the synthetic workloads of ``bench.workloads`` at 32/s;
+tables in docs/benchmarks.md):
+
+- **Cost, not request counts.** The previous policy (commit 8cebe06: leave the longest match above
+  ``ceil(1.25 (total+1)/n)`` requests in flight) spilled 6-7 % of the trace's requests, nearly all
+  later turns with about 80 % of their prompt cached at home, and those spills were 86-97 % of the
+  tokens it lost against the pooled bound (it kept 0.85 of it; p99 TTFT 31 s). A request costs its replica its
+  uncached tokens; a replica is worth leaving only when the prefill queued there costs more than the
+  prompt's cached part is worth. Scored on cost: 0.98 of the pooled bound, p99 TTFT 20 s (a long cold
+  prompt in a queue now sends the next requests elsewhere, which counting requests cannot see).
+- **A private prefix is sticky: w = 20.** Leaving a conversation's home re-prefills its history, and
+  the copy left behind crowds the old home's cache. Hit rate / pooled bound at 25 % KV went 0.82
+  (w = 1), 0.91 (3), 0.96 (8), 0.98 (20), 0.99 (50), p99 TTFT 19.6-21.3 s throughout (50: 21.3).
+- **One home per private prefix.** A spill's copy holds the newest turn, so the next turn matches it
+  longer than the old home and follows it: a conversation's turns never split between two caches.
+- **A shared prefix is not: its w is 0.** A prefix is shared when an earlier request of the last
+  ``shared_window`` decisions ended its match at the same block (a conversation's turns each end
+  deeper). With w = 20 for every prefix (``shared_window: 0``) every agent of the agent-loop workload
+  started on the replica that first held the common tool preamble and stayed there: 4.0 x the mean
+  prompt tokens on one replica, TTFT p50 / p99 0.14 / 0.25 s; with the window, 1.55 x and 0.05 / 0.15 s.
+  A hot system prompt likewise replicates once its home's queue exceeds one re-prefill of it.
+- **Cold requests go where they are cheapest now**, by the same score; an idle fleet places them where
+  they evict the least (most room, then the oldest next eviction, as one pooled LRU would). On
+  sgl-router's tight-cache shape (8 prefixes, KV for 2 a replica) ring placement put 3 prefixes on one
+  replica and 1 on another (hit 0.73 at 4 requests/s); room first puts 2 on each (0.92, the oracle's).
 """
 
 from __future__ import annotations
 
-import random
 from collections import Counter, deque
-from collections.abc import Sequence
 
-from router.load import bound_of, fits
 from router.policies.base import PickContext
-from router.policies.least_load import least_loaded
-from router.policies.ring import HashRing, chwbl_pick
+from router.policies.ring import HashRing
 from router.replica import ReplicaState
 
 
@@ -43,86 +59,73 @@ class PrefixAffinity:
         self,
         *,
         virtual_nodes: int = 160,
-        load_factor: float = 1.25,
+        reuse_weight: float = 20.0,
+        shared_reuse_weight: float = 0.0,
+        decode_cost_tokens: float = 64.0,
+        shared_window: int = 64,
         min_match_fraction: float = 0.1,
-        affinity_ratio: float = 0.9,
-        max_queued_prefill_tokens: int = 65536,
-        min_spill_in_flight: int = 0,
-        hot_window: int = 64,
-        seed: int | None = None,
     ) -> None:
         self.ring = HashRing(virtual_nodes)
-        self.min_spill_in_flight = min_spill_in_flight
-        self._recent: deque[int] = deque(maxlen=hot_window) if hot_window > 0 else deque(maxlen=0)
-        self._counts: Counter[int] = Counter()
-        self.load_factor = load_factor
+        self.private_reuse = 1.0 + reuse_weight
+        self.shared_reuse = 1.0 + shared_reuse_weight
+        self.decode_cost = decode_cost_tokens
         self.min_match_fraction = min_match_fraction
-        self.affinity_ratio = affinity_ratio
-        self.max_queued_prefill_tokens = max_queued_prefill_tokens
-        self._rng = random.Random(seed)
+        self._recent: deque[int] = deque(maxlen=shared_window)
+        self._ends: Counter[int] = Counter()  # deepest matched block -> decisions of the window ending there
 
     def pick(self, ctx: PickContext) -> tuple[ReplicaState, str]:
         cands = ctx.candidates
         matched = ctx.matched_blocks
-        best = max((matched.get(r.id, 0) for r in cands), default=0)
-        best_tokens = min(best * ctx.block_size, ctx.hashed_tokens)
-        if best == 0 or best_tokens < self.min_match_fraction * ctx.hashed_tokens:
-            return self._place(ctx, cands, "cold_chwbl")
-
-        bound = bound_of(cands, self.load_factor)
-        cap = self.max_queued_prefill_tokens
-        hot = bool(ctx.block_hashes) and self._is_hot(
-            ctx.block_hashes[min(best, len(ctx.block_hashes)) - 1], cands
+        bs, limit = ctx.block_size, ctx.hashed_tokens
+        depth = min(max(matched.values(), default=0), len(ctx.block_hashes))
+        reuse = (
+            self.shared_reuse if depth and self._shared(ctx.block_hashes[depth - 1]) else self.private_reuse
         )
-        # A shared hot prefix is cheap to re-prefill elsewhere: only a private one may exceed the bound.
-        member_bound = bound if hot else max(bound, self.min_spill_in_flight)
+        decode = self.decode_cost
+        low = float("inf")
+        longest = 0
+        tied: list[tuple[ReplicaState, int]] = []  # the lowest-scoring replicas, with their match
+        for r in cands:
+            m = matched.get(r.id, 0) * bs
+            if m > limit:
+                m = limit
+            if m > longest:
+                longest = m
+            score = r.queued_prefill_tokens + decode * r.load() - reuse * m
+            if score < low:
+                low, tied = score, [(r, m)]
+            elif score == low:
+                tied.append((r, m))
+        if len(tied) > 1 and ctx.index is not None:
+            # The cache with the most room, else the one whose next eviction is the oldest, then the ring.
+            room = [ctx.index.headroom(r.id, ctx.now) for r, _ in tied]
+            most = max(room)
+            tied = [t for t, h in zip(tied, room, strict=True) if h == most]
+        chosen, m = tied[0] if len(tied) == 1 else self._first_on_ring(ctx, tied)
+        if longest == 0 or longest < self.min_match_fraction * limit:
+            return chosen, "cold"
+        return chosen, "affinity" if m == longest else "spill"
 
-        floor = self.affinity_ratio * best
-        members = [r for r in cands if matched.get(r.id, 0) >= floor and fits(r, member_bound, cap)]
-        if members:
-            low = min(r.load() for r in members)
-            tied = [r for r in members if r.load() == low]
-            chosen = tied[0] if len(tied) == 1 else self._rng.choice(tied)
-            if hot:
-                outside = [r for r in cands if matched.get(r.id, 0) < floor and fits(r, bound, cap)]
-                if outside:
-                    least = min(r.load() for r in outside)
-                    if least < chosen.load():
-                        return self._rng.choice([r for r in outside if r.load() == least]), "hot_replicate"
-            return chosen, "affinity"
-        allowed = [r for r in cands if fits(r, bound, cap)]
-        # Spill where the most of the prefix survives: the unsaturated replicas with the longest useful
-        # match (e.g. a shared system prompt), else all of them; the ring order picks among those.
-        best_left = max((matched.get(r.id, 0) for r in allowed), default=0)
-        if (
-            best_left
-            and min(best_left * ctx.block_size, ctx.hashed_tokens)
-            >= self.min_match_fraction * ctx.hashed_tokens
-        ):
-            allowed = [r for r in allowed if matched.get(r.id, 0) >= self.affinity_ratio * best_left]
-        return self._place(ctx, allowed, "saturated_spill")
-
-    def _is_hot(self, key: int, cands: Sequence[ReplicaState]) -> bool:
-        """Count this affinity decision's prefix; hot when it carries more than 1/n of the window."""
-        window = self._recent
+    def _shared(self, end: int) -> bool:
+        """Count a decision's deepest matched block; shared if another decision of the window ended there."""
+        window, ends = self._recent, self._ends
+        before = ends[end]
         if window.maxlen == 0:
             return False
         if len(window) == window.maxlen:
             old = window[0]
-            self._counts[old] -= 1
-            if not self._counts[old]:
-                del self._counts[old]
-        window.append(key)
-        self._counts[key] += 1
-        return len(window) >= len(cands) and self._counts[key] * len(cands) > len(window)
+            ends[old] -= 1
+            if not ends[old]:
+                del ends[old]
+        window.append(end)
+        ends[end] += 1
+        return before > 0
 
-    def _place(
-        self, ctx: PickContext, allowed: Sequence[ReplicaState], reason: str
-    ) -> tuple[ReplicaState, str]:
-        """CHWBL from the route key, bounded over all candidates, taking only ``allowed`` ones."""
-        replica = None
-        if allowed:
-            replica = chwbl_pick(self.ring, ctx.route_key, ctx.candidates, self.load_factor, allowed)
-        if replica is None:  # everyone saturated: the least loaded still keeps within c x mean
-            return least_loaded(ctx.candidates, self._rng), "all_saturated"
-        return replica, reason
+    def _first_on_ring(
+        self, ctx: PickContext, tied: list[tuple[ReplicaState, int]]
+    ) -> tuple[ReplicaState, int]:
+        ids = {r.id: (r, m) for r, m in tied}
+        for rid in self.ring.walk(ctx.route_key, ctx.candidates):
+            if rid in ids:
+                return ids[rid]
+        return tied[0]  # not reached: every candidate is on the ring

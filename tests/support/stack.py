@@ -79,10 +79,16 @@ class Gateway:
 
 @asynccontextmanager
 async def gateway(
-    policy: Policy, secret: bytes = TEST_SECRET, *, policy_path: str | None = None, resolver: Any = None
+    policy: Policy,
+    secret: bytes = TEST_SECRET,
+    *,
+    policy_path: str | None = None,
+    resolver: Any = None,
+    span_exporter: Any = None,
 ) -> AsyncIterator[Gateway]:
-    """A gateway on a free loopback port; ``resolver`` replaces DNS for discovery tests."""
-    app = create_app(policy, secret=secret, policy_path=policy_path)
+    """A gateway on a free loopback port; ``resolver`` replaces DNS for discovery tests,
+    ``span_exporter`` OTLP for tracing tests."""
+    app = create_app(policy, secret=secret, policy_path=policy_path, span_exporter=span_exporter)
     if resolver is not None:
         app[PROCESS].resolver = resolver
     runner = runner_for(app, policy)

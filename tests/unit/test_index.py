@@ -163,3 +163,18 @@ def test_match_agrees_with_a_naive_model():
             if n:
                 want[r] = n
         assert idx.match(c) == want
+
+
+def test_headroom_and_unlearn_oldest():
+    idx = PrefixIndex()
+    idx.add_replica("a", 4)
+    assert idx.headroom("a", 10.0) == (4, float("inf"))
+    idx.insert("a", [1, 2], now=1.0)
+    assert idx.headroom("a", 10.0) == (2, float("inf"))
+    idx.insert("a", [5, 6], now=4.0)
+    assert idx.headroom("a", 10.0) == (0, 9.0)  # full: its next eviction was sent at t = 1
+    assert idx.unlearn_oldest("a", 3) == 3 and idx.size("a") == 1
+    assert idx.match([5, 6])["a"] == 1  # 6 was older than 5 (a chain is inserted last block first)
+    assert idx.unlearn_oldest("a", 10) == 1 and idx.unlearn_oldest("gone", 1) == 0
+    assert idx.stats().unlearned == 4
+    assert idx.headroom("unknown", 0.0) == (0, 0.0)

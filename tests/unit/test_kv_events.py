@@ -216,7 +216,7 @@ def test_events_overrule_the_approximate_guess_and_unlive_replicas_keep_it(recor
     # Now the replica's events say it holds nothing (e.g. evicted): its approximate guess is overruled.
     apply_events(router.exact, first.replica.id, [Cleared()])
     third = router.route(req)
-    assert third.matched_tokens == 0 and third.reason == "cold_chwbl"
+    assert third.matched_tokens == 0 and third.reason == "cold"
     router.release(third)
     # ... but the decision itself is speculative for the TTL: a burst right behind it sticks.
     fourth = router.route(req)

@@ -84,78 +84,131 @@ def affinity_router(n: int = 4, **cfg) -> PoolRouter:
     return PoolRouter(fleet(n), RoutingConfig(policy="prefix_affinity", seed=7, **cfg))
 
 
-def test_second_request_of_a_shared_prefix_goes_to_the_same_replica():
+def test_second_request_of_a_prefix_goes_to_the_same_replica():
     router = affinity_router()
     first = router.route(chat(long_text("doc")))
-    assert first.reason == "cold_chwbl" and first.matched_tokens == 0
+    assert first.reason == "cold" and first.matched_tokens == 0
     router.release(first)
-    follow = chat(long_text("doc") + " and a different question")
-    second = router.route(follow)
-    assert second.replica is first.replica
-    assert second.reason == "affinity"
+    second = router.route(chat(long_text("doc") + " and a different question"))
+    assert second.replica is first.replica and second.reason == "affinity"
     assert second.matched_tokens >= 0.9 * first.prompt_tokens // 16 * 16
     assert second.uncached_tokens == second.prompt_tokens - second.matched_tokens
 
 
-def test_a_saturated_home_spills_to_another_replica_then_both_share():
+def conversation(turns: int, tag: str = "conv") -> list[RouteRequest]:
+    """The prompts of one conversation's turns: each one extends the previous one."""
+    history: list[dict[str, str]] = []
+    out = []
+    for t in range(turns):
+        if t:
+            history.append({"role": "assistant", "content": long_text(f"{tag} answer {t}", 100)})
+        history.append({"role": "user", "content": long_text(f"{tag} question {t}", 200)})
+        out.append(RouteRequest("chat", "m", {"model": "m", "messages": list(history)}, tenant_salt="t"))
+    return out
+
+
+@pytest.mark.parametrize("w", [0.0, 1.0, 20.0])
+def test_a_private_home_is_left_only_when_its_queue_costs_more_than_the_reuse(w):
+    """score = queued + 64 x load - (1 + w) x matched: the home keeps the next turn until its extra
+    queue exceeds (1 + w) x the tokens it holds, and not one token before. (The probes repeat one
+    request: ``shared_window`` 0 keeps them from counting as a shared prefix.)"""
+    turns = conversation(2)
+    router = affinity_router(reuse_weight=w, shared_window=0)
+    first = router.route(turns[0])
+    router.release(first)
+    home = first.replica
+    probe = router.route(turns[1])  # measure the match, then undo the decision
+    router.release(probe)
+    router.forget_failed(probe)
+    held = probe.matched_tokens
+    assert probe.replica is home and held >= 16 * 12
+    home.queued_prefill_tokens = int((1 + w) * held)  # a tie with an idle replica: the ring decides
+    home.queued_prefill_tokens -= 1
+    stay = router.route(turns[1])
+    router.release(stay)
+    router.forget_failed(stay)
+    home.queued_prefill_tokens = int((1 + w) * held) + 1
+    leave = router.route(turns[1])
+    assert (stay.replica, stay.reason) == (home, "affinity")
+    assert leave.replica is not home and leave.reason == "spill" and leave.matched_tokens == 0
+
+
+def test_one_home_per_private_prefix_after_a_spill():
+    """A spill's copy holds the newest turn: every later turn follows it, none goes back to split the
+    conversation between the two caches."""
+    turns = conversation(6)
     router = affinity_router()
-    req = chat(long_text("hot"))
-    home = router.route(req).replica
-    # Others hold a little load: mean ~1, home at 3 -> 3 + 1 > ceil(1.25 * (6 + 1) / 4) = 3
-    home.in_flight = 3
-    for r in router.replicas:
-        if r is not home:
-            r.in_flight = 1
-    spill = router.route(req)
-    assert spill.reason == "saturated_spill" and spill.replica is not home
-    assert spill.matched_tokens == 0
-    # Now both hold the prefix: the affinity set has two members, the less loaded one wins.
-    home.in_flight = 0
-    again = router.route(req)
-    assert again.reason == "affinity" and again.replica is home
+    first = router.route(turns[0])
+    router.release(first)
+    old = first.replica
+    old.queued_prefill_tokens = 10**7  # a long cold prompt is being prefilled there
+    moved = router.route(turns[1])
+    router.release(moved)
+    assert moved.reason == "spill" and moved.replica is not old
+    old.queued_prefill_tokens = 0  # the backlog is gone; the old home is idle again
+    for t in turns[2:]:
+        d = router.route(t)
+        router.release(d)
+        assert (d.replica, d.reason) == (moved.replica, "affinity")
 
 
-def test_a_spill_prefers_a_replica_holding_part_of_the_prefix():
+def test_a_shared_prefix_replicates_once_queueing_costs_more_than_a_re_prefill():
+    """Requests sharing a system prompt (each ends its match where another ended it) weigh a cached
+    token at 1 queued token: the next one goes to an idle replica once the home's queue exceeds the
+    prompt, and the two holders then split the traffic."""
+    system = long_text("system prompt", 800)
+    router = affinity_router(n=2)
+    req = [chat(system + f" question {i}") for i in range(6)]
+    home = router.route(req[0]).replica  # cold; its question stays in flight
+    second = router.route(req[1])  # the first match ending at the shared prompt: still private
+    assert second.replica is home and second.reason == "affinity"
+    held = second.matched_tokens
+    other = next(r for r in router.replicas if r is not home)
+    home.queued_prefill_tokens = held - 64 * (home.load() - other.load()) - 1
+    stay = router.route(req[2])  # shared now (a recurring end), but the queue is still below one prefill
+    assert stay.replica is home
+    home.queued_prefill_tokens = held + 10_000
+    rep = router.route(req[3])
+    assert rep.replica is other and rep.reason == "spill"
+    home.queued_prefill_tokens = other.queued_prefill_tokens
+    home.in_flight = other.in_flight = 0
+    a, b = router.route(req[4]), router.route(req[5])
+    assert {a.replica.id, b.replica.id} == {home.id, other.id}  # both hold it: the load decides
+    assert a.reason == b.reason == "affinity"
+
+
+def test_shared_window_zero_makes_every_prefix_private():
+    system = long_text("system prompt", 800)
+    router = affinity_router(n=2, shared_window=0)
+    home = router.route(chat(system + " q0")).replica
+    for i in range(1, 4):
+        router.route(chat(system + f" q{i}"))
+    home.queued_prefill_tokens = 10 * 800  # below (1 + 20) x 800: a private prefix keeps its home
+    assert router.route(chat(system + " q9")).replica is home
+
+
+def test_cold_requests_go_to_the_cheapest_replica():
     router = affinity_router(n=4)
-    shared = long_text("system", 300)
-    full = chat(shared + long_text("conversation", 300))
-    first = router.route(full)
-    router.release(first)
-    home = first.replica
-    # The replica a plain CHWBL spill would take last learns the shared half (the others are excluded).
-    order = list(router.policy.ring.walk(first.route_key, router.replicas))
-    partial = router.replica(order[-1])
-    assert partial is not home
-    d = router.route(chat(shared + long_text("other", 300)), exclude=set(order[:-1]))
-    assert d.replica is partial
-    router.release(d)
-    for r in router.replicas:
-        r.in_flight = 0
-    home.in_flight = 5  # saturated
-    d = router.route(full)
-    assert d.reason == "saturated_spill" and d.replica is partial
-    assert d.matched_tokens >= 300 // 16 * 16
+    r0, r1, r2, r3 = router.replicas
+    r0.queued_prefill_tokens, r1.in_flight, r2.queued_prefill_tokens, r3.in_flight = 5000, 3, 100, 2
+    d = router.route(chat(long_text("brand new prompt")))
+    assert d.reason == "cold" and d.replica is r2  # 100 < 2 x 64 < 3 x 64 < 5000
 
 
-def test_queued_prefill_saturation_spills():
-    router = affinity_router(max_queued_prefill_tokens=1000)
-    req = chat(long_text("q"))
-    first = router.route(req)
-    router.release(first)
-    home = first.replica
-    assert router.route(req).replica is home
-    home.in_flight = 0
-    home.queued_prefill_tokens = 5000  # a long prefill backlog, whatever the request count
-    d = router.route(req)
-    assert d.reason == "saturated_spill" and d.replica is not home
-
-
-def test_a_small_match_counts_as_no_match():
-    router = affinity_router(min_match_fraction=0.5)
-    first = router.route(chat(long_text("common", 100) + long_text("tail-a", 500)))
-    router.release(first)
-    d = router.route(chat(long_text("common", 100) + long_text("tail-b", 500)))
-    assert d.reason == "cold_chwbl"  # ~100 of ~600 tokens matched is below half
+def test_an_idle_fleet_places_cold_prefixes_where_the_cache_has_room():
+    """sgl-router's tight-cache shape: 8 prefixes, room for 2 a replica: two on each, none doubled."""
+    prefix_blocks = 600 // 16
+    reps = [
+        ReplicaState(id=f"r{i}", url=f"http://x{i}", kv_capacity_blocks=2 * prefix_blocks + 4)
+        for i in range(4)
+    ]
+    router = PoolRouter(reps, RoutingConfig(policy="prefix_affinity", seed=1))
+    homes = Counter()
+    for k in range(8):
+        d = router.route(chat(long_text(f"document {k}", 600)))
+        router.release(d)
+        homes[d.replica.id] += 1
+    assert sorted(homes.values()) == [2, 2, 2, 2]
 
 
 def test_cold_prefixes_spread_over_replicas():
@@ -163,32 +216,49 @@ def test_cold_prefixes_spread_over_replicas():
     counts = Counter()
     for i in range(400):
         d = router.route(chat(long_text(f"user-{i}", 300)))
-        assert d.reason == "cold_chwbl"
+        assert d.reason == "cold"
         counts[d.replica.id] += 1
         router.release(d)
     assert set(counts) == {"r0", "r1", "r2", "r3"}
-    assert min(counts.values()) >= 40 and max(counts.values()) <= 200
+    assert min(counts.values()) >= 80 and max(counts.values()) <= 120
 
 
-def test_one_hot_prefix_never_puts_a_replica_above_the_bound():
-    n, c = 4, 1.25
-    router = affinity_router(n=n, load_factor=c)
-    rng = random.Random(1)
-    live = []
-    reasons = Counter()
-    for step in range(400):
-        if step < 60 or rng.random() < 0.55 or not live:
-            total_before = sum(r.in_flight for r in router.replicas)
-            d = router.route(chat(long_text("hot")))
-            reasons[d.reason] += 1
-            assert d.replica.in_flight <= math.ceil(c * (total_before + 1) / n)
-            live.append(d)
-            if step < 60:  # nothing released yet: every replica is within c x mean
-                total = sum(r.in_flight for r in router.replicas)
-                assert max(r.in_flight for r in router.replicas) <= math.ceil(c * total / n)
-        else:
-            router.release(live.pop(rng.randrange(len(live))))
-    assert reasons["affinity"] > reasons["saturated_spill"] > 0
+def test_a_small_match_counts_as_no_match():
+    router = affinity_router(min_match_fraction=0.5)
+    router.release(router.route(chat(long_text("common", 100) + long_text("tail-a", 500))))
+    d = router.route(chat(long_text("common", 100) + long_text("tail-b", 500)))
+    assert d.reason == "cold"  # ~100 of ~600 tokens matched is below half
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 50_000), st.integers(0, 40), st.integers(0, 300)), min_size=1, max_size=10
+    ),
+    st.integers(0, 2**64 - 1),
+    st.sampled_from([0.0, 1.0, 20.0]),
+)
+def test_the_chosen_replica_always_has_the_lowest_score(states, key, w):
+    """What the policy promises, whatever the loads: no candidate costs less than the one it picks."""
+    cfg = RoutingConfig(policy="prefix_affinity", reuse_weight=w, shared_window=0)
+    policy = make_policy(cfg)
+    reps = fleet(len(states))
+    matched = {}
+    for r, (queued, load, blocks) in zip(reps, states, strict=True):
+        r.queued_prefill_tokens, r.in_flight = queued, load
+        if blocks:
+            matched[r.id] = blocks
+    ctx = PickContext(
+        request=chat("x"), candidates=reps, route_key=key, prompt_tokens=300 * 16, hashed_tokens=300 * 16,
+        matched_blocks=matched, block_hashes=tuple(range(300)),
+    )  # fmt: skip
+
+    def score(r: ReplicaState) -> float:
+        return r.queued_prefill_tokens + 64 * r.load() - (1 + w) * 16 * matched.get(r.id, 0)
+
+    chosen, reason = policy.pick(ctx)
+    assert score(chosen) == min(score(r) for r in reps)
+    assert reason in ("cold", "affinity", "spill")
 
 
 def test_decisions_are_deterministic_for_a_fixed_seed():
@@ -197,7 +267,7 @@ def test_decisions_are_deterministic_for_a_fixed_seed():
         out, live = [], []
         rng = random.Random(2)
         for i in range(150):
-            d = router.route(chat(long_text(f"p{rng.randrange(6)}")))
+            d = router.route(chat(long_text(f"p{rng.randrange(6)}") + f" q{i}"))
             out.append((d.replica.id, d.reason))
             live.append(d)
             if i % 3 == 0:
@@ -278,7 +348,8 @@ def test_every_policy_is_selectable(name):
         ({"route_key_tokens": 8192}, "route_key_tokens (8192) must not exceed max_prefix_tokens (4096)"),
         ({"max_prefix_tokens": 8, "route_key_tokens": 8}, "must be at least one block"),
         ({"min_match_fraction": 1.5}, "less than or equal to 1"),
-        ({"affinity_ratio": 0}, "greater than 0"),
+        ({"reuse_weight": -1}, "greater than or equal to 0"),
+        ({"shared_window": -1}, "greater than or equal to 0"),
         ({"virtual_nodes": 0}, "greater than or equal to 1"),
         ({"session_header": "x session"}, "must be an HTTP header name"),
         ({"index_ttl_s": 0}, "greater than 0"),
@@ -295,87 +366,3 @@ def test_bad_config_values_are_rejected_with_a_clear_message(fields, message):
 
 def test_session_header_is_normalised_to_lower_case():
     assert RoutingConfig(session_header="X-Conversation").session_header == "x-conversation"
-
-
-def test_everyone_saturated_falls_back_to_least_load():
-    router = affinity_router(n=3, max_queued_prefill_tokens=100)
-    req = chat(long_text("busy"))
-    router.release(router.route(req))
-    for i, r in enumerate(router.replicas):
-        r.queued_prefill_tokens = 1000
-        r.in_flight = 3 - i  # r2 is the least loaded
-    d = router.route(req)
-    assert d.reason == "all_saturated" and d.replica.id == "r2"
-
-
-def _pool(n: int, **cfg):  # type: ignore[no-untyped-def]
-    from config.routing import RoutingConfig
-    from router.pool import PoolRouter
-    from router.replica import ReplicaState
-
-    replicas = [ReplicaState(id=f"r{i}", url=f"http://r{i}") for i in range(n)]
-    return PoolRouter(replicas, RoutingConfig(policy="prefix_affinity", seed=3, **cfg)), replicas
-
-
-def _chat(system: str, user: str) -> dict:
-    return {"messages": [{"role": "system", "content": system}, {"role": "user", "content": user}]}
-
-
-def test_a_hot_prefix_replicates_to_every_replica_instead_of_leaving_one_idle() -> None:
-    from router.types import RouteRequest
-
-    system = "One very popular system prompt. " * 40
-
-    def spread(hot_window: int) -> tuple[dict[str, int], dict[str, int]]:
-        router, replicas = _pool(4, hot_window=hot_window)
-        counts = {r.id: 0 for r in replicas}
-        reasons: dict[str, int] = {}
-        held = []
-        for i in range(300):  # one hot prefix, 6 requests in flight
-            d = router.route(RouteRequest("chat", "m", _chat(system, f"question {i}"), "s"))
-            counts[d.replica.id] += 1
-            reasons[d.reason] = reasons.get(d.reason, 0) + 1
-            held.append(d)
-            if len(held) > 6:
-                router.release(held.pop(0))
-        return counts, reasons
-
-    plain, _ = spread(0)
-    assert min(plain.values()) == 0  # spills walk the ring in one order: the last replica idles
-    counts, reasons = spread(64)
-    assert reasons.get("hot_replicate", 0) >= 1
-    assert max(counts.values()) / (sum(counts.values()) / 4) <= 1.1, counts
-
-
-def test_hot_window_zero_turns_replication_off() -> None:
-    from router.types import RouteRequest
-
-    router, _ = _pool(4, hot_window=0)
-    system = "Another hot prompt. " * 40
-    reasons = set()
-    for i in range(100):
-        d = router.route(RouteRequest("chat", "m", _chat(system, f"q{i}"), "s"))
-        reasons.add(d.reason)
-        router.release(d)
-    assert "hot_replicate" not in reasons
-
-
-def test_min_spill_in_flight_keeps_a_conversation_on_its_replica_at_low_load() -> None:
-    from router.types import RouteRequest
-
-    history = "A long conversation so far. " * 80
-
-    def spills(min_spill: int) -> int:
-        router, _ = _pool(4, min_spill_in_flight=min_spill, hot_window=0)
-        first = router.route(RouteRequest("chat", "m", _chat(history, "turn 0"), "s"))
-        home = first.replica
-        home.in_flight += 2  # two more requests of its own conversation running there: 3 in flight
-        moved = 0
-        for i in range(1, 6):
-            d = router.route(RouteRequest("chat", "m", _chat(history, f"turn {i}"), "s"))
-            moved += d.replica is not home
-            router.release(d)
-        return moved
-
-    assert spills(0) > 0  # the plain bound (ceil(1.25 x 4 / 4) = 2) pushes it away
-    assert spills(4) == 0  # within the batch size of 4 it stays

@@ -67,7 +67,7 @@ def test_tenants_never_match_each_others_prefixes():
     router = PoolRouter(fleet(3), RoutingConfig(seed=1))
     router.release(router.route(chat(DOC, salt="tenant-a")))
     other = router.route(chat(DOC, salt="tenant-b"))
-    assert other.matched_tokens == 0 and other.reason == "cold_chwbl"
+    assert other.matched_tokens == 0 and other.reason == "cold"
 
 
 def test_exclude_and_health():
@@ -89,7 +89,7 @@ def test_two_routers_without_shared_state_place_cold_prompts_alike():
     for i in range(60):
         req = chat(f"cold conversation {i} " * 30)
         da, db = a.route(req), b.route(req)
-        assert da.reason == db.reason == "cold_chwbl"
+        assert da.reason == db.reason == "cold"
         assert da.replica.id == db.replica.id
         placed.add(da.replica.id)
         a.release(da)
@@ -230,8 +230,9 @@ def test_explicit_pin_wins_until_the_pinned_replica_is_saturated() -> None:
     req = RouteRequest("chat", "m", body, "salt", pinned_replica="r2")
     first = router.route(req)
     assert (first.replica.id, first.reason) == ("r2", "explicit_pin")
-    # Load r2 beyond the CHWBL bound: the pin yields to the policy.
-    replicas[2].in_flight = 50
+    # Load r2 beyond the CHWBL bound: the pin yields to the policy, which leaves r2 too once its load
+    # costs more than the prefix it holds is worth (500 x 64 tokens against 21 x ~170).
+    replicas[2].in_flight = 500
     spilled = router.route(req)
     assert spilled.replica.id != "r2" and spilled.reason != "explicit_pin"
     # An unknown or unhealthy pinned replica is ignored.
@@ -272,8 +273,10 @@ def test_a_batch_lines_plan_is_a_soft_pin_within_the_share() -> None:
     req, slot = line("r1")
     d = router.route(req)
     assert (d.replica.id, d.reason, slot.replica, slots.used("r1")) == ("r1", "batch_plan", "r1", 1)
-    # r1 loaded beyond the bound (online traffic): the line goes where the share has room, slot and all.
-    replicas[1].in_flight = 40
+    # r1 loaded beyond the bound (online traffic), by more than its cached prefix is worth to the policy
+    # (64 a request in flight against 21 a matched token of a private prefix): the line goes where the
+    # share has room, slot and all.
+    replicas[1].in_flight = 400
     req, slot = line("r1")
     d = router.route(req)
     assert d.replica.id != "r1" and d.reason != "batch_plan" and slot.replica == d.replica.id
@@ -287,3 +290,28 @@ def test_a_batch_lines_plan_is_a_soft_pin_within_the_share() -> None:
     with pytest.raises(ReplicasBusy):
         router.route(req)
     assert sum(slots.in_use().values()) == 3  # three lines, one slot each, wherever they went
+
+
+def test_fewer_cached_tokens_than_predicted_unlearn_the_replicas_oldest_entries():
+    """The feedback of ``usage.prompt_tokens_details.cached_tokens``: a replica that had evicted a
+    prefix the index still listed makes the index drop as many of its least recently sent entries, so
+    an older prefix it surely lost no longer attracts requests there."""
+    router = PoolRouter(fleet(1, capacity=10_000), RoutingConfig(seed=1))
+    old = router.route(chat("an old conversation that was sent first " * 40))
+    router.release(old)
+    router.release(router.route(chat(DOC)))
+    again = router.route(chat(DOC + " more"))
+    assert again.matched_tokens >= 16 * 30
+    router.observe_usage(again, again.matched_tokens)  # as predicted: nothing to unlearn
+    router.observe_usage(again, again.matched_tokens - 16)  # one block short: the engine's last-token rule
+    assert router.stats().index.unlearned == 0
+    assert router.index.match(old.block_hashes)["r0"] == len(old.block_hashes)
+    before = router.index.size("r0")
+    router.observe_usage(again, 0)  # the replica had none of it
+    missing = again.matched_tokens // 16 - 1  # more than the old conversation's entries
+    stats = router.stats()
+    assert len(old.block_hashes) < missing
+    assert stats.index.unlearned == len(old.block_hashes)  # its own, just computed blocks are kept
+    assert router.index.size("r0") == before - len(old.block_hashes)
+    assert "r0" not in router.index.match(old.block_hashes)
+    assert router.index.match(again.block_hashes)["r0"] == len(again.block_hashes)  # the recent one stays

@@ -5,8 +5,11 @@
 # The policy must listen on 0.0.0.0 (server.host) inside a container.
 # Pin the base by digest in your registry mirror for reproducible builds (PYTHON_IMAGE=python:3.11-slim@sha256:...).
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+# The builder stage needs pip; the final stage does not (python:*-slim has it, a bare Debian base does
+# not: scripts/build_image.sh passes one with python3-pip here and one without as PYTHON_IMAGE).
+ARG BUILDER_IMAGE=${PYTHON_IMAGE}
 
-FROM ${PYTHON_IMAGE} AS builder
+FROM ${BUILDER_IMAGE} AS builder
 # Optional extras of the package: fast (uvloop), hf (tokenizers, for `tokenizer.kind: hf`), batch (the
 # openai client, for `prefix-gateway batch`), otel (OpenTelemetry export, for `tracing.enabled`):
 # --build-arg EXTRAS=fast,otel.

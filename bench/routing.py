@@ -370,7 +370,7 @@ async def start_router(
     router: str, urls: list[str], case: Case, seed: int, workdir: Path, tag: str
 ) -> tuple[Proc, str | None]:
     """A router process in front of ``urls``: a peer, or the gateway with a policy. Returns the process
-    and the URL of its metrics (None: the gateway's own ``/metrics``)."""
+    and the URL of its metrics (a gateway's metrics listener; None: ``/metrics`` of the process)."""
     log = str(workdir / f"{tag}.log")
     if router in PEERS:
         peer = await asyncio.to_thread(start_peer, PEERS[router], urls, log)
@@ -382,7 +382,7 @@ async def start_router(
     proc = await asyncio.to_thread(
         start_gateway, args, env={"PREFIX_GATEWAY_SECRET": "routing-bench"}, log_path=log
     )
-    return proc, None
+    return proc, (proc.metrics_url + "/metrics") if proc.metrics_url else None
 
 
 async def run_one(

@@ -14,8 +14,11 @@ Durability (``synchronous``):
 Either way a crash loses at most the requests whose ``record`` had not returned yet (in flight), never
 a completed one, because ``record`` resolves only after COMMIT returned.
 
-Idempotency: PRIMARY KEY (tenant, request_id) with INSERT OR IGNORE. Scoping the id by tenant means a
-client that reuses another tenant's request id cannot suppress that tenant's billing.
+Idempotency: PRIMARY KEY (tenant, request_id) with INSERT OR IGNORE, where ``request_id`` is the
+gateway's own id of the generation (a retried write of one row never counts twice; a client reusing its
+``x-request-id`` cannot merge generations: that id is only the ``client_request_id`` column). A ledger
+file written before that column existed gains it when opened (``ALTER TABLE ... ADD COLUMN``; its
+rows read as NULL).
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ CREATE TABLE IF NOT EXISTS line_items (
     {", ".join(f"{c} INTEGER NOT NULL" for c in _KIND_COLS)},
     total_micros INTEGER NOT NULL,
     cost_without_cache_micros INTEGER NOT NULL,
+    client_request_id TEXT,
     PRIMARY KEY (tenant, request_id)
 );
 CREATE INDEX IF NOT EXISTS line_items_ts ON line_items (ts_ms);
@@ -78,7 +82,10 @@ _COLS = [
     *_KIND_COLS,
     "total_micros",
     "cost_without_cache_micros",
+    "client_request_id",
 ]
+# Columns added after the first schema: (name, declaration), added to older files when opened.
+_ADDED_COLUMNS = (("client_request_id", "TEXT"),)
 _INSERT = f"INSERT OR IGNORE INTO line_items ({', '.join(_COLS)}) VALUES ({', '.join('?' * len(_COLS))})"
 
 
@@ -98,19 +105,25 @@ def _row_values(it: LineItem) -> tuple[Any, ...]:
         *(getattr(it.micros, k) for k in KINDS),
         it.total_micros,
         it.cost_without_cache_micros,
+        it.client_request_id,
     )
 
 
 _STOP = object()
 
 
+def _columns(conn: sqlite3.Connection) -> set[str]:
+    return {row[1] for row in conn.execute("PRAGMA table_info(line_items)")}
+
+
 class SqliteLedger:
     """Use ``await SqliteLedger.open(path)``; ``await close()`` when done."""
 
-    def __init__(self, path: str, synchronous: str = "full", batch_max: int = 256):
+    def __init__(self, path: str, synchronous: str = "full", batch_max: int = 256, create: bool = True):
         if synchronous not in ("full", "normal"):
             raise ValueError("synchronous must be 'full' or 'normal'")
         self.path = path
+        self.create = create  # False: a missing file is an error (a report must not invent a ledger)
         self.synchronous = synchronous
         self.batch_max = batch_max
         self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
@@ -121,8 +134,10 @@ class SqliteLedger:
         self.commits = 0  # transactions committed (batches), for tests and metrics
 
     @classmethod
-    async def open(cls, path: str, synchronous: str = "full", batch_max: int = 256) -> SqliteLedger:
-        ledger = cls(path, synchronous, batch_max)
+    async def open(
+        cls, path: str, synchronous: str = "full", batch_max: int = 256, *, create: bool = True
+    ) -> SqliteLedger:
+        ledger = cls(path, synchronous, batch_max, create)
         ledger._thread.start()
         await asyncio.to_thread(ledger._ready.wait, 30.0)
         if ledger._open_error is not None:
@@ -135,12 +150,21 @@ class SqliteLedger:
 
     def _connect(self) -> sqlite3.Connection:
         if self.path != ":memory:":
+            if not self.create and not Path(self.path).is_file():
+                raise FileNotFoundError(f"no SQLite ledger at {self.path}")
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(self.path, isolation_level=None)
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute(f"PRAGMA synchronous={self.synchronous.upper()}")
         conn.execute("PRAGMA busy_timeout=5000")
         conn.executescript(_SCHEMA)
+        for name, decl in _ADDED_COLUMNS:
+            if name not in _columns(conn):
+                try:
+                    conn.execute(f"ALTER TABLE line_items ADD COLUMN {name} {decl}")
+                except sqlite3.OperationalError:
+                    if name not in _columns(conn):  # not another worker adding it at the same time
+                        raise
         return conn
 
     def _run(self) -> None:

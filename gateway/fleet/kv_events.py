@@ -63,6 +63,9 @@ class Route:
     replay: str | None
 
 
+UNKNOWN_TOPICS_LOGGED = 64  # distinct unknown topics warned about per socket (then only counted)
+
+
 @dataclass
 class Listener:
     """One bound SUB socket and everything it feeds."""
@@ -76,6 +79,7 @@ class Listener:
     stats: dict[str, ApplyStats] = field(default_factory=dict)
     routes: dict[bytes, Route] = field(default_factory=dict)
     mismatched: set[str] = field(default_factory=set)  # replicas whose hashes can never match ours
+    unknown: set[bytes] = field(default_factory=set)  # topics warned about (bounded: UNKNOWN_TOPICS_LOGGED)
     _signature: int = 0
     replay_timeout_s: float = 1.0
 
@@ -184,6 +188,21 @@ class Listener:
         route = self.routes.get(topic)
         if route is None:
             metrics.child(metrics.kv_event_errors, "unknown_topic").inc()
+            if topic not in self.unknown and len(self.unknown) < UNKNOWN_TOPICS_LOGGED:
+                self.unknown.add(topic)
+                known = sorted(t.decode(errors="replace") for t in self.routes)
+                log.warning(
+                    "KV events arrive under a topic no replica of a precise pool publishes: they are "
+                    "dropped, and that replica is routed by the approximate index only; make "
+                    "routing.kv_events.topics (default: the replica id) match the replicas' "
+                    f"--kv-events-config topics (known here: {known})",
+                    extra={
+                        "event": "kv_events_unknown_topic",
+                        "topic": topic.decode(errors="replace")[:128],
+                        "known": known,
+                        "bind": self.bind,
+                    },
+                )
             return
         if route.replica_id in self.mismatched:
             metrics.child(metrics.kv_event_errors, "mismatched_replica").inc()

@@ -56,6 +56,10 @@ _SPECS: tuple[tuple[Any, ...], ...] = (
     ("ratelimited", Counter, "ratelimited_total", "Requests refused by a token bucket.", ("tenant", "kind")),
     ("redis_errors", Counter, "redis_errors_total", "Failed Redis calls (the caller failed open or closed).",
      ("component", "op")),
+    ("redis_breaker_state", Gauge, "redis_breaker_state",
+     "Redis breaker of this process: 0 closed (calls sent), 2 open (every call fails at once).", ()),
+    ("redis_breaker_transitions", Counter, "redis_breaker_transitions_total",
+     "Redis breaker state changes, by the state entered.", ("to",)),
     # -- billing
     ("billed_tokens", Counter, "billed_tokens_total", "Tokens in the billing ledger by tenant and kind.",
      ("tenant", "kind")),
@@ -148,6 +152,8 @@ class GatewayMetrics:
     cache_store_seconds: Histogram
     ratelimited: Counter
     redis_errors: Counter
+    redis_breaker_state: Gauge
+    redis_breaker_transitions: Counter
     billed_tokens: Counter
     billed_cost: Counter
     ledger_errors: Counter

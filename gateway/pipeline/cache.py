@@ -95,7 +95,7 @@ async def forward(
 def _bypass(ctx: RequestContext, reason: str) -> None:
     metrics = ctx.process.metrics
     metrics.child(metrics.cache_bypass, reason).inc()
-    ctx.cache = "bypass"
+    ctx.cache, ctx.bypass_reason = "bypass", reason
 
 
 async def serve(ctx: RequestContext) -> web.StreamResponse:

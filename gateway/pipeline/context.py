@@ -36,12 +36,13 @@ class RequestContext:
     process: Process
     state: State
     endpoint: str
-    request_id: str
+    request_id: str  # the gateway's own id of this generation: the ledger row's key, sent upstream
     frontend: FrontEnd  # the API the client speaks (gateway.pipeline.protocols): its request and answer maps
     headers: Mapping[str, str]  # the request's (case-insensitive over HTTP)
     request: web.Request | None = None  # None for a batch line
     batch_id: str | None = None  # the offline batch a line belongs to (billed as ``batch``)
     placement: Placement | None = None  # a batch line's planned replica and share (router.filters.planned)
+    client_request_id: str | None = None  # the client's x-request-id, kept in the row and echoed
     started: float = field(default_factory=time.perf_counter)
     # -- who and what (parse, tenant)
     tenant: Tenant | None = None
@@ -64,6 +65,7 @@ class RequestContext:
     upstream_error: str | None = None
     # -- the answer (relay, cache, respond)
     cache: str | None = None  # hit | miss | bypass | coalesced | refresh | fallback (x-cache)
+    bypass_reason: str | None = None  # why a bypass (x-cache-bypass-reason): the request says why
     age_s: float | None = None  # of a cached answer
     source: str = "upstream"  # upstream | response_cache | coalesced | fallback
     status: int = 0
@@ -83,9 +85,14 @@ class RequestContext:
 
     def answer_headers(self) -> dict[str, str]:
         """Headers every answer of this request carries, derived from what happened."""
-        headers = {"x-request-id": self.request_id}
+        headers = {
+            "x-request-id": self.client_request_id or self.request_id,
+            "x-gateway-request-id": self.request_id,
+        }
         if self.cache is not None:
             headers["x-cache"] = self.cache
+        if self.bypass_reason is not None:
+            headers["x-cache-bypass-reason"] = self.bypass_reason
         if self.age_s is not None:
             headers["age"] = str(int(self.age_s))
         return headers

@@ -26,6 +26,7 @@ from gateway.fleet.pools import Pool
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.lifecycle import Event, Hooks
 from gateway.pipeline.parse import ENDPOINTS
+from gateway.pipeline.protocols.base import replica_error
 from gateway.pipeline.relay import Relay, relay
 from gateway.pipeline.tenant import Tenant
 from gateway.upstream.client import UpstreamFailure
@@ -204,13 +205,12 @@ async def _with_adapter(ctx: RequestContext, decision: Decision) -> None:
 
 
 async def _error_from_status(ctx: RequestContext, resp: aiohttp.ClientResponse) -> GatewayError:
+    """A retryable status: what the client gets if no other replica does better."""
     try:
         data, _ = await ctx.state.upstream.read_answer(resp)
-        err = orjson.loads(data).get("error") or {}
-        message = err.get("message") or f"upstream answered {resp.status}"
-    except (UpstreamFailure, orjson.JSONDecodeError, AttributeError):
-        message = f"upstream answered {resp.status}"
-    return GatewayError(resp.status, str(message), code=f"upstream_status_{resp.status}")
+    except UpstreamFailure:
+        data = b""
+    return replica_error(resp.status, data)
 
 
 # -- the router's side of the lifecycle -----------------------------------------------------------------

@@ -61,12 +61,17 @@ _ID_PREFIX = os.urandom(6).hex()
 _id_counter = itertools.count(1)
 
 
-def request_id_of(request: web.Request) -> str:
-    """The client's ``x-request-id`` when it is a sane token, else a fresh one."""
+def new_request_id() -> str:
+    """The gateway's own id of one generation: unique per process (random prefix) and request."""
+    return f"{_ID_PREFIX}{next(_id_counter):012x}"
+
+
+def client_request_id(request: web.Request) -> str | None:
+    """The client's ``x-request-id`` when it is a sane token (kept and echoed, never a key)."""
     given = request.headers.get("x-request-id")
     if given and len(given) <= _MAX_REQUEST_ID and given.isascii() and given.isprintable():
         return given
-    return f"{_ID_PREFIX}{next(_id_counter):012x}"
+    return None
 
 
 async def handle(request: web.Request, process: Process, endpoint: str) -> web.StreamResponse:
@@ -75,10 +80,11 @@ async def handle(request: web.Request, process: Process, endpoint: str) -> web.S
         process,
         process.state,
         endpoint,
-        request_id_of(request),
+        new_request_id(),
         _frontend(endpoint),
         request.headers,
         request,
+        client_request_id=client_request_id(request),
     )
     return await _run(ctx, _read_request(ctx, request))
 

@@ -31,6 +31,7 @@ def _finished(ctx: RequestContext) -> None:
         log_access(
             {
                 "request_id": ctx.request_id,
+                "client_request_id": ctx.client_request_id,
                 "tenant": ctx.tenant.metric_label if ctx.tenant is not None else "-",
                 "model": model,
                 "endpoint": ctx.endpoint,

@@ -5,6 +5,7 @@ The tap re-frames the stream event by event (``data: ...\\n\\n``, as vLLM and SG
 - find the usage chunk (billing) and drop it when the gateway asked for it and the client did not;
 - unmask PII placeholders per request (mask mode), holding back a placeholder split across deltas;
 - hand each parsed chunk to coalesced followers as it arrives;
+- notice a choice that ends with ``finish_reason: "abort"`` (vLLM gave the request up);
 - hold back the final ``[DONE]``: the relay writes it once the request's ledger row is written;
 - re-encode each chunk in the client's API when it is not the replica's (the front end's encoder).
 Events are JSON-parsed only when one of these needs it; otherwise their bytes pass through as they came.
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from cache.entry import aborted
 from cache.pii import ChunkUnmasker
 from cache.sse import DONE, SSEParser, StreamAssembler
 
@@ -27,6 +29,11 @@ if TYPE_CHECKING:
 def _may_carry_usage(event: str) -> bool:
     """Cheap test before parsing: OpenAI-style servers put ``"usage": null`` in every chunk."""
     return '"usage"' in event and '"usage":null' not in event and '"usage": null' not in event
+
+
+def _may_abort(event: str) -> bool:
+    """Cheap test before parsing: only a final chunk carries a finish reason of ``abort``."""
+    return '"abort"' in event and "finish_reason" in event
 
 
 def is_usage_only(chunk: Any) -> bool:
@@ -52,6 +59,7 @@ class StreamTap:
         self.encoder = encoder  # None: chunks go out in the replica's own framing
         self.usage: dict[str, Any] | None = None
         self.done = False
+        self.aborted = False  # a chunk ended a choice with finish_reason "abort"
         self.events = 0
 
     def feed(self, data: bytes) -> bytes:
@@ -73,6 +81,7 @@ class StreamTap:
                 or self.unmasker is not None
                 or self.encoder is not None
                 or _may_carry_usage(event)
+                or _may_abort(event)
             )
             chunk: Any = None
             if needs_json:
@@ -91,6 +100,8 @@ class StreamTap:
                     self.publish(chunk)
                 if isinstance(chunk, dict) and isinstance(chunk.get("usage"), dict):
                     self.usage = chunk["usage"]
+                if isinstance(chunk, dict) and aborted(chunk):
+                    self.aborted = True
                 if self.encoder is not None:
                     if self.unmasker is not None:
                         chunk = self.unmasker.process(chunk)

@@ -1,13 +1,13 @@
 """The gateway process: everything that outlives a reload, opened and closed in pairs.
 
-A ``Process`` owns the metrics registry, the lifecycle hooks, the fleet's health (breakers, active
-verdicts, drains), the Redis client and its pool (when the policy names Redis), the billing ledger,
+A ``Process`` owns the metrics registry and its listener (``server.metrics_port``), the lifecycle
+hooks, the fleet's health (breakers, active verdicts, drains), the Redis client and its pool (when the
+policy names Redis, behind one deadline and breaker: ``cache.redis_guard``), the billing ledger,
 OpenTelemetry's tracer provider (when the policy turns tracing on), admission, the layout advisor's
 sketches, the background tasks (health checks, load scrape, LoRA adapters, discovery, the policy file
 watch, KV events), LoRA adapter loads in flight, the offline batches (``batch.enabled``: their job store,
-file store and service, whose loop runs them), the draining flag, and the current ``State``: the
-policy-derived part, which a reload
-swaps (``swap``).
+file store and service, whose loop runs them), the draining flag, the operator's file policy, and the
+current ``State``: the policy-derived part, which a reload swaps (``swap``).
 
 ``open`` and ``close`` run from the app's cleanup context (aiohttp ``cleanup_ctx``): every resource
 is registered on an exit stack as it is opened, so ``close`` closes them in reverse order, each once,
@@ -29,6 +29,7 @@ import redis.asyncio as aioredis
 from aiohttp import web
 
 from cache.advisor.advisor import Advisor
+from cache.redis_guard import BreakerState, RedisGuard
 from cache.store_redis import connect
 from config.policy import Policy
 from gateway.batch.bridge import PoolFleet, request_path
@@ -46,10 +47,10 @@ from gateway.pipeline import trace
 from gateway.pipeline.lifecycle import Hooks
 from gateway.pipeline.tenant import server_secret
 from gateway.process.admission import Admission
+from gateway.process.exposition import open_listener
 from gateway.process.metering import Metering, open_metering
 from gateway.process.reload import watch_file
 from gateway.process.state import State, build_state, replaced
-from gateway.process.workers import runs_batches
 from gateway.upstream.health import FleetHealth
 
 log = logging.getLogger("prefix_gateway")
@@ -61,10 +62,14 @@ ShutdownHook = Callable[[], Awaitable[Any]]
 class Process:
     initial: Policy  # the policy the process starts with (``state.policy`` is the current one)
     policy_path: str | None = None  # the file a reload (SIGHUP, file watch, admin) reads again
+    # The operator's policy: the initial one, then each one read from the file again. An uploaded
+    # policy never replaces it. Public endpoints list its models; it allows the upload's variables.
+    file_policy: Policy = field(init=False)
     secret: bytes | None = None  # salt secret; from the environment at open when not given
     metrics: GatewayMetrics = field(default_factory=GatewayMetrics)
     hooks: Hooks = field(default_factory=Hooks)
     resolver: Any = None  # discovery's DNS resolver (None: loop.getaddrinfo); injectable in tests
+    worker: int = 0  # index among --workers N: its metrics listener is server.metrics_port + worker
     admission: Admission = field(init=False)
     fleet: FleetHealth = field(init=False)
     advisor: Advisor = field(init=False)
@@ -74,6 +79,7 @@ class Process:
     state: State = field(init=False)
     draining: bool = False
     server: web.Server | None = None  # the HTTP server (connection counts for /admin/debug)
+    metrics_url: str | None = None  # the /metrics listener (server.metrics_port), once open
     tasks: dict[str, asyncio.Task[Any]] = field(default_factory=dict)
     # model name -> (discovery config it was resolved with, addresses in resolver order)
     discovered: dict[str, tuple[Any, list[str]]] = field(default_factory=dict)
@@ -90,6 +96,7 @@ class Process:
     _stack: contextlib.AsyncExitStack = field(default_factory=contextlib.AsyncExitStack)
 
     def __post_init__(self) -> None:
+        self.file_policy = self.initial
         self.admission = Admission(self.metrics)
         self.fleet = FleetHealth(self.initial.breaker, self.metrics)
         self.advisor = Advisor.from_policy(self.initial)
@@ -101,7 +108,13 @@ class Process:
             self.secret = server_secret(policy.tenancy, required=policy.redis.url is not None)
         if policy.redis.url is not None:
             r = policy.redis
-            self.redis = connect(r.url, r.socket_timeout_s, r.max_connections)  # type: ignore[arg-type]
+            guard = RedisGuard(
+                op_timeout_ms=r.op_timeout_ms,
+                breaker_failures=r.breaker_failures,
+                probe_interval_ms=r.probe_interval_ms,
+                on_state=self._redis_breaker,
+            )
+            self.redis = connect(r.url, r.socket_timeout_s, r.max_connections, guard)  # type: ignore[arg-type]
             stack.push_async_callback(self.redis.aclose)
         self.metering = await open_metering(policy, self.metrics, self.redis)
         if self.metering is not None:
@@ -122,6 +135,11 @@ class Process:
         start_discovery(self)
         stack.push_async_callback(stop_kv_events, self)
         await start_kv_events(self)
+        server = policy.server
+        if server.metrics_port is not None:
+            port = server.metrics_port + self.worker if server.metrics_port else 0
+            runner, self.metrics_url = await open_listener(self, server.metrics_host or server.host, port)
+            stack.push_async_callback(runner.cleanup)
         if policy.batch.enabled:
             await self._open_batches(policy)
 
@@ -142,7 +160,7 @@ class Process:
         collector = BatchCollector(self.batch)
         self.metrics.registry.register(collector)
         stack.callback(self.metrics.registry.unregister, collector)
-        if runs_batches():
+        if self.worker == 0:  # one slot pool for each replica's batch share (see workers)
             self._batch_loop = asyncio.ensure_future(self.batch.run())
         stack.push_async_callback(self.stop_batches)
 
@@ -157,6 +175,20 @@ class Process:
 
     async def close(self) -> None:
         await self._stack.aclose()
+
+    def _redis_breaker(self, state: BreakerState) -> None:
+        """The Redis breaker opened (every Redis call now fails at once, its caller failing open or
+        as its fail_mode says) or closed (a probe answered)."""
+        m = self.metrics
+        m.redis_breaker_state.set(2 if state == "open" else 0)
+        m.child(m.redis_breaker_transitions, state).inc()
+        if state == "open":
+            log.warning(
+                "Redis missed its deadlines: calls fail at once until a probe answers",
+                extra={"event": "redis_breaker_open", "op_timeout_ms": self.initial.redis.op_timeout_ms},
+            )
+        else:
+            log.info("Redis answers again: calls are sent", extra={"event": "redis_breaker_closed"})
 
     async def _close_state(self) -> None:
         await self.state.upstream.session.close()

@@ -80,15 +80,18 @@ def create_app(
     metrics: GatewayMetrics | None = None,
     policy_path: str | None = None,
     span_exporter: Any = None,
+    worker: int = 0,
 ) -> web.Application:
     """``policy_path``: the file a reload (SIGHUP, file watch, ``POST /admin/reload``) reads again;
-    ``span_exporter`` replaces OTLP when the policy turns tracing on."""
+    ``span_exporter`` replaces OTLP when the policy turns tracing on; ``worker``: this process's index
+    among ``--workers N``."""
     process = Process(
         policy,
         policy_path=policy_path,
         secret=secret,
         metrics=metrics or GatewayMetrics(),
         span_exporter=span_exporter,
+        worker=worker,
     )
     for install in HOOKS:
         install(process.hooks)
@@ -112,6 +115,7 @@ def runner_for(app: web.Application, policy: Policy) -> web.AppRunner:
         access_log=None,
         max_line_size=limit,
         max_field_size=limit,
+        max_headers=policy.limits.max_headers,
         keepalive_timeout=policy.server.keepalive_timeout_s,
         lingering_time=1.0,  # after an early answer (408, 413), read and drop the unread body this long
         shutdown_timeout=policy.server.drain_timeout_s,
@@ -125,10 +129,11 @@ async def serve(
     port: int | None = None,
     policy_path: str | None = None,
     reuse_port: bool = False,
+    worker: int = 0,
 ) -> tuple[web.AppRunner, str]:
     """Start serving; returns the runner (``await runner.cleanup()`` to stop) and the base URL.
-    ``reuse_port``: several worker processes listen on one port (SO_REUSEPORT)."""
-    app = create_app(policy, policy_path=policy_path)
+    ``reuse_port``: several worker processes listen on one port (SO_REUSEPORT); ``worker``: which."""
+    app = create_app(policy, policy_path=policy_path, worker=worker)
     runner = runner_for(app, policy)
     await runner.setup()
     site = web.TCPSite(

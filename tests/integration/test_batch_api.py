@@ -153,7 +153,7 @@ async def test_the_openai_client_through_the_whole_cycle(tmp_path: Path) -> None
         with pytest.raises(openai.NotFoundError):
             await c.files.retrieve(up.id)
 
-        async with aiohttp.ClientSession() as s, s.get(gw.url + "/metrics") as r:
+        async with aiohttp.ClientSession() as s, s.get(gw.metrics_url + "/metrics") as r:
             text = await r.text()
         assert 'prefix_gateway_batches{status="completed"} 1.0' in text
         assert 'prefix_gateway_batch_lines_total{outcome="completed"} 40.0' in text
@@ -179,7 +179,11 @@ async def test_cancel_mid_run_keeps_the_answered_lines(tmp_path: Path) -> None:
         assert sorted(x["custom_id"] for x in out + err) == sorted(line["custom_id"] for line in wl.lines)
         await asyncio.sleep(0.3)
         sent = sum(r.counters.requests for r in fleet.replicas)
-        assert sent <= counts.completed + 8  # nothing was sent after the cancel but what was in flight
+        assert gw.process.batch is not None
+        stats = gw.process.batch.stats
+        # Nothing was sent after the cancel but what was in flight (the share: 8), and sends again of
+        # lines a 5xx or a timeout had failed (a loaded machine makes some).
+        assert sent <= counts.completed + 8 + stats.retried, (sent, stats)
 
 
 async def test_every_validation_error_is_named_with_its_line_number(tmp_path: Path) -> None:
@@ -360,7 +364,7 @@ async def test_a_batch_never_holds_more_than_its_share_of_a_replica(tmp_path: Pa
         assert sum(r.counters.requests for r in fleet.replicas) == 120
         assert fleet.replicas[0].counters.requests > len(wl) / 2  # the fast replica took over work
         assert gw.process.batch is not None and gw.process.batch.stats.stolen > 0
-        async with aiohttp.ClientSession() as s, s.get(gw.url + "/metrics") as r:
+        async with aiohttp.ClientSession() as s, s.get(gw.metrics_url + "/metrics") as r:
             text = await r.text()
         placed = {
             line.split('reason="')[1].split('"')[0]

@@ -27,7 +27,7 @@ from cache.billing.pricing import (
 )
 from gateway.batch.bridge import PoolFleet
 from gateway.batch.objects import line_id
-from tests.support.batch import KEYS, MODEL, SLOW, batch_policy, small_batch
+from tests.support.batch import KEYS, MODEL, SLOW, batch_policy, small_batch, with_a_bad_line
 from tests.support.stack import Gateway, gateway, policy_for, sim_fleet
 
 
@@ -75,13 +75,7 @@ async def lines_of(c: AsyncOpenAI, file_id: str | None) -> list[dict[str, Any]]:
 
 async def test_the_openai_client_through_the_whole_cycle(tmp_path: Path) -> None:
     wl = small_batch(requests=40)
-    bad = {
-        "custom_id": "bad-one",
-        "method": "POST",
-        "url": URL,
-        "body": {**wl.lines[0]["body"], "max_tokens": 0},
-    }
-    data = wl.jsonl() + orjson.dumps(bad) + b"\n"
+    data = with_a_bad_line(wl)
     async with batch_gateway(tmp_path) as (fleet, gw):
         c = client(gw)
         up = await c.files.create(file=("nightly.jsonl", data), purpose="batch")

@@ -30,7 +30,7 @@ from gateway.batch.store import JobStore
 from gateway.batch.store_redis import RedisJobStore
 from gateway.batch.store_sqlite import SqliteJobStore
 from gateway.errors import GatewayError
-from tests.support.batch import StaticFleet, chunks, http_send, small_batch
+from tests.support.batch import StaticFleet, chunks, http_send, small_batch, with_a_bad_line
 
 MODEL = "sim-llama"
 
@@ -147,13 +147,7 @@ async def test_a_batch_runs_to_completed_with_each_custom_id_answered_once(
 ) -> None:
     redis_url = request.getfixturevalue("redis_url") if kind == "redis" else None
     wl = small_batch()
-    bad = {
-        "custom_id": "bad-one",
-        "method": "POST",
-        "url": URL,
-        "body": {**wl.lines[0]["body"], "max_tokens": 0},
-    }
-    data = wl.jsonl() + orjson.dumps(bad) + b"\n"
+    data = with_a_bad_line(wl)
     async with batch_env(tmp_path, kind, redis_url) as env:
         fid = await env.upload("acme", data)
         created = await env.create("acme", fid, metadata={"job": "nightly"})

@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import orjson
 
-from bench.batch_workload import BatchWorkload, make_batch
+from bench.batch_workload import URL, BatchWorkload, make_batch
 from config.policy import Policy
 from config.routing import RoutingConfig
 from gateway.batch.runner import BatchLine, Send, Slot
@@ -76,6 +77,17 @@ def small_batch(requests: int = 60, templates: int = 4, seed: int = 3) -> BatchW
         user_tokens=(5, 30),
         max_tokens=(2, 6),
     )
+
+
+def with_a_bad_line(wl: BatchWorkload) -> bytes:
+    """The batch's file and one line more that fails validation (``max_tokens`` 0), ``bad-one``."""
+    bad = {
+        "custom_id": "bad-one",
+        "method": "POST",
+        "url": URL,
+        "body": {**wl.lines[0]["body"], "max_tokens": 0},
+    }
+    return wl.jsonl() + orjson.dumps(bad) + b"\n"
 
 
 def batch_policy(urls: list[str], tmp: Path, *, tenants: bool = False, **batch: Any) -> Policy:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import signal
@@ -22,11 +23,11 @@ from gateway.cli.advise import add_advise_command
 from gateway.cli.batch import add_batch_command
 from gateway.cli.quickstart import DiscoveryError, policy_from_flags
 from gateway.cli.usage import add_usage_command
-from gateway.observability.logs import configure_logging
+from gateway.observability.logs import ACCESS_LOG, configure_logging
 from gateway.process.preflight import check_files
 from gateway.process.process import PROCESS
 from gateway.process.reload import reload
-from gateway.process.workers import WORKER_ENV, supervise
+from gateway.process.workers import WORKER_ENV, parse_workers, supervise
 from gateway.server.app import serve
 
 log = logging.getLogger("prefix_gateway")
@@ -35,7 +36,7 @@ POLICY_NAMES = list(PolicyName.__args__)  # type: ignore[attr-defined]
 
 
 def run_async(main: Callable[[], Awaitable[int]]) -> int:
-    """Run on uvloop when it is installed (it is faster), else on asyncio's own loop."""
+    """Run on uvloop (a dependency everywhere but Windows; it is faster), else on asyncio's own loop."""
     try:
         import uvloop
 
@@ -69,6 +70,10 @@ async def serve_until_signal(
     SIGHUP reloads the policy file."""
     runner, url = await serve(policy, policy_path=policy_path, reuse_port=reuse_port, worker=worker)
     process = runner.app[PROCESS]
+    # What start-up built (modules, the policy, the simulator's and tokenizer's tables) lives as long as
+    # the process: out of the collector's generations, so an old-generation collection under load walks
+    # only what requests allocate (a pause every request in flight waits out).
+    gc.freeze()
     log.info("gateway listening", extra={"event": "listening", "url": url, "metrics": process.metrics_url})
     if on_started:
         on_started(url, process.metrics_url)
@@ -84,6 +89,7 @@ async def serve_until_signal(
     log.info("draining", extra={"event": "draining", "timeout_s": policy.server.drain_timeout_s})
     await runner.cleanup()
     log.info("stopped", extra={"event": "stopped"})
+    ACCESS_LOG.flush()
     return 0
 
 
@@ -180,6 +186,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     )
 
 
+def _workers_arg(value: str) -> int:
+    try:
+        return parse_workers(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a count of at least 1 or 'auto', got {value!r}") from None
+
+
 def worker_argv(argv: list[str]) -> list[str]:
     """The parent's ``serve`` arguments for one worker: without ``--workers``, with ``--reuse-port``."""
     out: list[str] = []
@@ -269,7 +282,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--metrics-port", type=int, help="port of the /metrics listener (server.metrics_port; -1: none)"
     )
     serve.add_argument(
-        "--workers", type=int, default=1, help="worker processes sharing the port (SO_REUSEPORT)"
+        "--workers",
+        type=_workers_arg,
+        default=1,
+        help="worker processes sharing the port (SO_REUSEPORT): a count, or auto (one per usable core)",
     )
     serve.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)
     serve.set_defaults(func=cmd_serve)

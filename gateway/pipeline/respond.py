@@ -91,9 +91,7 @@ async def close_stream(
     first."""
     await ctx.process.hooks.emit(Event.COMPLETED, ctx)
     tail = await encoder_of(ctx).end(ctx, done=done, error=error)
-    if tail:
-        await out.write(tail)
-    await out.write_eof()
+    await out.write_eof(tail or b"")  # the end and the last chunk of the body in one write
     return out
 
 

@@ -22,6 +22,7 @@ import subprocess
 import sys
 import time
 from collections import deque
+from pathlib import Path
 
 log = logging.getLogger("prefix_gateway")
 
@@ -30,6 +31,33 @@ POLL_S = 0.2
 WORKER_ENV = "PREFIX_GATEWAY_WORKER"  # a worker's index (``Process.worker``: its metrics listener is
 # server.metrics_port + index; worker 0 runs batches, and a worker restarted in its slot keeps its index,
 # so a batch of a dead worker 0 resumes there)
+
+
+def usable_cpus() -> int:
+    """The cores this process may use, for ``--workers auto``: the CPU affinity mask (taskset, a cpuset),
+    capped by a cgroup v2 CPU quota (``cpu.max``: a container's ``resources.limits.cpu``), rounded up;
+    at least 1. One worker per core: a worker is one event loop on one core."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        n = os.cpu_count() or 1
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        if quota != "max":
+            n = min(n, -(-int(quota) // int(period)))
+    except (OSError, ValueError):
+        pass
+    return max(1, n)
+
+
+def parse_workers(value: str) -> int:
+    """``--workers``: a count, or ``auto`` (one per usable core)."""
+    if value == "auto":
+        return usable_cpus()
+    n = int(value)
+    if n < 1:
+        raise ValueError("--workers must be at least 1")
+    return n
 
 
 def _die_with_parent() -> None:

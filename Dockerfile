@@ -10,8 +10,9 @@ ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 ARG BUILDER_IMAGE=${PYTHON_IMAGE}
 
 FROM ${BUILDER_IMAGE} AS builder
-# Optional extras of the package: hf (tokenizers, for `tokenizer.kind: hf`), otel (OpenTelemetry
-# export, for `tracing.enabled`): --build-arg EXTRAS=hf,otel. (uvloop is a dependency.)
+# Optional extras of the package: hf (tokenizers, for `tokenizer.kind: hf`), batch (the openai client,
+# for `prefix-gateway batch`), otel (OpenTelemetry export, for `tracing.enabled`):
+# --build-arg EXTRAS=hf,otel. (uvloop is a dependency.)
 ARG EXTRAS=
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \

@@ -117,10 +117,8 @@ def start_sim(
         )
         urls = [f"http://127.0.0.1:{p}" for p in ports]
         try:
-            for u in urls:
-                wait_http(u + "/health", proc=popen)
+            _wait_or_stop(Proc(popen, urls[0], workdir=workdir), [u + "/health" for u in urls])
         except RuntimeError:
-            Proc(popen, urls[0], workdir=workdir).stop()
             if attempt + 1 == attempts:
                 raise
             continue
@@ -145,8 +143,19 @@ def start_gateway(
         metrics_url = f"http://127.0.0.1:{metrics_port}"
     popen, workdir = _spawn([*head, *args], env, log_path, checkout)
     url = f"http://127.0.0.1:{port}"
-    wait_http(url + "/health", proc=popen)
-    return Proc(popen, url, metrics_url, workdir)
+    proc = Proc(popen, url, metrics_url, workdir)
+    _wait_or_stop(proc, [url + "/health"])
+    return proc
+
+
+def _wait_or_stop(proc: Proc, health_urls: list[str]) -> None:
+    """Wait for every url to answer; a process that does not come up is stopped, not left behind."""
+    try:
+        for u in health_urls:
+            wait_http(u, proc=proc.popen)
+    except BaseException:
+        proc.stop()
+        raise
 
 
 @contextmanager

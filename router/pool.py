@@ -4,8 +4,8 @@ The gateway calls ``route`` once per attempt and then ``release_prefill`` at the
 ``release`` at the end (success, error or cancel). Both releases are idempotent so that every exit path
 of the gateway can call them without double counting.
 
-A decision runs the filters of ``router.filters`` (health, the per-replica slot cap, the explicit pin)
-over the pool's replicas, then hashes the prompt and asks the policy to pick among what is left.
+A decision runs the filters of ``router.filters`` (health, the per-replica slot cap, a batch line's
+planned replica, the explicit pin) over the pool's replicas, then hashes the prompt and asks the policy to pick among what is left.
 """
 
 from __future__ import annotations
@@ -187,6 +187,8 @@ class PoolRouter:
         )
         replica.in_flight += 1
         replica.queued_prefill_tokens += decision.uncached_tokens
+        if request.placement is not None:  # a batch line's slot goes where the line goes
+            request.placement.move(replica.id)
         if hashes:
             # Speculative: the replica will hold this prefix once it has prefilled it.
             self.index.insert(replica.id, hashes, now, known=approx.get(replica.id, 0))

@@ -1,4 +1,4 @@
-"""``prefix-gateway`` command line: serve, check-config, sim, demo, usage, advise."""
+"""``prefix-gateway`` command line: serve, check-config, sim, demo, usage, advise, batch."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from config.loader import example_path
 from config.policy import ModelPoolConfig, Policy
 from config.routing import PolicyName
 from gateway.cli.advise import add_advise_command
+from gateway.cli.batch import add_batch_command
 from gateway.cli.quickstart import DiscoveryError, policy_from_flags
 from gateway.cli.usage import add_usage_command
 from gateway.observability.logs import ACCESS_LOG, configure_logging
@@ -299,6 +300,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_usage_command(sub)
     add_advise_command(sub)
+    add_batch_command(sub)
 
     demo = sub.add_parser("demo", help="gateway + 3 simulated replicas with the embedded local policy")
     demo.add_argument("--port", type=int, help="gateway port (default 8080)")

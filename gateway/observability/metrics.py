@@ -120,6 +120,10 @@ _SPECS: tuple[tuple[Any, ...], ...] = (
      "Entries removed by business events.", ()),
     ("semantic_similarity", Histogram, "semantic_similarity", "Cosine similarity of embedding-mode hits.",
      (), FRACTION_BUCKETS),
+    # -- offline batches: the store's count (set at each scrape); the runner's counters are read from its
+    # RunStats at each scrape (gateway/batch/metrics.py)
+    ("batches", Gauge, "batches", "Batches in the job store by status (every pod's: take the max across pods).",
+     ("status",)),
     # -- the layout advisor (set at each scrape from the advice document; cache/advisor/render.py)
     ("advice_saving_micros", Gauge, GAUGE_SAVING_MICROS.removeprefix(f"{NS}_"),
      "Estimated saving per day if the tenant changed its prompt layout as advised, in micro-units.",
@@ -180,6 +184,7 @@ class GatewayMetrics:
     advice_saving_micros: Gauge
     advice_saving_tokens: Gauge
     advice_findings: Gauge
+    batches: Gauge
 
     def __init__(self, registry: CollectorRegistry | None = None):
         self.registry = registry or CollectorRegistry()

@@ -7,7 +7,8 @@ count, never held whole); ``pin`` reads which replica holds the prefix's live ex
 entry (a routing hint for the router's pin filter). When the answer completes (the ``completed``
 hook): the replica's usage (or, for an aborted stream, what was generated) is priced by
 ``cache.billing.pricing.bill`` and written to the ledger, once per request, before the client sees
-the end of its answer. A client that goes away (``cancelled``) still gets its row, written in the
+the end of its answer. A batch line the fleet answered is priced the same way with source ``batch``, every
+amount times ``billing.batch_price_factor``; one the response cache answered is a cache hit like any other. A client that goes away (``cancelled``) still gets its row, written in the
 background.
 """
 
@@ -21,7 +22,14 @@ from typing import Any
 import xxhash
 
 from cache.billing.markers import MarkerError, TooManyMarkers, find_markers, strip_markers
-from cache.billing.pricing import ExplicitOutcome, RequestUsage, bill, explicit_eligible, usage_from_response
+from cache.billing.pricing import (
+    FULL_PRICE_BP,
+    ExplicitOutcome,
+    RequestUsage,
+    bill,
+    explicit_eligible,
+    usage_from_response,
+)
 from cache.store_redis import REDIS_ERRORS
 from gateway.errors import GatewayError
 from gateway.pipeline.context import RequestContext
@@ -133,17 +141,19 @@ async def settle(ctx: RequestContext) -> None:
         except REDIS_ERRORS:  # registry away: billed as implicit (never more than without markers)
             metrics = ctx.process.metrics
             metrics.child(metrics.redis_errors, "explicit", "lookup").inc()
+    batch = ctx.batch_id is not None and ctx.source == "upstream"  # a batch line the fleet answered
     item = bill(
         usage,
         ctx.state.prices[pool.name],
         rules,
         explicit,
-        ctx.source,
+        "batch" if batch else ctx.source,
         request_id=ctx.request_id,
         client_request_id=ctx.client_request_id,
         tenant=tenant.id,
         model=pool.name,
         ts_ms=int(time.time() * 1000),
+        price_factor_bp=ctx.state.policy.billing.batch_price_factor_bp if batch else FULL_PRICE_BP,
     )
     await metering.record(item)
     m = ctx.process.metrics

@@ -72,7 +72,7 @@ async def dispatch(ctx: RequestContext, payload: dict[str, Any], how: Relay) -> 
     retries = ctx.state.policy.retries
     body = upstream_body(payload, pool, ctx.tenant, ctx.adapter)
     headers = {"Content-Type": "application/json", "X-Request-Id": ctx.request_id}
-    headers.update((h, ctx.request.headers[h]) for h in TRACE_HEADERS if h in ctx.request.headers)
+    headers.update((h, ctx.headers[h]) for h in TRACE_HEADERS if h in ctx.headers)
     if parsed.stream:
         headers["Accept"] = "text/event-stream"
     route_req = RouteRequest(
@@ -80,8 +80,9 @@ async def dispatch(ctx: RequestContext, payload: dict[str, Any], how: Relay) -> 
         parsed.model,
         parsed.body,
         ctx.tenant.salt,
-        ctx.request.headers,
+        ctx.headers,
         ctx.pinned_replica,
+        ctx.placement,
         adapter=ctx.adapter,
         load_adapter=_adapter_path(ctx) is not None,
     )

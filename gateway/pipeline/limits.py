@@ -1,6 +1,7 @@
 """Per-tenant token buckets on the request path: requests/s, then prompt + n x max_tokens reserved from
 tokens/min before the call (429 with ``Retry-After`` beyond either); what the request did not use is
-refunded when it finishes (the ``finished`` hook), all of it when nothing was generated."""
+refunded when it finishes (the ``finished`` hook), all of it when nothing was generated. Lines of an
+offline batch do not draw on them (why: ``pipeline.handler``)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from gateway.pipeline.lifecycle import Event, Hooks
 
 async def admit(ctx: RequestContext) -> None:
     cache = ctx.state.cache
-    if cache is None:
+    if cache is None or ctx.batch_id is not None:
         return
     assert ctx.tenant is not None and ctx.parsed is not None and ctx.pool is not None
     limiter, metrics, tenant = cache.limiter, ctx.process.metrics, ctx.tenant

@@ -65,6 +65,7 @@ async def whole(
 
 
 async def open_stream(ctx: RequestContext, headers: Mapping[str, str]) -> web.StreamResponse:
+    assert ctx.request is not None, "only a request that came over HTTP streams"  # batch lines never do
     out = web.StreamResponse(status=200, headers={**headers, **SSE_HEADERS})
     await out.prepare(ctx.request)
     ctx.status = 200

@@ -18,6 +18,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from cache.advisor.render import GAUGE_FINDINGS, GAUGE_SAVING_MICROS, GAUGE_SAVING_TOKENS, gauge_values
 from cache.store_redis import REDIS_ERRORS
+from gateway.batch.objects import STATUSES
 
 if TYPE_CHECKING:
     from gateway.process.process import Process
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
 
 async def exposition(process: Process) -> web.Response:
     """The process's metrics, with the gauges read at scrape time (index sizes, explicit entries, the
-    semantic cache's stale entries, the advisor's savings)."""
+    semantic cache's stale entries, the advisor's savings, batches by status)."""
     metrics = process.metrics
     for pool in process.state.pools.values():
         for replica_id, blocks in pool.router.index.stats().per_replica.items():
@@ -43,6 +44,8 @@ async def exposition(process: Process) -> web.Response:
         metrics.semantic_stale.set(cache.semantic.store.stats.stale)
     if process.advisor.cfg.enabled:
         set_advice_gauges(process)
+    if process.batch is not None:
+        await set_batch_gauges(process)
     return web.Response(body=generate_latest(metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
@@ -59,6 +62,21 @@ def set_advice_gauges(process: Process) -> None:
     ):
         for (tenant, kind), value in values[name].items():
             metrics.child(gauge, tenant, kind).set(value)
+
+
+async def set_batch_gauges(process: Process) -> None:
+    """Batches per status, from the job store (every pod's batches: take the max across pods, not the
+    sum); a status no batch has any more drops to 0. The runner's own counters are a collector
+    (``gateway.batch.metrics``)."""
+    assert process.batch is not None
+    metrics = process.metrics
+    try:
+        counts = await process.batch.store.count_by_status()
+    except Exception:  # the store is unreachable: /metrics still answers, the gauges keep their values
+        metrics.child(metrics.redis_errors, "batch", "count").inc()
+        return
+    for status in STATUSES:
+        metrics.child(metrics.batches, status).set(counts.get(status, 0))
 
 
 async def open_listener(process: Process, host: str, port: int) -> tuple[web.AppRunner, str]:

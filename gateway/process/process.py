@@ -5,12 +5,15 @@ hooks, the fleet's health (breakers, active verdicts, drains), the Redis client 
 policy names Redis, behind one deadline and breaker: ``cache.redis_guard``), the billing ledger,
 OpenTelemetry's tracer provider (when the policy turns tracing on), admission, the layout advisor's
 sketches, the background tasks (health checks, load scrape, LoRA adapters, discovery, the policy file
-watch, KV events), LoRA adapter loads in flight, the draining flag, the operator's file policy, and
-the current ``State``: the policy-derived part, which a reload swaps (``swap``).
+watch, KV events), LoRA adapter loads in flight, the offline batches (``batch.enabled``: their job store,
+file store and service, whose loop runs them), the draining flag, the operator's file policy, and the
+current ``State``: the policy-derived part, which a reload swaps (``swap``).
 
 ``open`` and ``close`` run from the app's cleanup context (aiohttp ``cleanup_ctx``): every resource
 is registered on an exit stack as it is opened, so ``close`` closes them in reverse order, each once,
-whatever failed.
+whatever failed. Batches are opened last and stopped first: their lines use the request path (the
+upstream session, the ledger), and ``stop_batches`` also runs when the drain begins, so another pod (or
+this one's restart) can take their leases over at once.
 """
 
 from __future__ import annotations
@@ -29,6 +32,11 @@ from cache.advisor.advisor import Advisor
 from cache.redis_guard import BreakerState, RedisGuard
 from cache.store_redis import connect
 from config.policy import Policy
+from gateway.batch.bridge import PoolFleet, request_path
+from gateway.batch.files import FileStore
+from gateway.batch.metrics import BatchCollector
+from gateway.batch.service import BatchService
+from gateway.batch.store import open_store
 from gateway.fleet import probes, scrape
 from gateway.fleet.adapters import AdapterLoader, adapters_loop
 from gateway.fleet.discovery import start_discovery
@@ -67,6 +75,7 @@ class Process:
     advisor: Advisor = field(init=False)
     redis: aioredis.Redis | None = None
     metering: Metering | None = None
+    batch: BatchService | None = None  # batch.enabled: the Files and Batches API and the runs
     state: State = field(init=False)
     draining: bool = False
     server: web.Server | None = None  # the HTTP server (connection counts for /admin/debug)
@@ -83,6 +92,7 @@ class Process:
     # session closes: e.g. flushing something. Exceptions are logged.
     shutdown_hooks: list[ShutdownHook] = field(default_factory=list)
     _retired: list[tuple[asyncio.Task[Any], Callable[[], Awaitable[Any]]]] = field(default_factory=list)
+    _batch_loop: asyncio.Task[None] | None = None
     _stack: contextlib.AsyncExitStack = field(default_factory=contextlib.AsyncExitStack)
 
     def __post_init__(self) -> None:
@@ -130,6 +140,38 @@ class Process:
             port = server.metrics_port + self.worker if server.metrics_port else 0
             runner, self.metrics_url = await open_listener(self, server.metrics_host or server.host, port)
             stack.push_async_callback(runner.cleanup)
+        if policy.batch.enabled:
+            await self._open_batches(policy)
+
+    async def _open_batches(self, policy: Policy) -> None:
+        cfg, stack = policy.batch, self._stack
+        store = await open_store(cfg, self.redis, policy.redis.key_prefix)
+        stack.push_async_callback(store.close)
+        fleet = PoolFleet(self)
+        self.batch = BatchService(
+            cfg,
+            store=store,
+            files=FileStore(cfg.dir, cfg.limits),
+            fleet=fleet,
+            send=request_path(self),
+            load=fleet.waiting,
+            max_line_bytes=policy.limits.max_body_bytes,
+        )
+        collector = BatchCollector(self.batch)
+        self.metrics.registry.register(collector)
+        stack.callback(self.metrics.registry.unregister, collector)
+        if self.worker == 0:  # one slot pool for each replica's batch share (see workers)
+            self._batch_loop = asyncio.ensure_future(self.batch.run())
+        stack.push_async_callback(self.stop_batches)
+
+    async def stop_batches(self) -> None:
+        """Stop running batches (lines in flight cut off, leases released); the API still answers.
+        Idempotent: runs when the drain begins and again at close."""
+        if self.batch is None:
+            return
+        await self.batch.close()
+        if self._batch_loop is not None:
+            await self._batch_loop
 
     async def close(self) -> None:
         await self._stack.aclose()

@@ -7,7 +7,9 @@ cannot start at all must not loop). It exits 0 when every worker exited 0 after 
 
 The kernel spreads new connections over the listening workers. State per worker: in-flight counts,
 prefix index, breakers, admission; shared through Redis (when configured): response cache, coalescing,
-buckets, billing ledger. See docs/operations.md.
+buckets, billing ledger. Every worker serves the Files and Batches API (one job store on the host, or
+Redis); only worker 0 runs batches, so one slot pool holds each replica's batch share (``Process.worker``).
+See docs/operations.md.
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ log = logging.getLogger("prefix_gateway")
 
 MAX_RESTARTS = 5  # per worker slot, per minute
 POLL_S = 0.2
-WORKER_ENV = "PREFIX_GATEWAY_WORKER"  # a worker's index (its metrics listener: server.metrics_port + index)
+WORKER_ENV = "PREFIX_GATEWAY_WORKER"  # a worker's index (``Process.worker``: its metrics listener is
+# server.metrics_port + index; worker 0 runs batches, and a worker restarted in its slot keeps its index,
+# so a batch of a dead worker 0 resumes there)
 
 
 def usable_cpus() -> int:

@@ -1,7 +1,8 @@
 """The HTTP surface: one table of every public endpoint, and the handlers that are not the pipeline.
 
 Inference endpoints come from ``gateway.pipeline.parse.ENDPOINTS`` (the one list of them: their
-paths, what they validate, where they are proxied) and run ``gateway.pipeline.handler.handle``.
+paths, what they validate, where they are proxied) and run ``gateway.pipeline.handler.handle``; the
+Files and Batches API is ``gateway.server.batch_api``.
 
 Public endpoints echo no configuration: ``/v1/models`` lists the model names of the operator's policy
 file (``Process.file_policy``; never a name that only an uploaded policy brought), ``/ready`` says
@@ -25,6 +26,7 @@ from gateway.pipeline.protocols import FRONTENDS, FrontEnd
 from gateway.pipeline.protocols import responses as responses_api
 from gateway.process.exposition import exposition
 from gateway.process.process import PROCESS, Process
+from gateway.server.batch_api import add_batch_routes
 
 INFERENCE_PATHS = frozenset(e.path for e in ENDPOINTS.values())
 FRONTEND_BY_PATH: dict[str, FrontEnd] = {e.path: FRONTENDS[e.frontend] for e in ENDPOINTS.values()}
@@ -124,3 +126,4 @@ def add_public_routes(app: web.Application, process: Process) -> None:
     app.router.add_get("/health", health)
     app.router.add_get("/ready", ready)
     app.router.add_get("/metrics", protected(metrics_endpoint))
+    add_batch_routes(app)

@@ -141,14 +141,14 @@ async def run_upstream(kind: str, scenarios: list[Scenario], args: argparse.Name
                     for name, proc in targets:
                         r, cpu = await measure(proc.url + "/v1/chat/completions", proc.pid, n, sc)
                         tallies[name].add(r, cpu)
-                new = scenario_rows(sc, n, tallies)
+                new = scenario_rows(sc, tallies)
                 rows += new
                 for row in new:
                     print(row, flush=True)
     return rows
 
 
-def scenario_rows(sc: Scenario, n: int, tallies: dict[str, Tally]) -> list[list[str]]:
+def scenario_rows(sc: Scenario, tallies: dict[str, Tally]) -> list[list[str]]:
     direct = tallies["direct"]
     assert direct.best is not None
     rows = []

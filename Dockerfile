@@ -5,11 +5,15 @@
 # The policy must listen on 0.0.0.0 (server.host) inside a container.
 # Pin the base by digest in your registry mirror for reproducible builds (PYTHON_IMAGE=python:3.11-slim@sha256:...).
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+# The builder stage needs pip; the final stage does not (python:*-slim has it, a bare Debian base does
+# not: scripts/build_image.sh passes one with python3-pip here and one without as PYTHON_IMAGE).
+ARG BUILDER_IMAGE=${PYTHON_IMAGE}
 
-FROM ${PYTHON_IMAGE} AS builder
-# Optional extras of the package: fast (uvloop), hf (tokenizers, for `tokenizer.kind: hf`), otel
-# (OpenTelemetry export, for `tracing.enabled`): --build-arg EXTRAS=fast,otel.
-ARG EXTRAS=fast
+FROM ${BUILDER_IMAGE} AS builder
+# Optional extras of the package: hf (tokenizers, for `tokenizer.kind: hf`), batch (the openai client,
+# for `prefix-gateway batch`), otel (OpenTelemetry export, for `tracing.enabled`):
+# --build-arg EXTRAS=hf,otel. (uvloop is a dependency.)
+ARG EXTRAS=
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_ROOT_USER_ACTION=ignore
@@ -22,7 +26,7 @@ COPY router ./router
 COPY cache ./cache
 COPY config ./config
 COPY bench ./bench
-RUN pip --python /opt/venv/bin/python install --no-compile ".[${EXTRAS}]" \
+RUN pip --python /opt/venv/bin/python install --no-compile ".${EXTRAS:+[$EXTRAS]}" \
     && /opt/venv/bin/python -m compileall -q /opt/venv/lib \
     && /opt/venv/bin/prefix-gateway --help > /dev/null
 

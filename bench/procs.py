@@ -1,17 +1,24 @@
 """Start the simulator and the gateway as separate processes on loopback, for benchmarks and tests
-that need real process boundaries (CPU accounting, two gateway processes, kill -9)."""
+that need real process boundaries (CPU accounting, two gateway processes, kill -9).
+
+Each process runs in a working directory of its own, removed when it stops: whatever a policy names
+relative to the working directory (the quick start's ``var/ledger.db``) never lands in the checkout,
+and two gateways never share it."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 
@@ -45,6 +52,8 @@ def free_ports(n: int) -> list[int]:
 class Proc:
     popen: subprocess.Popen[bytes]
     url: str
+    metrics_url: str | None = None  # a gateway's /metrics listener
+    workdir: str | None = None  # its working directory, removed at stop
 
     @property
     def pid(self) -> int:
@@ -58,6 +67,8 @@ class Proc:
             except subprocess.TimeoutExpired:
                 self.popen.kill()
                 self.popen.wait(5)
+        if self.workdir is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
         return self.popen.returncode
 
 
@@ -77,20 +88,21 @@ def wait_http(url: str, timeout: float = 20.0, proc: subprocess.Popen[bytes] | N
 
 def _spawn(
     args: list[str], env: dict[str, str] | None, log_path: str | None, checkout: str | None = None
-) -> subprocess.Popen[bytes]:
-    """``python -m gateway ARGS``; ``checkout``: run another checkout's code (a worktree of an earlier
-    commit, for before/after comparisons in one run)."""
+) -> tuple[subprocess.Popen[bytes], str]:
+    """``python -m gateway ARGS`` in a fresh working directory (returned); ``checkout``: run another
+    checkout's code (a worktree of an earlier commit, for before/after comparisons in one run)."""
     out = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115 - owned by the child
     env = {**os.environ, **(env or {})}
-    if checkout is not None:
-        env["PYTHONPATH"] = checkout
-    return subprocess.Popen(
+    env["PYTHONPATH"] = checkout or str(Path(__file__).resolve().parents[1])
+    workdir = tempfile.mkdtemp(prefix="pgw-proc-")
+    popen = subprocess.Popen(
         [sys.executable, "-m", "gateway", *args],
         stdout=out,
         stderr=subprocess.STDOUT if log_path else subprocess.DEVNULL,
         env=env,
-        cwd=checkout,
+        cwd=workdir,
     )
+    return popen, workdir
 
 
 def start_sim(
@@ -100,19 +112,17 @@ def start_sim(
     between the check and the bind (the machine is shared): then it starts again on new ports."""
     for attempt in range(attempts):
         ports = free_ports(replicas)
-        popen = _spawn(
+        popen, workdir = _spawn(
             ["sim", "--replicas", str(replicas), "--base-port", str(ports[0]), *(extra or [])], None, log_path
         )
         urls = [f"http://127.0.0.1:{p}" for p in ports]
         try:
-            for u in urls:
-                wait_http(u + "/health", proc=popen)
+            _wait_or_stop(Proc(popen, urls[0], workdir=workdir), [u + "/health" for u in urls])
         except RuntimeError:
-            Proc(popen, urls[0]).stop()
             if attempt + 1 == attempts:
                 raise
             continue
-        return Proc(popen, urls[0]), urls
+        return Proc(popen, urls[0], workdir=workdir), urls
     raise AssertionError("not reached")
 
 
@@ -125,10 +135,27 @@ def start_gateway(
     checkout: str | None = None,
 ) -> Proc:
     port = port or free_port()
-    popen = _spawn(["serve", "--host", "127.0.0.1", "--port", str(port), *args], env, log_path, checkout)
+    head = ["serve", "--host", "127.0.0.1", "--port", str(port)]
+    metrics_url = None
+    if checkout is None or Path(checkout, "gateway", "process", "exposition.py").exists():
+        metrics_port = free_port()
+        head += ["--metrics-port", str(metrics_port)]
+        metrics_url = f"http://127.0.0.1:{metrics_port}"
+    popen, workdir = _spawn([*head, *args], env, log_path, checkout)
     url = f"http://127.0.0.1:{port}"
-    wait_http(url + "/health", proc=popen)
-    return Proc(popen, url)
+    proc = Proc(popen, url, metrics_url, workdir)
+    _wait_or_stop(proc, [url + "/health"])
+    return proc
+
+
+def _wait_or_stop(proc: Proc, health_urls: list[str]) -> None:
+    """Wait for every url to answer; a process that does not come up is stopped, not left behind."""
+    try:
+        for u in health_urls:
+            wait_http(u, proc=proc.popen)
+    except BaseException:
+        proc.stop()
+        raise
 
 
 @contextmanager

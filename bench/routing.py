@@ -423,7 +423,7 @@ async def start_router(
 ) -> tuple[list[Proc], list[str]]:
     """The router processes in front of ``urls``: a peer, the gateway with a policy, or a fleet of
     gateway processes (``FLEETS``). Returns the processes (the client spreads requests over their
-    URLs) and the URLs of their metrics."""
+    URLs) and the URLs of their metrics (a gateway's metrics listener)."""
     log = str(workdir / f"{tag}.log")
     if router in PEERS:
         peer = await asyncio.to_thread(start_peer, PEERS[router], urls, log)
@@ -444,8 +444,8 @@ async def start_router(
         await asyncio.to_thread(start_gateway, args, env=env, log_path=f"{log}.{k}", port=free_port())
         for k in range(count)
     ]
-    # --workers N: each scrape of /metrics reaches one worker; its counters are that worker's only.
-    return procs, [p.url + "/metrics" for p in procs]
+    # --workers N: the metrics listener is worker 0's; its counters are that worker's only.
+    return procs, [(p.metrics_url or p.url) + "/metrics" for p in procs]
 
 
 async def run_one(

@@ -23,7 +23,9 @@ Usage by the gateway (after a cache miss for ``key``)::
   woken by a pub/sub message on ``{prefix}:fill:{key}`` (with polling and backoff as a fallback), and
   fails with ``FlightFailed`` on timeout, when the leader reports failure, or when the lease vanishes
   without an entry. Local requests of that pod follow the pod's waiter, so a pod waits once per key.
-* Redis failures fail open: the pod leads locally (``flight.degraded`` is True).
+* Redis failures fail open: the pod leads locally (``flight.degraded`` is True). A lease whose
+  release failed (Redis away when the leader finished) is released again in the background until
+  it expires, so other requests of that key do not wait out the lease once Redis answers again.
 
 Chunks published by a leader should be the parsed upstream chunks before any per-request rewriting
 (PII unmasking), so that each follower can apply its own.
@@ -297,6 +299,21 @@ class Coalescer:
             await self.redis.publish(self.channel(key), _MSG_OK if ok else _MSG_FAIL)
         except REDIS_ERRORS as exc:
             self._failed("release", exc)
+            self._spawn(self._release_later(key, token))
+
+    async def _release_later(self, key: str, token: bytes) -> None:
+        """Retry a failed release until it goes through or the lease would have expired anyway."""
+        assert self.redis is not None
+        deadline = time.monotonic() + self.lease_ms / 1000
+        delay = 0.1
+        while time.monotonic() + delay < deadline:
+            await asyncio.sleep(delay)
+            try:
+                await self._release(keys=[self.lease_key(key)], args=[token])
+                await self.redis.publish(self.channel(key), _MSG_FAIL)  # no entry was stored: go upstream
+                return
+            except REDIS_ERRORS:
+                delay = min(delay * 2, 2.0)
 
     async def _renew_loop(self, flight: Flight) -> None:
         assert self.redis is not None and flight._lease_token is not None

@@ -63,6 +63,15 @@ def storable(response: Mapping[str, Any]) -> tuple[bool, str]:
     return True, "ok"
 
 
+def aborted(response: Mapping[str, Any]) -> bool:
+    """A choice ended with ``finish_reason: "abort"``: vLLM's word for a request its engine gave up
+    (the engine died, or the request was cancelled inside it). The answer is incomplete."""
+    choices = response.get("choices")
+    return isinstance(choices, list) and any(
+        isinstance(c, Mapping) and c.get("finish_reason") == "abort" for c in choices
+    )
+
+
 def make_entry(response: dict[str, Any], *, source: str = "upstream", now: float | None = None) -> Entry:
     """An entry for ``response``; usage token counts go into the metadata (billing of hits)."""
     meta: dict[str, Any] = {"source": source}

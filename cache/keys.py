@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -92,12 +92,15 @@ def _norm_content(content: Any) -> Any:
 
 
 def _norm_messages(messages: Any) -> Any:
+    """Messages with a normalised content; a message whose content needs no change is not copied."""
     if not isinstance(messages, list):
         return messages
     out = []
     for m in messages:
         if isinstance(m, dict) and "content" in m:
-            m = {**m, "content": _norm_content(m["content"])}
+            content = _norm_content(m["content"])
+            if content is not m["content"]:
+                m = {**m, "content": content}
         out.append(m)
     return out
 
@@ -141,10 +144,33 @@ def canonical_json(endpoint: str, body: Mapping[str, Any]) -> bytes:
             raise CanonicalError("request body is not JSON-serialisable") from exc
 
 
+def _feed_canonical(update: Callable[[bytes], None], endpoint: str, body: Mapping[str, Any]) -> None:
+    """``canonical_json``'s bytes, fed to ``update`` field by field and message by message (the same
+    bytes: orjson's compact form with sorted keys), so a large request is never serialised whole."""
+    canon = canonical_request(endpoint, body)
+    update(b'{"endpoint":' + orjson.dumps(endpoint.strip().rstrip("/")) + b',"request":{')
+    for i, name in enumerate(sorted(canon)):
+        value = canon[name]
+        update((b"," if i else b"") + orjson.dumps(name) + b":")
+        if isinstance(value, list):
+            update(b"[")
+            for j, item in enumerate(value):
+                update((b"," if j else b"") + orjson.dumps(item, option=orjson.OPT_SORT_KEYS))
+            update(b"]")
+        else:
+            update(orjson.dumps(value, option=orjson.OPT_SORT_KEYS))
+    update(b"}}")
+
+
 def cache_key(endpoint: str, body: Mapping[str, Any], salt: bytes | str) -> str:
-    """``v1:<tenant tag>:<hmac hex>`` for this request and tenant salt."""
-    digest = hmac.new(_salt_bytes(salt), canonical_json(endpoint, body), hashlib.sha256).hexdigest()
-    return f"{KEY_VERSION}:{tenant_tag(salt)}:{digest}"
+    """``v1:<tenant tag>:<hmac hex>`` for this request and tenant salt: the HMAC of
+    ``canonical_json``, computed incrementally."""
+    mac = hmac.new(_salt_bytes(salt), digestmod=hashlib.sha256)
+    try:
+        _feed_canonical(mac.update, endpoint, body)
+    except TypeError:  # beyond orjson (integers over 64 bits): the stdlib form, whole
+        mac = hmac.new(_salt_bytes(salt), canonical_json(endpoint, body), hashlib.sha256)
+    return f"{KEY_VERSION}:{tenant_tag(salt)}:{mac.hexdigest()}"
 
 
 def is_cacheable(body: Mapping[str, Any], rule: Rule = "deterministic") -> tuple[bool, str]:

@@ -37,6 +37,11 @@ class SSEParser:
         self._data: list[bytes] = []
         self._event_bytes = 0
 
+    @property
+    def idle(self) -> bool:
+        """No partial line or event is held: the next bytes start a new event."""
+        return not self._buf and not self._data
+
     def feed(self, chunk: bytes) -> list[str]:
         self._buf += chunk
         events: list[str] = []

@@ -6,7 +6,7 @@ same slot as its entry. Values are ``Entry.to_bytes()`` (orjson); TTL is Redis' 
 
 Every call fails open: an unreachable or slow Redis is a miss (get), "not stored" (set) or a no-op,
 counted in ``stats.errors`` and reported to ``on_error``. redis-py reconnects by itself on the next
-call once the server is back.
+call once the server is back. How long "slow" may be is the client's (``cache.redis_guard``).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
 from cache.entry import Entry, EntryError
+from cache.redis_guard import GuardedRedis, RedisGuard
 from cache.store import ErrorHook, StoreStats, encode_entry
 
 #: What a Redis call may raise when the server is away or slow.
@@ -27,12 +28,16 @@ REDIS_ERRORS: tuple[type[BaseException], ...] = (RedisError, OSError, asyncio.Ti
 _MAX_SCAN_ROUNDS = 100_000
 
 
-def connect(url: str, socket_timeout_s: float = 0.5, max_connections: int = 64) -> aioredis.Redis:
-    """A client that fails fast (one immediate retry, for a connection dropped by a server restart).
+def connect(
+    url: str, socket_timeout_s: float = 0.5, max_connections: int = 64, guard: RedisGuard | None = None
+) -> aioredis.Redis:
+    """A client that fails fast (one immediate retry, for a connection dropped by a server restart),
+    every call within ``guard``'s deadline and breaker (``cache.redis_guard``; default settings when
+    not given).
 
     The pool is bounded and blocking: a burst of a thousand requests queues for ``max_connections``
-    connections (waiting up to a few socket timeouts) instead of opening a thousand sockets and timing
-    out on their handshakes, which would turn a stampede into cache misses.
+    connections instead of opening a thousand sockets and timing out on their handshakes, which would
+    turn a stampede into cache misses; the wait counts in each call's deadline.
     """
     pool = aioredis.BlockingConnectionPool.from_url(
         url,
@@ -43,7 +48,8 @@ def connect(url: str, socket_timeout_s: float = 0.5, max_connections: int = 64) 
         retry=Retry(NoBackoff(), 1),
         decode_responses=False,
     )
-    return aioredis.Redis.from_pool(pool)  # the client owns the pool: aclose() closes its connections
+    # The client owns the pool: aclose() closes its connections (and stops the guard's probe).
+    return GuardedRedis.owning(pool, guard or RedisGuard())
 
 
 def entry_key(prefix: str, key: str) -> str:

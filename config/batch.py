@@ -14,15 +14,15 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-_WINDOW = re.compile(r"^([1-9][0-9]{0,4})([mhd])$")
-_WINDOW_UNIT_S = {"m": 60, "h": 3600, "d": 86_400}
+_WINDOW = re.compile(r"^([1-9][0-9]{0,4})([smhd])$")
+_WINDOW_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86_400}
 
 
 def window_seconds(window: str) -> int:
-    """Seconds of a completion window written ``<n>m``, ``<n>h`` or ``<n>d`` (``24h`` → 86400)."""
+    """Seconds of a completion window written ``<n>s``, ``<n>m``, ``<n>h`` or ``<n>d`` (``24h`` → 86400)."""
     m = _WINDOW.match(window)
     if m is None:
-        raise ValueError(f"completion window must look like 24h, 90m or 7d, got {window!r}")
+        raise ValueError(f"completion window must look like 24h, 90m, 7d or 30s, got {window!r}")
     return int(m.group(1)) * _WINDOW_UNIT_S[m.group(2)]
 
 
@@ -113,7 +113,7 @@ class BatchConfig(_Strict):
     completion_windows: list[str] = Field(
         default_factory=lambda: ["24h"],
         min_length=1,
-        description="completion_window values a batch may ask for",
+        description="completion_window values a batch may ask for (OpenAI accepts only 24h)",
     )
     share: float = Field(
         0.5, gt=0, le=1, description="share of each replica's slots batch requests may hold at once"

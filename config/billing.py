@@ -93,7 +93,8 @@ class LedgerConfig(_Strict):
     kind: Literal["sqlite", "redis"] = "sqlite"
     path: str = Field(
         "var/ledger.db",
-        description="SQLite file (parent directory created); ':memory:' keeps nothing across restarts",
+        description="SQLite file, relative to the policy file's directory (parent created); ':memory:' "
+        "keeps nothing across restarts",
     )
     synchronous: Literal["full", "normal"] = Field(
         "normal",

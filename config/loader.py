@@ -2,6 +2,12 @@
 
 An error names the file, the path inside it (``models[0].replicas[2].url``) and what was expected, so an
 operator can fix a policy without reading our source.
+
+Files a policy names (a tokenizer, a chat template, the SQLite ledger) are resolved against the
+policy file's own directory when relative (``base_dir``), so every command that reads one policy
+(``serve``, ``usage``, ``check-config``), from whatever working directory, means the same files.
+A policy from elsewhere (an upload to ``POST /admin/reload``) expands only the environment variables
+its caller passes (``env``): the file policy's ``admin.upload_env``.
 """
 
 from __future__ import annotations
@@ -34,8 +40,11 @@ class PolicyError(Exception):
         return "\n".join(lines)
 
 
-def expand_env(value: Any, env: Mapping[str, str], source: str, path: str = "") -> Any:
-    """Replace ``${NAME}`` and ``${NAME:-default}`` in every string of a parsed YAML tree."""
+def expand_env(
+    value: Any, env: Mapping[str, str], source: str, path: str = "", unset: str = "is not set"
+) -> Any:
+    """Replace ``${NAME}`` and ``${NAME:-default}`` in every string of a parsed YAML tree; a name not
+    in ``env`` takes its default, else is an error (``unset`` says why it is missing)."""
     if isinstance(value, str):
 
         def sub(m: re.Match[str]) -> str:
@@ -45,15 +54,42 @@ def expand_env(value: Any, env: Mapping[str, str], source: str, path: str = "") 
             if default is not None:
                 return default
             raise PolicyError(
-                source, [(path, f"environment variable {name} is not set (referenced as ${{{name}}})")]
+                source, [(path, f"environment variable {name} {unset} (referenced as ${{{name}}})")]
             )
 
         return _ENV_REF.sub(sub, value)
     if isinstance(value, dict):
-        return {k: expand_env(v, env, source, _join(path, k)) for k, v in value.items()}
+        return {k: expand_env(v, env, source, _join(path, k), unset) for k, v in value.items()}
     if isinstance(value, list):
-        return [expand_env(v, env, source, f"{path}[{i}]") for i, v in enumerate(value)]
+        return [expand_env(v, env, source, f"{path}[{i}]", unset) for i, v in enumerate(value)]
     return value
+
+
+def _resolved(path: str | None, base_dir: Path) -> str | None:
+    if path is None or path == ":memory:" or Path(path).is_absolute():
+        return path
+    return str(base_dir / path)
+
+
+def resolve_paths(policy: Policy, base_dir: str | os.PathLike[str]) -> Policy:
+    """The policy with its relative file paths (tokenizer, chat template, SQLite ledger, the batch
+    files and job store) made absolute against ``base_dir``."""
+    base = Path(base_dir).absolute()
+    models = []
+    for m in policy.models:
+        r = m.routing
+        tokenizer = r.tokenizer.model_copy(update={"path": _resolved(r.tokenizer.path, base)})
+        routing = r.model_copy(
+            update={"tokenizer": tokenizer, "chat_template": _resolved(r.chat_template, base)}
+        )
+        models.append(m.model_copy(update={"routing": routing}))
+    ledger = policy.billing.ledger.model_copy(update={"path": _resolved(policy.billing.ledger.path, base)})
+    billing = policy.billing.model_copy(update={"ledger": ledger})
+    b = policy.batch
+    batch = b.model_copy(
+        update={"dir": _resolved(b.dir, base), "sqlite_path": _resolved(b.sqlite_path, base)}
+    )
+    return policy.model_copy(update={"models": models, "billing": billing, "batch": batch})
 
 
 def _join(path: str, key: Any) -> str:
@@ -85,8 +121,19 @@ def _explain(err: dict[str, Any]) -> str:
     return msg
 
 
-def parse_policy(text: str, source: str = "<policy>", env: Mapping[str, str] | None = None) -> Policy:
-    """Parse policy YAML text into a validated ``Policy``; raise ``PolicyError`` otherwise."""
+def parse_policy(
+    text: str,
+    source: str = "<policy>",
+    env: Mapping[str, str] | None = None,
+    *,
+    base_dir: str | os.PathLike[str] | None = None,
+    unset: str = "is not set",
+) -> Policy:
+    """Parse policy YAML text into a validated ``Policy``; raise ``PolicyError`` otherwise.
+
+    ``env``: the variables ``${...}`` may name (default: the process environment; ``unset`` explains a
+    name that is not there). ``base_dir``: what relative file paths are relative to (default: as given,
+    i.e. the working directory)."""
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -97,12 +144,13 @@ def parse_policy(text: str, source: str = "<policy>", env: Mapping[str, str] | N
         raw = {}
     if not isinstance(raw, dict):
         raise PolicyError(source, [("", f"expected a mapping at the top level, got {type(raw).__name__}")])
-    raw = expand_env(raw, os.environ if env is None else env, source)
+    raw = expand_env(raw, os.environ if env is None else env, source, unset=unset)
     try:
-        return Policy.model_validate(raw)
+        policy = Policy.model_validate(raw)
     except ValidationError as exc:
         problems = [(_loc_to_path(e["loc"]), _explain(e)) for e in exc.errors()]
         raise PolicyError(source, problems) from None
+    return policy if base_dir is None else resolve_paths(policy, base_dir)
 
 
 def load_policy(path: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> Policy:
@@ -113,7 +161,7 @@ def load_policy(path: str | os.PathLike[str], env: Mapping[str, str] | None = No
         raise PolicyError(str(p), [("", f"cannot read file: {exc.strerror or exc}")]) from None
     except UnicodeDecodeError:
         raise PolicyError(str(p), [("", "file is not UTF-8 text")]) from None
-    return parse_policy(text, str(p), env)
+    return parse_policy(text, str(p), env, base_dir=p.absolute().parent)
 
 
 EXAMPLES_DIR = Path(__file__).parent / "examples"

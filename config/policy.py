@@ -37,13 +37,31 @@ class ServerConfig(_Strict):
     keepalive_timeout_s: float = Field(
         75.0, gt=0, description="an idle keep-alive client connection is closed after this"
     )
+    metrics_port: int | None = Field(
+        29000,
+        ge=0,
+        le=65535,
+        description="port of the separate /metrics listener (worker i of --workers listens on this + i; "
+        "0: any free port; null: none). The serving port answers /metrics only with the admin token",
+    )
+    metrics_host: str | None = Field(None, description="address of the /metrics listener (null: server.host)")
 
 
 class LimitsConfig(_Strict):
     max_body_bytes: int = Field(16 * 1024 * 1024, ge=1024, description="larger request bodies get 413")
     max_header_bytes: int = Field(16 * 1024, ge=1024, description="longest request line / header field")
+    max_headers: int = Field(128, ge=16, le=4096, description="header fields in one request, else 431")
     max_prompt_chars: int = Field(
         4 * 1024 * 1024, ge=1, description="longest rendered prompt (characters) accepted, else 400"
+    )
+    max_messages: int = Field(
+        2048,
+        ge=1,
+        le=1_000_000,
+        description="messages (or input items) of one request, OpenAI's own limit, else 400",
+    )
+    max_n: int = Field(
+        128, ge=1, le=100_000, description="n and best_of: sequences one request asks for, else 400"
     )
     header_timeout_s: float = Field(
         10.0, gt=0, description="from a request's first byte to the end of its headers, else cut off"
@@ -214,6 +232,11 @@ class TenancyConfig(_Strict):
 
     @model_validator(mode="after")
     def _unique(self) -> TenancyConfig:
+        if self.trusted_header and not self.trusted_proxies:
+            raise ValueError(
+                f"trusted_header {self.trusted_header!r} needs trusted_proxies (the addresses allowed to set "
+                "it); without them the header is never honoured"
+            )
         ids = [t.id for t in self.tenants]
         if len(ids) != len(set(ids)):
             raise ValueError("tenant ids must be unique")
@@ -227,13 +250,35 @@ class AdminConfig(_Strict):
     """``/admin/*`` answers 404 unless the variable named here holds a token (sent as a bearer token)."""
 
     token_env: str = Field("PREFIX_GATEWAY_ADMIN_TOKEN", description="variable holding the admin token")
+    upload_env: list[str] = Field(
+        default_factory=list,
+        description="environment variables a policy uploaded to POST /admin/reload may reference as "
+        "${NAME} (read from the policy file; an upload never expands any other)",
+    )
 
 
 class RedisConfig(_Strict):
     url: str | None = Field(None, description="redis://host:port/db; None keeps all state in memory")
     key_prefix: str = Field("pgw", description="prefix of every Redis key the gateway writes")
-    socket_timeout_s: float = Field(0.5, gt=0, description="a slower Redis call counts as failed")
+    socket_timeout_s: float = Field(
+        0.5, gt=0, description="socket connect/read timeout of a connection (off the request path: reports)"
+    )
     max_connections: int = Field(64, ge=1, le=10_000, description="Redis connections per gateway process")
+    op_timeout_ms: int = Field(
+        100, ge=1, le=60_000, description="deadline of every Redis command and script, pool wait included"
+    )
+    breaker_failures: int = Field(
+        3,
+        ge=1,
+        le=1000,
+        description="failed calls in a row that open the breaker: then every call fails at once",
+    )
+    probe_interval_ms: int = Field(
+        500,
+        ge=10,
+        le=60_000,
+        description="while open, a background PING this often; the first answer closes it",
+    )
 
 
 class Policy(_Strict):

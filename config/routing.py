@@ -20,7 +20,9 @@ class TokenizerConfig(BaseModel):
 
     kind: Literal["approx", "hf"] = "approx"
     bytes_per_token: int = Field(4, ge=1, le=16, description="approx: UTF-8 bytes per token")
-    path: str | None = Field(None, description="hf: path to a tokenizer.json")
+    path: str | None = Field(
+        None, description="hf: path to a tokenizer.json (relative to the policy file), loaded at start"
+    )
 
     @model_validator(mode="after")
     def _hf_needs_path(self) -> TokenizerConfig:

@@ -41,7 +41,7 @@ from typing import Any
 
 from config.routing import RoutingConfig
 from router.blocks import block_hashes, root_hash
-from router.prompt import render_prompt
+from router.prompt import prompt_pieces
 from router.tokenizers import Tokenizer, tokenize
 
 _WORD = 8  # bytes of one packed block hash
@@ -113,7 +113,7 @@ def line_prefix(
 ) -> LinePrefix:
     """Render, tokenize and hash one line as the pool's router would (the salt cannot change a batch's
     grouping: a batch belongs to one tenant)."""
-    tokens = tokenize(tokenizer, render_prompt(endpoint, body))
+    tokens = tokenize(tokenizer, prompt_pieces(endpoint, body), cfg.max_prefix_tokens)
     hashes = block_hashes(tokens, root_hash(model, salt), cfg.block_size, cfg.max_prefix_tokens)
     return LinePrefix(
         key,

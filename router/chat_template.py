@@ -28,14 +28,27 @@ class ChatTemplate:
 
     @classmethod
     def from_tokenizer_config(cls, path: str | Path) -> ChatTemplate:
-        cfg = json.loads(Path(path).read_text("utf-8"))
-        template = cfg.get("chat_template")
+        """The template of a ``tokenizer_config.json``; ``FileNotFoundError`` / ``ValueError`` naming the
+        file when it is missing, not JSON, has no template or one that does not compile."""
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"chat template file not found: {path}")
+        try:
+            cfg = json.loads(path.read_text("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ValueError(f"{path} is not a JSON tokenizer_config: {exc}") from None
+        template = cfg.get("chat_template") if isinstance(cfg, dict) else None
         if isinstance(template, list):  # named templates: the default one
             template = next((t["template"] for t in template if t.get("name") == "default"), None)
         if not isinstance(template, str):
             raise ValueError(f"{path}: no chat_template")
         special = {k: _token_text(cfg.get(k)) for k in ("bos_token", "eos_token", "pad_token", "unk_token")}
-        return cls(template, {k: v for k, v in special.items() if v is not None})
+        try:
+            return cls(template, {k: v for k, v in special.items() if v is not None})
+        except ImportError:
+            raise
+        except Exception as exc:  # jinja2's TemplateSyntaxError and kin
+            raise ValueError(f"{path}: the chat template does not compile: {exc}") from None
 
     def render(self, messages: Sequence[Any], tools: Any = None) -> str | None:
         """The prompt text the engine builds for these messages, or None when it cannot be reproduced."""

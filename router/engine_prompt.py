@@ -4,7 +4,7 @@ Chat: the model's chat template (``router.chat_template``), then the model's ``t
 added special tokens (vLLM's chat path). Completions: the prompt string tokenized with special tokens
 added (vLLM's completions default), or the token ids as given. Anything else (batched prompts, media
 parts, a template that fails) gives ``None``: the router then relies on its approximate index alone.
-Files are read once, at first use; the rest is pure.
+Files are read once, when it is constructed (a missing one fails at start); the rest is pure.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from router.chat_template import ChatTemplate
+from router.tokenizers import load_hf_tokenizer, prefix_ids
 from router.vllm_hash import block_hashes
 
 
@@ -33,21 +34,20 @@ class EnginePrompt:
         )
         self.block_size = block_size
         self.hash_seed = hash_seed
+        self.max_tokens = max_tokens
         self.max_blocks = max(1, max_tokens // block_size)
-        self._tok: Any = None
-        self._template: ChatTemplate | None = None
-
-    def _load(self) -> tuple[Any, ChatTemplate]:
-        if self._tok is None:
-            from tokenizers import Tokenizer
-
-            self._tok = Tokenizer.from_file(str(self.tokenizer_path))
-            self._template = ChatTemplate.from_tokenizer_config(self.template_path)
-        assert self._template is not None
-        return self._tok, self._template
+        self._tok: Any = load_hf_tokenizer(self.tokenizer_path)
+        self._template = ChatTemplate.from_tokenizer_config(self.template_path)
 
     def token_ids(self, endpoint: str, body: Mapping[str, Any]) -> list[int] | None:
-        tok, template = self._load()
+        """The engine's token ids of the request (its first ``max_tokens`` of a longer one)."""
+        found = self.ids_and_count(endpoint, body)
+        return found[0] if found is not None else None
+
+    def ids_and_count(self, endpoint: str, body: Mapping[str, Any]) -> tuple[list[int], int] | None:
+        """The engine's token ids (the first ``max_tokens`` of a longer prompt, which is tokenized only
+        that far: ``router.tokenizers.prefix_ids``) and the prompt's token count."""
+        tok, template = self._tok, self._template
         if endpoint == "chat":
             messages = body.get("messages")
             if not isinstance(messages, list):
@@ -55,15 +55,17 @@ class EnginePrompt:
             text = template.render(messages, body.get("tools"))
             if text is None:
                 return None
-            return list(tok.encode(text, add_special_tokens=False).ids)
+            return prefix_ids(lambda t: tok.encode(t, add_special_tokens=False).ids, (text,), self.max_tokens)
         if endpoint == "completions":
             prompt = body.get("prompt")
             if isinstance(prompt, list) and len(prompt) == 1:
                 prompt = prompt[0]
             if isinstance(prompt, str):
-                return list(tok.encode(prompt, add_special_tokens=True).ids)
+                return prefix_ids(
+                    lambda t: tok.encode(t, add_special_tokens=True).ids, (prompt,), self.max_tokens
+                )
             if isinstance(prompt, list) and prompt and all(type(t) is int for t in prompt):
-                return prompt
+                return prompt, len(prompt)
         return None
 
     def hashes(self, endpoint: str, body: Mapping[str, Any], salt: str) -> tuple[int, ...]:

@@ -4,15 +4,15 @@ The gateway calls ``route`` once per attempt and then ``release_prefill`` at the
 ``release`` at the end (success, error or cancel). Both releases are idempotent so that every exit path
 of the gateway can call them without double counting.
 
-A decision runs the filters of ``router.filters`` (health, the per-replica slot cap, the explicit pin)
-over the pool's replicas, then hashes the prompt and asks the policy to pick among what is left.
+A decision runs the filters of ``router.filters`` (health, the per-replica slot cap, a batch line's
+planned replica, the explicit pin) over the pool's replicas, then hashes the prompt and asks the policy to pick among what is left.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Container, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from config.routing import RoutingConfig
 from router.blocks import block_hashes, root_hash, route_key
@@ -22,7 +22,7 @@ from router.filters import FILTERS, FilterContext
 from router.index import IndexStats, PrefixIndex
 from router.policies import make_policy
 from router.policies.base import PickContext, RoutingPolicy
-from router.prompt import render_prompt
+from router.prompt import prompt_pieces
 from router.replica import ReplicaState
 from router.tokenizers import Tokenizer, Tokens, from_ids, make_tokenizer, tokenize
 from router.types import Decision, NoReplicaAvailable, RouteRequest
@@ -158,10 +158,11 @@ class PoolRouter:
         approx: dict[str, int] = {}
         if self.policy.needs_prefix:
             # Precise mode tokenizes once, as the engine does, and its approximate index hashes those ids.
-            ids = None
+            engine_tokens = None
             if self.engine_prompt is not None and self.exact is not None:
-                ids = self.engine_prompt.token_ids(request.endpoint, request.body)
-            hashes = self._prefix(request, ctx, ids)
+                engine_tokens = self.engine_prompt.ids_and_count(request.endpoint, request.body)
+            ids = engine_tokens[0] if engine_tokens is not None else None
+            hashes = self._prefix(request, ctx, engine_tokens)
             ctx.block_hashes = hashes
             ctx.matched_blocks = approx = self.index.match(hashes, now)
             if ids:
@@ -186,6 +187,8 @@ class PoolRouter:
         )
         replica.in_flight += 1
         replica.queued_prefill_tokens += decision.uncached_tokens
+        if request.placement is not None:  # a batch line's slot goes where the line goes
+            request.placement.move(replica.id)
         if hashes:
             # Speculative: the replica will hold this prefix once it has prefilled it.
             self.index.insert(replica.id, hashes, now, known=approx.get(replica.id, 0))
@@ -255,14 +258,16 @@ class PoolRouter:
 
     # -- internals ------------------------------------------------------------------------------------
     def _prefix(
-        self, request: RouteRequest, ctx: PickContext, ids: list[int] | None = None
+        self, request: RouteRequest, ctx: PickContext, engine: tuple[list[int], int] | None = None
     ) -> tuple[int, ...]:
         cfg = self.cfg
         tokens: Tokens
-        if ids:
-            tokens = from_ids(ids)
+        if engine is not None and engine[0]:
+            ids, count = engine
+            tokens = replace(from_ids(ids), count=count)  # the ids of the hashed prefix, the prompt's count
         else:
-            tokens = tokenize(self.tokenizer, render_prompt(request.endpoint, request.body))
+            prompt = prompt_pieces(request.endpoint, request.body)
+            tokens = tokenize(self.tokenizer, prompt, cfg.max_prefix_tokens)
         root = root_hash(request.model, request.tenant_salt)
         hashes = block_hashes(tokens, root, cfg.block_size, cfg.max_prefix_tokens)
         ctx.route_key = route_key(tokens, hashes, root, cfg.block_size, cfg.route_key_tokens)

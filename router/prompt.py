@@ -13,11 +13,16 @@ Content parts: text verbatim; image, audio and file parts by an xxh3-128 digest 
 so a 5 MB data URL costs one hash and a few bytes of rendering. Separators are ASCII control characters;
 a prompt containing them could in principle render like another, which costs at worst a routing
 mismatch, never a wrong answer (the replica sees the real request).
+
+The rendering is produced piece by piece (``prompt_pieces``): its consumers (the router's tokenizer,
+which keeps only the tokens it hashes; billing's digest of a marked prefix) read it as a stream, so a
+4 MB prompt never becomes a 4 MB string plus its 4 MB encoding plus a list of every piece.
+``render_prompt`` joins the pieces, for callers that want the string.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -40,30 +45,41 @@ _TEXT_FIELD = {
 }
 
 
-def render_prompt(endpoint: str, body: Mapping[str, Any]) -> str | list[int]:
-    """Render a request's prompt; token-id completions prompts come back as a list of ids."""
+def prompt_pieces(endpoint: str, body: Mapping[str, Any]) -> Iterator[str] | list[int]:
+    """A request's rendering as a stream of string pieces; token-id completions prompts come back as a
+    list of ids."""
     if endpoint == "chat" or (endpoint in ("tokenize", "pooling") and "messages" in body):
         messages = body.get("messages")
         if not isinstance(messages, list):  # malformed: still rendered, the gateway rejects it anyway
             messages = [messages] if messages is not None else []
-        return render_chat(messages, body.get("tools"))
-    return render_completion_prompt(body.get(_TEXT_FIELD.get(endpoint, "input")))
+        return chat_pieces(messages, body.get("tools"))
+    prompt = render_completion_prompt(body.get(_TEXT_FIELD.get(endpoint, "input")))
+    return prompt if isinstance(prompt, list) else iter((prompt,))
+
+
+def render_prompt(endpoint: str, body: Mapping[str, Any]) -> str | list[int]:
+    """Render a request's prompt; token-id completions prompts come back as a list of ids."""
+    pieces = prompt_pieces(endpoint, body)
+    return pieces if isinstance(pieces, list) else "".join(pieces)
 
 
 def render_chat(messages: Sequence[Any], tools: Any = None) -> str:
     """Tools first (sorted-key JSON), then each message as role + content, in order."""
-    pieces: list[str] = []
+    return "".join(chat_pieces(messages, tools))
+
+
+def chat_pieces(messages: Sequence[Any], tools: Any = None) -> Iterator[str]:
+    """``render_chat``, piece by piece."""
     if tools:
-        pieces.append("\x02tools\x1f")
+        yield "\x02tools\x1f"
         if isinstance(tools, list):  # a cache_control marker on a tool does not change what the model reads
             tools = [
                 {k: v for k, v in t.items() if k != "cache_control"} if isinstance(t, Mapping) else t
                 for t in tools
             ]
-        pieces.append(_json(tools))
+        yield _json(tools)
     for message in messages:
-        _render_message(message, pieces)
-    return "".join(pieces)
+        yield from _message_pieces(message)
 
 
 def render_completion_prompt(prompt: Any) -> str | list[int]:
@@ -91,26 +107,24 @@ def _is_id(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _render_message(message: Any, pieces: list[str]) -> None:
+def _message_pieces(message: Any) -> Iterator[str]:
     if not isinstance(message, Mapping):
-        pieces.append("\x1e?\x1f")
-        pieces.append(_json(message))
+        yield "\x1e?\x1f"
+        yield _json(message)
         return
-    pieces.append("\x1e")
-    pieces.append(str(message.get("role", "")))
-    pieces.append("\x1f")
+    yield f"\x1e{message.get('role', '')}\x1f"
     content = message.get("content")
     if isinstance(content, str):
-        pieces.append(content)
+        yield content
     elif isinstance(content, list):
         for part in content:
-            pieces.append(_render_part(part))
+            yield _render_part(part)
     elif content is not None:
-        pieces.append(_json(content))
+        yield _json(content)
     if len(message) > 2 or "content" not in message:
         for key in sorted(k for k in message if k not in _SKIP_MESSAGE_KEYS):
-            pieces.append(f"\x1d{key}=")
-            pieces.append(_json(message[key]))
+            yield f"\x1d{key}="
+            yield _json(message[key])
 
 
 def _render_part(part: Any) -> str:

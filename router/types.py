@@ -4,9 +4,22 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from router.replica import ReplicaState
+
+
+class Placement(Protocol):
+    """Where an offline batch line runs: ``replica``, the one it holds a slot of its batch's share on
+    (its plan's choice until the router places it elsewhere); ``has_room``, whether another replica's
+    share has a slot free for it; ``move``, the router placed it on ``replica_id`` (the slot follows).
+    ``gateway.batch.runner.Slot`` implements it; ``router.filters.planned`` reads it."""
+
+    replica: str | None
+
+    def has_room(self, replica_id: str) -> bool: ...
+
+    def move(self, replica_id: str) -> None: ...
 
 
 @dataclass(slots=True)
@@ -19,6 +32,7 @@ class RouteRequest:
     tenant_salt: str = ""
     headers: Mapping[str, str] = field(default_factory=dict)
     pinned_replica: str | None = None  # holds the request's live explicit cache entry (billing)
+    placement: Placement | None = None  # an offline batch line's planned replica and share
     adapter: str | None = None  # the LoRA adapter the request names: only replicas serving it may take it
     load_adapter: bool = False  # when none serves it, any replica may (the gateway loads it there first)
 

@@ -21,6 +21,8 @@ class Faults:
     - ``slow_factor``: multiplies every modelled delay.
     - ``malformed``: answer 200 with invalid JSON, or an SSE stream carrying a broken event.
     - ``health_status``: the status ``GET /health`` answers (200 when unset).
+    - ``abort_after``: end the answer after N generated tokens with ``finish_reason: "abort"`` (what
+      vLLM sends when the engine serving the request died), the stream still closed by ``[DONE]``.
     """
 
     fail_status: int | None = None
@@ -29,6 +31,7 @@ class Faults:
     slow_factor: float = 1.0
     malformed: bool = False
     health_status: int | None = None
+    abort_after: int | None = None
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Faults:
@@ -46,10 +49,10 @@ class Faults:
             if key in ("hang", "malformed"):
                 if not isinstance(value, bool):
                     raise ValueError(f"{key} must be a boolean")
-            elif key in ("fail_status", "drop_mid_stream_after", "health_status"):
+            elif key in ("fail_status", "drop_mid_stream_after", "health_status", "abort_after"):
                 if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                     raise ValueError(f"{key} must be a non-negative integer")
-                if key != "drop_mid_stream_after" and not 100 <= value <= 599:
+                if key in ("fail_status", "health_status") and not 100 <= value <= 599:
                     raise ValueError(f"{key} must be an HTTP status (100..599)")
             elif key == "slow_factor":
                 if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:

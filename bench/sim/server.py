@@ -139,7 +139,9 @@ class _Job:
             "prompt_tokens_details": {"cached_tokens": cached},
         }
 
-    def full_response(self, created: int, toks: list[str], cached: int) -> dict[str, Any]:
+    def full_response(
+        self, created: int, toks: list[str], cached: int, finish: str = "length"
+    ) -> dict[str, Any]:
         if self.shape is not None:
             return self.shape.full_response(self, created, toks, cached)
         text = "".join(toks)
@@ -148,7 +150,7 @@ class _Job:
                 "index": 0,
                 "message": {"role": "assistant", "content": text, "tool_calls": []},
                 "logprobs": None,
-                "finish_reason": "length",
+                "finish_reason": finish,
                 "stop_reason": None,
             }
             obj = "chat.completion"
@@ -157,7 +159,7 @@ class _Job:
                 "index": 0,
                 "text": text,
                 "logprobs": None,
-                "finish_reason": "length",
+                "finish_reason": finish,
                 "stop_reason": None,
             }
             obj = "text_completion"
@@ -212,7 +214,7 @@ class _Job:
             return self.shape.lead
         return 1 if self.chat else 0
 
-    def events(self, created: int, toks: list[str], cached: int) -> list[bytes]:
+    def events(self, created: int, toks: list[str], cached: int, finish: str = "length") -> list[bytes]:
         """Every SSE event of the stream in order, ``[DONE]`` included."""
         if self.shape is not None:
             return self.shape.events(self, created, toks, cached)
@@ -226,7 +228,7 @@ class _Job:
         post = (b"}" if self.chat else b"") + b',"logprobs":null,"finish_reason":null}]}\n\n'
         dumps = orjson.dumps
         out.extend(pre + dumps(tok) + post for tok in toks)
-        out.append(self.chunk(created, None if self.chat else "", "length"))
+        out.append(self.chunk(created, None if self.chat else "", finish))
         if self.include_usage:
             out.append(self.usage_chunk(created, cached, len(toks)))
         out.append(_DONE)
@@ -250,10 +252,17 @@ def _abort(request: web.Request) -> None:
 
 
 async def _send_stream(
-    request: web.Request, rep: Replica, job: _Job, toks: list[str], cached: int, per_token_s: float, t0: float
+    request: web.Request,
+    rep: Replica,
+    job: _Job,
+    toks: list[str],
+    cached: int,
+    per_token_s: float,
+    t0: float,
+    finish: str = "length",
 ) -> web.StreamResponse:
     created = int(time.time())
-    events = job.events(created, toks, cached)
+    events = job.events(created, toks, cached, finish)
     drop_after = rep.faults.drop_mid_stream_after
     resp = web.StreamResponse(status=200, headers=_SSE_HEADERS)
     await resp.prepare(request)
@@ -277,10 +286,12 @@ async def _send_stream(
     return resp
 
 
-async def _whole(request: web.Request, rep: Replica, job: _Job, toks: list[str], cached: int) -> web.Response:
+async def _whole(
+    request: web.Request, rep: Replica, job: _Job, toks: list[str], cached: int, finish: str = "length"
+) -> web.Response:
     """A non-streamed answer (its first half only, then a cut connection, under ``drop_mid_stream_after``)."""
     rep.counters.generation_tokens += len(toks)
-    payload = orjson.dumps(job.full_response(int(time.time()), toks, cached))
+    payload = orjson.dumps(job.full_response(int(time.time()), toks, cached, finish))
     if rep.faults.drop_mid_stream_after is not None:
         await _send_dropped_json(request, payload)  # raises _SimulatedDrop
     return web.Response(body=payload, content_type=_JSON)
@@ -353,13 +364,16 @@ async def _run(
             await asyncio.sleep(d.prefill_s)
         rep.kv.insert(job.hashes)
         toks = job.answer_tokens(rep)
+        finish = "length"
+        if faults.abort_after is not None:
+            toks, finish = toks[: faults.abort_after], "abort"
         if job.stream:
-            resp = await _send_stream(request, rep, job, toks, cached, d.per_token_s, t0)
+            resp = await _send_stream(request, rep, job, toks, cached, d.per_token_s, t0, finish)
         else:
             rep.ttft.observe(time.perf_counter() - t0)
             if d.per_token_s and len(toks) > 1:
                 await asyncio.sleep(d.per_token_s * (len(toks) - 1))
-            resp = await _whole(request, rep, job, toks, cached)
+            resp = await _whole(request, rep, job, toks, cached, finish)
         counters.completed += 1
         rep.e2e.observe(time.perf_counter() - t0)
         return resp

@@ -1,7 +1,8 @@
 """Shared billing ledger in Redis: per-day counters plus a stream of line items.
 
 ``record`` runs one Lua script, so a line item is counted all-or-nothing and at most once:
-``SET NX`` of an idempotency marker (tenant, request id) → ``HINCRBY`` the counters of
+``SET NX`` of an idempotency marker (tenant, the gateway's id of the generation; the client's own
+``x-request-id`` is only a field of the line item) → ``HINCRBY`` the counters of
 (tenant, model, UTC day of the item) → index that counter hash → ``XADD`` the line item to a stream
 trimmed with ``MAXLEN ~``. A duplicate (retry, or two pods racing) finds the marker and changes nothing.
 

@@ -11,9 +11,14 @@ from config.billing import LedgerConfig
 
 
 async def open_ledger(
-    cfg: LedgerConfig, redis_client: aioredis.Redis | None = None, key_prefix: str = "pgw"
+    cfg: LedgerConfig,
+    redis_client: aioredis.Redis | None = None,
+    key_prefix: str = "pgw",
+    *,
+    create: bool = True,
 ) -> Ledger:
-    """The ledger the policy asks for. ``kind: redis`` needs the gateway's Redis client."""
+    """The ledger the policy asks for. ``kind: redis`` needs the gateway's Redis client. ``create``:
+    False for a reader (a report), which must find the SQLite file rather than make an empty one."""
     if cfg.kind == "redis":
         if redis_client is None:
             raise ValueError("billing.ledger.kind is 'redis' but no Redis is configured (redis.url)")
@@ -24,4 +29,4 @@ async def open_ledger(
             counters_ttl_days=cfg.counters_ttl_days,
             idempotency_ttl_s=cfg.idempotency_ttl_s,
         )
-    return await SqliteLedger.open(cfg.path, synchronous=cfg.synchronous)
+    return await SqliteLedger.open(cfg.path, synchronous=cfg.synchronous, create=create)

@@ -125,6 +125,9 @@ class LineItem:
     cost_without_cache_micros: int
     reported_cached_tokens: int = 0
     """Cached tokens the replica/index reported, recorded even when not discounted (short prompts)."""
+    client_request_id: str | None = None
+    """The client's own ``x-request-id``, kept for reconciliation; ``request_id`` (the gateway's id
+    of the generation) is the row's key, so a client cannot merge generations by reusing its id."""
 
     @property
     def saved_micros(self) -> int:
@@ -170,6 +173,7 @@ def bill(
     tenant: str,
     model: str,
     ts_ms: int,
+    client_request_id: str | None = None,
     price_factor_bp: int = FULL_PRICE_BP,
 ) -> LineItem:
     """Split a request's tokens by kind and price them.
@@ -243,6 +247,7 @@ def bill(
         cost_without_cache_micros=price_micros(prompt, p_in, 100, f)
         + price_micros(completion, p_out, 100, f),
         reported_cached_tokens=reported_cached,
+        client_request_id=client_request_id,
     )
 
 

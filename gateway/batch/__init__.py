@@ -3,6 +3,9 @@
 ``files`` (file store), ``validate`` (input lines, all checked before any runs), ``objects`` (batch
 records, statuses, result lines), ``store`` / ``store_sqlite`` / ``store_redis`` (durable job state,
 per-line results exactly once, leases), ``runner`` (a plan's lines within a share of each replica),
-``billing`` (a line's answer as a ledger line item), ``service`` (the API's operations and the loop that
-runs batches). The plan itself is pure routing code: ``router.batch_plan``. docs/batch.md.
+``service`` (the API's operations and the loop that runs batches), ``bridge`` (the gateway's pools and
+request path as the service's fleet and send), ``metrics`` (the runner's counters at each scrape). The
+plan itself is pure routing code: ``router.batch_plan``; a line is billed on the request path
+(``gateway.pipeline.billing``, source ``batch``); the HTTP handlers are ``gateway.server.batch_api``.
+docs/batch.md.
 """

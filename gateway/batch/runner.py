@@ -1,19 +1,22 @@
 """Runs one batch's plan: every line through an injected ``send``, within a share of each replica.
 
-``send(line, replica_hint) -> (status, body)`` is the gateway's own request path in production (so
-routing, billing and limits apply to batch lines as to any request; the hint is the replica the plan
-chose, which the router may overrule when that replica is unhealthy or saturated) and any async
-callable in tests. What the runner adds:
+``send(line, slot) -> (status, body)`` is the gateway's own request path in production (so routing,
+billing and the response cache apply to batch lines as to any request) and any async callable in
+tests. ``slot`` is the line's place in the share: ``slot.replica`` is the replica the plan chose, which
+the router may overrule (unhealthy, or beyond the bounded load: ``router.filters.planned``), but only
+for a replica whose share has a slot free, and the slot moves with the line (``Slot.move``). What the
+runner adds:
 
 - **Lanes.** One lane per replica range of the plan, worked through in plan order, so a replica works
   through one shared prefix at a time. A line that waits for another (``PlannedLine.after``) is held
   until that one has answered; at most one such prefix-warming line per lane is in flight, sent while
   the previous group's tail still runs, so the next group starts with its prefix cached and the wait
   costs about nothing (engines cache a prefix once its prefill is done, not while it runs).
-- **Share.** A lane holds at most ``allowed(waiting)`` slots of its replica: ``floor(share ×
-  replica_slots)`` while the replica's online queue (``load(replica)``, requests waiting) is at most
-  ``backoff.waiting_start``, none from ``waiting_stop`` on, linear between. The slots are counted in a
-  ``SlotPool`` that every batch of the process shares, so two batches together never exceed it. A lane
+- **Share.** A replica holds at most ``allowed(waiting)`` batch lines: ``floor(share ×
+  replica_slots)`` while its online queue (``load(replica)``, requests waiting) is at most
+  ``backoff.waiting_start``, none from ``waiting_stop`` on, linear between. The slots are counted per
+  replica in a ``SlotPool`` that every batch of the process (on that model) shares, so two batches
+  together never exceed it, and a line the router places off its plan takes its slot along. A lane
   re-reads the load at every answer and every ``poll_s``; nothing in flight is ever cut off by a backoff.
 - **Stealing.** A lane with nothing left takes the back half of the unsent lines of the busiest lane, if
   that one is stalled by its online queue or has two rounds of its slots left, cut at a group boundary
@@ -59,19 +62,22 @@ class BatchLine:
     body: dict[str, Any]
 
 
-Send = Callable[[BatchLine, str | None], Awaitable[tuple[int, Any]]]
 LoadSignal = Callable[[str], float | None]
 """Online requests waiting on a replica (its scraped queue), or None when unknown (full share)."""
 
 
 class SlotPool:
-    """Batch requests in flight per replica, shared by every batch one process runs."""
+    """Batch requests in flight per replica, shared by every batch one process runs on one model."""
 
     def __init__(self) -> None:
         self._used: dict[str | None, int] = {}
 
     def used(self, replica: str | None) -> int:
         return self._used.get(replica, 0)
+
+    def in_use(self) -> dict[str | None, int]:
+        """Slots held per replica (every replica that ever held one, for metrics)."""
+        return dict(self._used)
 
     def take(self, replica: str | None, allowed: int) -> bool:
         n = self._used.get(replica, 0)
@@ -82,6 +88,33 @@ class SlotPool:
 
     def give(self, replica: str | None) -> None:
         self._used[replica] -= 1
+
+    def move(self, frm: str | None, to: str) -> None:
+        """A held slot changes replica (the router placed its line off the plan, where there was room)."""
+        self._used[frm] -= 1
+        self._used[to] = self._used.get(to, 0) + 1
+
+
+class Slot:
+    """One line's slot: the replica it is counted on (``router.types.Placement``). ``room(r)``: whether
+    replica ``r``'s share has a slot free now."""
+
+    __slots__ = ("_pool", "_room", "replica")
+
+    def __init__(self, pool: SlotPool, replica: str | None, room: Callable[[str], bool]):
+        self._pool, self._room, self.replica = pool, room, replica
+
+    def has_room(self, replica_id: str) -> bool:
+        return replica_id == self.replica or self._room(replica_id)
+
+    def move(self, replica_id: str) -> None:
+        """The router placed the line on ``replica_id`` (which had room): count it there."""
+        if replica_id != self.replica:
+            self._pool.move(self.replica, replica_id)
+            self.replica = replica_id
+
+
+Send = Callable[[BatchLine, Slot], Awaitable[tuple[int, Any]]]
 
 
 @dataclass(slots=True)
@@ -200,6 +233,9 @@ class Runner:
     def _allowed(self, lane: _Lane) -> int:
         return self.params.allowed(None if lane.replica is None else self.load(lane.replica))
 
+    def _room(self, replica: str) -> bool:
+        return self.slots.used(replica) < self.params.allowed(self.load(replica))
+
     def _fill(self, lane: _Lane) -> None:
         allowed = self._allowed(lane)
         if allowed and not (lane.ready or lane.waiting or lane.busy):
@@ -215,7 +251,7 @@ class Runner:
             if warms:
                 lane.warming = pl.key
             lane.busy += 1
-            self._start(lane, pos, pl)
+            self._start(lane, pos, pl, Slot(self.slots, lane.replica, self._room))
 
     def _steal(self, thief: _Lane) -> None:
         """An idle lane takes the back half of the unsent lines of the lane with the most of them, if that
@@ -254,12 +290,12 @@ class Runner:
         heapq.heapify(thief.ready)
         self.stats.stolen += len(taken)
 
-    def _start(self, lane: _Lane, pos: int, pl: PlannedLine) -> None:
-        task = asyncio.get_running_loop().create_task(self._one(lane, pos, pl))
+    def _start(self, lane: _Lane, pos: int, pl: PlannedLine, slot: Slot) -> None:
+        task = asyncio.get_running_loop().create_task(self._one(lane, pos, pl, slot))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _one(self, lane: _Lane, pos: int, pl: PlannedLine) -> None:
+    async def _one(self, lane: _Lane, pos: int, pl: PlannedLine, slot: Slot) -> None:
         attempt = self._attempts.get(pl.key, 0) + 1
         self._attempts[pl.key] = attempt
         status: int | None = None
@@ -269,7 +305,7 @@ class Runner:
             line = await self.read(pl.key)
             self.stats.sent += 1
             try:
-                status, body = await self.send(line, lane.replica)
+                status, body = await self.send(line, slot)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # transport failure: retried, then the line's error
@@ -280,7 +316,7 @@ class Runner:
             self._fail(exc)
             return
         finally:
-            self.slots.give(lane.replica)
+            self.slots.give(slot.replica)
             self._wake.set()
         if (status is None or status in RETRY_STATUS) and attempt < self.max_attempts and self._stop is None:
             self.stats.retried += 1

@@ -1,9 +1,10 @@
 """The batch service: the Batches API's operations, and the loop that runs each batch to its end.
 
-Phase 2 wires it into the app as a thin layer: the ``/v1/batches`` handlers call ``create``,
-``retrieve``, ``list`` and ``cancel`` (each answers OpenAI's object or raises a ``GatewayError`` in
-OpenAI's shape), the ``/v1/files`` handlers call the ``FileStore`` and ``delete_file``, and a
-``cleanup_ctx`` opens the store, starts ``run()`` and ``close()``s it. Nothing here knows aiohttp.
+The app wires it in as a thin layer (``gateway.process.process`` opens it, ``gateway.server.batch_api``
+serves it): the ``/v1/batches`` handlers call ``create``, ``retrieve``, ``list`` and ``cancel`` (each
+answers OpenAI's object or raises a ``GatewayError`` in OpenAI's shape), the ``/v1/files`` handlers call
+the ``FileStore`` and ``delete_file``; ``fleet``, ``send`` and ``load`` are the gateway's pools, request
+path and scraped queues (``gateway.batch.bridge``). Nothing here knows aiohttp.
 
 A batch's life, each step under the batch's lease (see ``store``) and each move checked by the store:
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import socket
@@ -46,7 +48,7 @@ from gateway.batch.objects import (
     result_file_id,
     unanswered,
 )
-from gateway.batch.runner import BatchLine, LoadSignal, Runner, RunStats, Send, SlotPool
+from gateway.batch.runner import BatchLine, Runner, RunStats, Send, SlotPool
 from gateway.batch.store import JobStore
 from gateway.batch.validate import InputLine, Validated, read_bodies, read_body, validate_input
 from gateway.errors import GatewayError
@@ -66,7 +68,7 @@ _RECORD_CHUNK = 500
 
 
 class Fleet(Protocol):
-    """What the service needs of the gateway's model pools (phase 2 adapts ``PoolRouter``s)."""
+    """What the service needs of the gateway's model pools (``gateway.batch.bridge.PoolFleet``)."""
 
     def serves(self, model: str) -> bool: ...
 
@@ -92,7 +94,7 @@ class BatchService:
         files: FileStore,
         fleet: Fleet,
         send: Send,
-        load: LoadSignal,
+        load: Callable[[str, str], float | None],
         max_line_bytes: int,
         owner: str | None = None,
         clock: Callable[[], float] = time.time,
@@ -101,7 +103,7 @@ class BatchService:
         self.send, self.load, self.clock = send, load, clock
         self.max_line_bytes = cfg.limits.max_line_bytes or max_line_bytes
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        self.slots = SlotPool()
+        self.slots: dict[str, SlotPool] = {}  # per model: every batch of the process on it shares one
         self.stats = RunStats()  # every run of this process, for metrics
         self._runners: dict[str, Runner] = {}
         self._drives: dict[str, asyncio.Task[None]] = {}
@@ -362,9 +364,9 @@ class BatchService:
             the_plan,
             read=read,
             send=self.send,
-            load=self.load,
+            load=functools.partial(self.load, model),
             params=params,
-            slots=self.slots,
+            slots=self.slots.setdefault(model, SlotPool()),
             record=lambda result: self.store.record(rec.id, [result]),
             max_attempts=self.cfg.max_attempts,
             backoff_s=self.cfg.retry_backoff_s,

@@ -80,6 +80,10 @@ class JobStore(Protocol):
         """Ids of batches that have not ended and that no live lease holds, oldest first."""
         ...
 
+    async def count_by_status(self) -> dict[str, int]:
+        """Batches (of every tenant) per status; statuses without one may be left out."""
+        ...
+
     async def close(self) -> None: ...
 
 

@@ -5,7 +5,8 @@ each script touches one slot of a Redis Cluster): ``P:{id}:o`` the record (JSON)
 (hash ``custom_id`` → ok flag + result line), ``P:{id}:i`` the line number of each result (sorted set,
 to write result files in input order without reading them all at once), ``P:{id}:n`` counts
 (``ok``/``fail``), ``P:{id}:l`` the lease (owner token, ``PX``); ``P:t:<tenant>`` a tenant's batches
-and ``P:active`` the batches that have not ended (sorted sets by creation sequence ``P:seq``).
+and ``P:active`` the batches that have not ended (sorted sets by creation sequence ``P:seq``);
+``P:status`` the number of batches per status (a hash, moved in the same transaction as the record).
 
 - ``record`` is one script: ``HSETNX`` the result, and only if it was new index and count it, so a line
   answered twice (a re-run after a takeover) is counted once.
@@ -80,6 +81,10 @@ class RedisJobStore:
     def _active(self) -> str:
         return f"{self.p}:active"
 
+    @property
+    def _status(self) -> str:
+        return f"{self.p}:status"
+
     # -- batches ----------------------------------------------------------------------------------------
 
     async def create(self, rec: BatchRecord) -> None:
@@ -88,6 +93,7 @@ class RedisJobStore:
             pipe.set(self._k(rec.id, "o"), orjson.dumps(rec.to_dict()))
             pipe.zadd(self._tenant(rec.tenant), {rec.id: seq})
             pipe.zadd(self._active, {rec.id: seq})
+            pipe.hincrby(self._status, rec.status, 1)
             await pipe.execute()
 
     async def get(self, batch_id: str) -> BatchRecord | None:
@@ -129,6 +135,8 @@ class RedisJobStore:
                     new = rec.moved(to, now, **changes)
                     pipe.multi()
                     pipe.set(key, orjson.dumps(new.to_dict()))
+                    pipe.hincrby(self._status, rec.status, -1)
+                    pipe.hincrby(self._status, to, 1)
                     if to in TERMINAL:
                         pipe.zrem(self._active, batch_id)
                         pipe.delete(self._k(batch_id, "l"))
@@ -189,6 +197,10 @@ class RedisJobStore:
                 pipe.exists(self._k(i, "l"))
             held = await pipe.execute()
         return [i for i, h in zip(ids, held, strict=True) if not h]
+
+    async def count_by_status(self) -> dict[str, int]:
+        counts = await self.client.hgetall(self._status)
+        return {k.decode(): int(v) for k, v in counts.items() if int(v)}
 
     async def close(self) -> None:
         """The Redis client belongs to the gateway; nothing of its own to close."""

@@ -214,6 +214,9 @@ class SqliteJobStore:
         )
         return [r[0] for r in rows]
 
+    async def count_by_status(self) -> dict[str, int]:
+        return dict(await self._q("SELECT status, COUNT(*) FROM batches GROUP BY status"))
+
     async def close(self) -> None:
         if self._conn is None:
             return

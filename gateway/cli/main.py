@@ -1,28 +1,33 @@
-"""``prefix-gateway`` command line: serve, check-config, sim, demo, usage, advise."""
+"""``prefix-gateway`` command line: serve, check-config, sim, demo, usage, advise, batch."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import contextlib
+import gc
 import logging
+import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable
 
 from bench.sim import SimConfig, start_replicas
 from bench.sim import cli as sim_cli
-from config import PolicyError, load_policy
+from config import PolicyError, load_policy, parse_policy
+from config.checks import policy_warnings
 from config.loader import example_path
 from config.policy import ModelPoolConfig, Policy
 from config.routing import PolicyName
 from gateway.cli.advise import add_advise_command
+from gateway.cli.batch import add_batch_command
 from gateway.cli.quickstart import DiscoveryError, policy_from_flags
 from gateway.cli.usage import add_usage_command
-from gateway.observability.logs import configure_logging
+from gateway.observability.logs import ACCESS_LOG, configure_logging
+from gateway.process.preflight import check_files
 from gateway.process.process import PROCESS
 from gateway.process.reload import reload
-from gateway.process.workers import supervise
+from gateway.process.workers import WORKER_ENV, parse_workers, supervise
 from gateway.server.app import serve
 
 log = logging.getLogger("prefix_gateway")
@@ -31,7 +36,7 @@ POLICY_NAMES = list(PolicyName.__args__)  # type: ignore[attr-defined]
 
 
 def run_async(main: Callable[[], Awaitable[int]]) -> int:
-    """Run on uvloop when it is installed (it is faster), else on asyncio's own loop."""
+    """Run on uvloop (a dependency everywhere but Windows; it is faster), else on asyncio's own loop."""
     try:
         import uvloop
 
@@ -54,19 +59,24 @@ async def wait_for_signal(on_hup: Callable[[], None] | None = None) -> None:
 
 async def serve_until_signal(
     policy: Policy,
-    on_started: Callable[[str], None] | None = None,
+    on_started: Callable[[str, str | None], None] | None = None,
     *,
     policy_path: str | None = None,
     reuse_port: bool = False,
+    worker: int = 0,
 ) -> int:
     """Serve until SIGTERM/SIGINT, then drain: stop accepting at once (and /ready answers 503), let
     requests in flight finish within ``server.drain_timeout_s``, run the shutdown hooks, exit 0.
     SIGHUP reloads the policy file."""
-    runner, url = await serve(policy, policy_path=policy_path, reuse_port=reuse_port)
+    runner, url = await serve(policy, policy_path=policy_path, reuse_port=reuse_port, worker=worker)
     process = runner.app[PROCESS]
-    log.info("gateway listening", extra={"event": "listening", "url": url})
+    # What start-up built (modules, the policy, the simulator's and tokenizer's tables) lives as long as
+    # the process: out of the collector's generations, so an old-generation collection under load walks
+    # only what requests allocate (a pause every request in flight waits out).
+    gc.freeze()
+    log.info("gateway listening", extra={"event": "listening", "url": url, "metrics": process.metrics_url})
     if on_started:
-        on_started(url)
+        on_started(url, process.metrics_url)
     reloads: set[asyncio.Task[object]] = set()
 
     def on_hup() -> None:
@@ -79,15 +89,20 @@ async def serve_until_signal(
     log.info("draining", extra={"event": "draining", "timeout_s": policy.server.drain_timeout_s})
     await runner.cleanup()
     log.info("stopped", extra={"event": "stopped"})
+    ACCESS_LOG.flush()
     return 0
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
+    """Validate a policy and load every file it names; warnings go to stderr and do not fail it."""
     try:
         policy = load_policy(args.file)
+        warnings = check_files(policy, args.file, create=False) + policy_warnings(policy)
     except PolicyError as err:
         print(err.render(), file=sys.stderr)
         return 1
+    for path, message in warnings:
+        print(f"{args.file}: warning: {path}: {message}", file=sys.stderr)
 
     def fleet(m: ModelPoolConfig) -> str:
         found = f" + DNS {m.discovery.dns}:{m.discovery.port}" if m.discovery else ""
@@ -127,6 +142,8 @@ def with_flags(policy: Policy, args: argparse.Namespace) -> Policy:
         server["host"] = args.host
     if args.port is not None:
         server["port"] = args.port
+    if args.metrics_port is not None:
+        server["metrics_port"] = None if args.metrics_port < 0 else args.metrics_port
     if args.log_level:
         server["log_level"] = args.log_level
     updates: dict[str, object] = {}
@@ -149,18 +166,31 @@ def with_flags(policy: Policy, args: argparse.Namespace) -> Policy:
 def cmd_serve(args: argparse.Namespace) -> int:
     try:
         policy = policy_for_serve(args)
+        warnings = check_files(policy, args.config or "<command line>", create=True)
     except PolicyError as err:
         print(err.render(), file=sys.stderr)
         return 1
     configure_logging(policy.server.log_level)
+    for path, message in warnings + policy_warnings(policy):
+        log.warning("policy warning", extra={"event": "policy_warning", "path": path, "warning": message})
     workers = args.workers or 1
     if workers > 1:
         if policy.server.port == 0:
             raise SystemExit("--workers needs a fixed --port (every worker listens on it)")
         return supervise(worker_argv(args._argv), workers)
+    worker = int(os.environ.get(WORKER_ENV, "0")) if args.reuse_port else 0
     return run_async(
-        lambda: serve_until_signal(policy, policy_path=args.config, reuse_port=bool(args.reuse_port))
+        lambda: serve_until_signal(
+            policy, policy_path=args.config, reuse_port=bool(args.reuse_port), worker=worker
+        )
     )
+
+
+def _workers_arg(value: str) -> int:
+    try:
+        return parse_workers(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a count of at least 1 or 'auto', got {value!r}") from None
 
 
 def worker_argv(argv: list[str]) -> list[str]:
@@ -185,9 +215,14 @@ def cmd_sim(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    """Three simulated replicas and the gateway in one process, with the embedded local policy."""
-    policy = load_policy(example_path("local"))
-    server = {"access_log": args.verbose} | ({"port": args.port} if args.port is not None else {})
+    """Three simulated replicas and the gateway in one process, with the embedded local policy (its
+    relative paths, the ledger's, are relative to the working directory: it is not the user's file);
+    the metrics listener on any free port."""
+    path = example_path("local")
+    policy = parse_policy(path.read_text(encoding="utf-8"), str(path))
+    server = {"access_log": args.verbose, "metrics_port": 0} | (
+        {"port": args.port} if args.port is not None else {}
+    )
     policy = policy.model_copy(update={"server": policy.server.model_copy(update=server)})
     configure_logging("warning" if not args.verbose else "info")
 
@@ -200,7 +235,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         demo_policy = policy.model_copy(update={"models": [pool.model_copy(update={"replicas": replicas})]})
         try:
 
-            def started(url: str) -> None:
+            def started(url: str, metrics_url: str | None) -> None:
                 model = policy.models[0].name
                 print(f"prefix-gateway listening on {url} in front of {len(fleet.urls)} simulated replicas:")
                 for u in fleet.urls:
@@ -208,9 +243,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 print("try:")
                 print(
                     f"  curl -s {url}/v1/chat/completions -H 'Content-Type: application/json' "
-                    f'-d \'{{"model": "{model}", "messages": [{{"role": "user", "content": "Hello"}}]}}\''
+                    f'-d \'{{"model": "{model}", "temperature": 0, '
+                    f'"messages": [{{"role": "user", "content": "Hello"}}]}}\''
                 )
-                print(f"metrics: {url}/metrics   stop: Ctrl-C", flush=True)
+                print(
+                    "  (temperature 0: the response cache answers the same request again, x-cache: hit;"
+                    " sampled requests are never cached)"
+                )
+                print(f"metrics: {metrics_url}/metrics   stop: Ctrl-C", flush=True)
 
             return await serve_until_signal(demo_policy, started)
         finally:
@@ -239,7 +279,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--admin-token-env", metavar="NAME", help="variable holding the admin token")
     serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"], help="JSON logs' level")
     serve.add_argument(
-        "--workers", type=int, default=1, help="worker processes sharing the port (SO_REUSEPORT)"
+        "--metrics-port", type=int, help="port of the /metrics listener (server.metrics_port; -1: none)"
+    )
+    serve.add_argument(
+        "--workers",
+        type=_workers_arg,
+        default=1,
+        help="worker processes sharing the port (SO_REUSEPORT): a count, or auto (one per usable core)",
     )
     serve.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)
     serve.set_defaults(func=cmd_serve)
@@ -254,6 +300,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_usage_command(sub)
     add_advise_command(sub)
+    add_batch_command(sub)
 
     demo = sub.add_parser("demo", help="gateway + 3 simulated replicas with the embedded local policy")
     demo.add_argument("--port", type=int, help="gateway port (default 8080)")

@@ -11,6 +11,7 @@ import orjson
 from cache.billing.ledger import LedgerRangeUnavailable
 from cache.billing.ledgers import open_ledger
 from cache.billing.report import parse_group_by, parse_time, render_csv, render_table, report
+from cache.redis_guard import RedisGuard
 from cache.store_redis import connect
 from config import PolicyError, load_policy
 
@@ -42,9 +43,12 @@ def cmd_usage(args: Any) -> int:
         if policy.billing.ledger.kind == "redis":
             if policy.redis.url is None:
                 raise ValueError("billing.ledger.kind is 'redis' but redis.url is not set")
-            redis = connect(policy.redis.url, policy.redis.socket_timeout_s)
+            # A report may wait for Redis: the request path's millisecond deadline is not for it.
+            redis = connect(
+                policy.redis.url, policy.redis.socket_timeout_s, guard=RedisGuard(op_timeout_ms=30_000)
+            )
         ledger = await open_ledger(
-            policy.billing.ledger, redis_client=redis, key_prefix=policy.redis.key_prefix
+            policy.billing.ledger, redis_client=redis, key_prefix=policy.redis.key_prefix, create=False
         )
         try:
             return await report(

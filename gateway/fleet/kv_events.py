@@ -74,6 +74,9 @@ class Route:
 CONNECT = "connect"  # the name of the listener that connects to the replicas' bound publishers
 
 
+UNKNOWN_TOPICS_LOGGED = 64  # distinct unknown topics warned about per socket (then only counted)
+
+
 @dataclass
 class Listener:
     """One bound SUB socket (``bind``), or one SUB socket connected to each replica (``connect``), and
@@ -91,6 +94,7 @@ class Listener:
     mismatched: set[str] = field(default_factory=set)  # replicas whose hashes can never match ours
     subs: dict[bytes, tuple[str, zmq.asyncio.Socket]] = field(default_factory=dict)  # connect: endpoint, SUB
     _poller: zmq.asyncio.Poller | None = None
+    unknown: set[bytes] = field(default_factory=set)  # topics warned about (bounded: UNKNOWN_TOPICS_LOGGED)
     _signature: int = 0
     replay_timeout_s: float = 1.0
 
@@ -246,6 +250,21 @@ class Listener:
         route = self.routes.get(topic)
         if route is None:
             metrics.child(metrics.kv_event_errors, "unknown_topic").inc()
+            if topic not in self.unknown and len(self.unknown) < UNKNOWN_TOPICS_LOGGED:
+                self.unknown.add(topic)
+                known = sorted(t.decode(errors="replace") for t in self.routes)
+                log.warning(
+                    "KV events arrive under a topic no replica of a precise pool publishes: they are "
+                    "dropped, and that replica is routed by the approximate index only; make "
+                    "routing.kv_events.topics (default: the replica id) match the replicas' "
+                    f"--kv-events-config topics (known here: {known})",
+                    extra={
+                        "event": "kv_events_unknown_topic",
+                        "topic": topic.decode(errors="replace")[:128],
+                        "known": known,
+                        "bind": self.bind,
+                    },
+                )
             return
         if route.replica_id in self.mismatched:
             metrics.child(metrics.kv_event_errors, "mismatched_replica").inc()

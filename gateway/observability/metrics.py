@@ -56,6 +56,10 @@ _SPECS: tuple[tuple[Any, ...], ...] = (
     ("ratelimited", Counter, "ratelimited_total", "Requests refused by a token bucket.", ("tenant", "kind")),
     ("redis_errors", Counter, "redis_errors_total", "Failed Redis calls (the caller failed open or closed).",
      ("component", "op")),
+    ("redis_breaker_state", Gauge, "redis_breaker_state",
+     "Redis breaker of this process: 0 closed (calls sent), 2 open (every call fails at once).", ()),
+    ("redis_breaker_transitions", Counter, "redis_breaker_transitions_total",
+     "Redis breaker state changes, by the state entered.", ("to",)),
     # -- billing
     ("billed_tokens", Counter, "billed_tokens_total", "Tokens in the billing ledger by tenant and kind.",
      ("tenant", "kind")),
@@ -124,6 +128,10 @@ _SPECS: tuple[tuple[Any, ...], ...] = (
      "Entries removed by business events.", ()),
     ("semantic_similarity", Histogram, "semantic_similarity", "Cosine similarity of embedding-mode hits.",
      (), FRACTION_BUCKETS),
+    # -- offline batches: the store's count (set at each scrape); the runner's counters are read from its
+    # RunStats at each scrape (gateway/batch/metrics.py)
+    ("batches", Gauge, "batches", "Batches in the job store by status (every pod's: take the max across pods).",
+     ("status",)),
     # -- the layout advisor (set at each scrape from the advice document; cache/advisor/render.py)
     ("advice_saving_micros", Gauge, GAUGE_SAVING_MICROS.removeprefix(f"{NS}_"),
      "Estimated saving per day if the tenant changed its prompt layout as advised, in micro-units.",
@@ -152,6 +160,8 @@ class GatewayMetrics:
     cache_store_seconds: Histogram
     ratelimited: Counter
     redis_errors: Counter
+    redis_breaker_state: Gauge
+    redis_breaker_transitions: Counter
     billed_tokens: Counter
     billed_cost: Counter
     ledger_errors: Counter
@@ -185,6 +195,7 @@ class GatewayMetrics:
     advice_saving_micros: Gauge
     advice_saving_tokens: Gauge
     advice_findings: Gauge
+    batches: Gauge
 
     def __init__(self, registry: CollectorRegistry | None = None):
         self.registry = registry or CollectorRegistry()

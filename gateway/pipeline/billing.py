@@ -2,30 +2,44 @@
 
 Before the request (``prepare``): ``cache_control`` markers are found (more than the policy allows →
 400), the marked prefix is rendered and counted with the pool's tokenizer, and the markers are
-stripped from what the replica receives; ``pin`` reads which replica holds the prefix's live explicit
+stripped from what the replica receives (the rendering is streamed into its digest and its token
+count, never held whole); ``pin`` reads which replica holds the prefix's live explicit
 entry (a routing hint for the router's pin filter). When the answer completes (the ``completed``
 hook): the replica's usage (or, for an aborted stream, what was generated) is priced by
 ``cache.billing.pricing.bill`` and written to the ledger, once per request, before the client sees
-the end of its answer. A client that goes away (``cancelled``) still gets its row, written in the
+the end of its answer. A batch line the fleet answered is priced the same way with source ``batch``, every
+amount times ``billing.batch_price_factor``; one the response cache answered is a cache hit like any other. A client that goes away (``cancelled``) still gets its row, written in the
 background.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import xxhash
 
 from cache.billing.markers import MarkerError, TooManyMarkers, find_markers, strip_markers
-from cache.billing.pricing import ExplicitOutcome, RequestUsage, bill, explicit_eligible, usage_from_response
+from cache.billing.pricing import (
+    FULL_PRICE_BP,
+    ExplicitOutcome,
+    RequestUsage,
+    bill,
+    explicit_eligible,
+    usage_from_response,
+)
 from cache.store_redis import REDIS_ERRORS
 from gateway.errors import GatewayError
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.lifecycle import Event, Hooks
 from gateway.pipeline.parse import ENDPOINTS
-from router.prompt import render_prompt
+from router.prompt import chat_pieces
+
+# A marked prefix is counted exactly this far, the rest at the same characters per token: an hf
+# tokenizer took 3.8 s of the event loop to count a 3.9 MB marked prefix (tests/load/test_memory.py).
+EXACT_PREFIX_TOKENS = 32_768
 
 
 @dataclass(slots=True)
@@ -55,17 +69,21 @@ def prepare(ctx: RequestContext) -> None:
         return
     if not pool.cfg.accepts_cache_control:
         ctx.payload = strip_markers(parsed.body)
-    prompt = render_prompt("chat", found.body)
-    if isinstance(prompt, list):  # token ids (not for chat) — count them as they are
-        tokens = len(prompt)
-        digest = xxhash.xxh3_128_hexdigest(repr(prompt).encode())
-    else:
-        tokens = pool.router.tokenizer.encode(prompt).count
-        digest = xxhash.xxh3_128_hexdigest(prompt.encode("utf-8"), seed=0)
+    # One pass over the marked prefix's rendering, piece by piece: its digest and its token count.
+    hasher = xxhash.xxh3_128(seed=0)
+
+    def hashed(pieces: Iterator[str]) -> Iterator[str]:
+        for piece in pieces:
+            hasher.update(piece.encode("utf-8", "surrogatepass"))
+            yield piece
+
+    messages = found.body.get("messages") or []
+    pieces = hashed(chat_pieces(messages, found.body.get("tools")))
+    tokens = pool.router.tokenizer.tokens(pieces, EXACT_PREFIX_TOKENS).count
     # The registry is per tenant already; the salt in the hash keeps digests unlinkable across tenants,
     # the model name (a LoRA adapter's own) keeps an adapter's entries apart from its base model's.
     seed = ctx.tenant.salt.encode() + b"\x00" + parsed.model.encode("utf-8", "surrogatepass") + b"\x00"
-    prefix_hash = xxhash.xxh3_128_hexdigest(seed + digest.encode())
+    prefix_hash = xxhash.xxh3_128_hexdigest(seed + hasher.hexdigest().encode())
     ctx.marked = Marked(prefix_hash, tokens)
 
 
@@ -123,16 +141,19 @@ async def settle(ctx: RequestContext) -> None:
         except REDIS_ERRORS:  # registry away: billed as implicit (never more than without markers)
             metrics = ctx.process.metrics
             metrics.child(metrics.redis_errors, "explicit", "lookup").inc()
+    batch = ctx.batch_id is not None and ctx.source == "upstream"  # a batch line the fleet answered
     item = bill(
         usage,
         ctx.state.prices[pool.name],
         rules,
         explicit,
-        ctx.source,
+        "batch" if batch else ctx.source,
         request_id=ctx.request_id,
+        client_request_id=ctx.client_request_id,
         tenant=tenant.id,
         model=pool.name,
         ts_ms=int(time.time() * 1000),
+        price_factor_bp=ctx.state.policy.billing.batch_price_factor_bp if batch else FULL_PRICE_BP,
     )
     await metering.record(item)
     m = ctx.process.metrics

@@ -95,7 +95,7 @@ async def forward(
 def _bypass(ctx: RequestContext, reason: str) -> None:
     metrics = ctx.process.metrics
     metrics.child(metrics.cache_bypass, reason).inc()
-    ctx.cache = "bypass"
+    ctx.cache, ctx.bypass_reason = "bypass", reason
 
 
 async def serve(ctx: RequestContext) -> web.StreamResponse:
@@ -106,7 +106,7 @@ async def serve(ctx: RequestContext) -> web.StreamResponse:
     cfg = rt.configs.get(ctx.pool.name) if rt is not None else None
     if rt is None or cfg is None or not cfg.enabled or not ENDPOINTS[parsed.endpoint].cacheable:
         return await forward(ctx, payload)
-    control = parse_cache_control(ctx.request.headers.get("Cache-Control"), parsed.body)
+    control = parse_cache_control(ctx.headers.get("Cache-Control"), parsed.body)
     if control.no_store:
         _bypass(ctx, "no_store")
         return await forward(ctx, payload)

@@ -4,11 +4,15 @@ The stages fill it in order (``gateway.pipeline.handler`` lists them); the lifec
 (``gateway.pipeline.lifecycle``) read it. What can be derived is not stored: the replica, the route
 reason and the prefix match come from the current ``decision``; the ``x-cache`` and ``age`` headers
 from ``cache`` and ``age_s``.
+
+A request that came over HTTP has its ``request``; a line of an offline batch (``handler.call``) has
+none, only ``headers`` (a plain mapping) and its ``batch_id`` and ``placement``.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -24,17 +28,21 @@ if TYPE_CHECKING:
     from gateway.pipeline.tenant import Tenant
     from gateway.process.process import Process
     from gateway.process.state import State
-    from router.types import Decision
+    from router.types import Decision, Placement
 
 
 @dataclass(slots=True, eq=False)
 class RequestContext:
-    request: web.Request
     process: Process
     state: State
     endpoint: str
-    request_id: str
+    request_id: str  # the gateway's own id of this generation: the ledger row's key, sent upstream
     frontend: FrontEnd  # the API the client speaks (gateway.pipeline.protocols): its request and answer maps
+    headers: Mapping[str, str]  # the request's (case-insensitive over HTTP)
+    request: web.Request | None = None  # None for a batch line
+    batch_id: str | None = None  # the offline batch a line belongs to (billed as ``batch``)
+    placement: Placement | None = None  # a batch line's planned replica and share (router.filters.planned)
+    client_request_id: str | None = None  # the client's x-request-id, kept in the row and echoed
     started: float = field(default_factory=time.perf_counter)
     # -- who and what (parse, tenant)
     tenant: Tenant | None = None
@@ -57,6 +65,7 @@ class RequestContext:
     upstream_error: str | None = None
     # -- the answer (relay, cache, respond)
     cache: str | None = None  # hit | miss | bypass | coalesced | refresh | fallback (x-cache)
+    bypass_reason: str | None = None  # why a bypass (x-cache-bypass-reason): the request says why
     age_s: float | None = None  # of a cached answer
     source: str = "upstream"  # upstream | response_cache | coalesced | fallback
     status: int = 0
@@ -76,9 +85,14 @@ class RequestContext:
 
     def answer_headers(self) -> dict[str, str]:
         """Headers every answer of this request carries, derived from what happened."""
-        headers = {"x-request-id": self.request_id}
+        headers = {
+            "x-request-id": self.client_request_id or self.request_id,
+            "x-gateway-request-id": self.request_id,
+        }
         if self.cache is not None:
             headers["x-cache"] = self.cache
+        if self.bypass_reason is not None:
+            headers["x-cache-bypass-reason"] = self.bypass_reason
         if self.age_s is not None:
             headers["age"] = str(int(self.age_s))
         return headers

@@ -26,6 +26,7 @@ from gateway.fleet.pools import Pool
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.lifecycle import Event, Hooks
 from gateway.pipeline.parse import ENDPOINTS
+from gateway.pipeline.protocols.base import replica_error
 from gateway.pipeline.relay import Relay, relay
 from gateway.pipeline.tenant import Tenant
 from gateway.upstream.client import UpstreamFailure
@@ -71,7 +72,7 @@ async def dispatch(ctx: RequestContext, payload: dict[str, Any], how: Relay) -> 
     retries = ctx.state.policy.retries
     body = upstream_body(payload, pool, ctx.tenant, ctx.adapter)
     headers = {"Content-Type": "application/json", "X-Request-Id": ctx.request_id}
-    headers.update((h, ctx.request.headers[h]) for h in TRACE_HEADERS if h in ctx.request.headers)
+    headers.update((h, ctx.headers[h]) for h in TRACE_HEADERS if h in ctx.headers)
     if parsed.stream:
         headers["Accept"] = "text/event-stream"
     route_req = RouteRequest(
@@ -79,8 +80,9 @@ async def dispatch(ctx: RequestContext, payload: dict[str, Any], how: Relay) -> 
         parsed.model,
         parsed.body,
         ctx.tenant.salt,
-        ctx.request.headers,
+        ctx.headers,
         ctx.pinned_replica,
+        ctx.placement,
         adapter=ctx.adapter,
         load_adapter=_adapter_path(ctx) is not None,
     )
@@ -203,13 +205,12 @@ async def _with_adapter(ctx: RequestContext, decision: Decision) -> None:
 
 
 async def _error_from_status(ctx: RequestContext, resp: aiohttp.ClientResponse) -> GatewayError:
+    """A retryable status: what the client gets if no other replica does better."""
     try:
         data, _ = await ctx.state.upstream.read_answer(resp)
-        err = orjson.loads(data).get("error") or {}
-        message = err.get("message") or f"upstream answered {resp.status}"
-    except (UpstreamFailure, orjson.JSONDecodeError, AttributeError):
-        message = f"upstream answered {resp.status}"
-    return GatewayError(resp.status, str(message), code=f"upstream_status_{resp.status}")
+    except UpstreamFailure:
+        data = b""
+    return replica_error(resp.status, data)
 
 
 # -- the router's side of the lifecycle -----------------------------------------------------------------

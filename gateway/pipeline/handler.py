@@ -17,6 +17,17 @@
 
 Billing, tenant refunds, routing feedback, metrics and the access log run as hooks on the lifecycle's
 events (``pipeline.lifecycle``), emitted where they happen.
+
+``call`` runs the same stages for a body that did not come over HTTP: a line of an offline batch
+(``gateway.batch``), as the tenant that created the batch, under the line's own request id (derived from
+the batch and the line, so a line re-run after a crash is still one ledger row). Routing (its planned
+replica is a soft pin within the batch's share: ``router.filters.planned``), the response cache,
+billing (source ``batch``, at ``billing.batch_price_factor``) and metrics apply as to any request. A
+line does not draw on the tenant's token buckets: a batch has its own bounds (its share of each replica,
+which shrinks while online queues grow, ``batch.limits``), as OpenAI keeps batch limits apart from the
+per-model rate limits; drawing on them would let one large batch starve the tenant's own online traffic
+for hours, or turn its lines into 429s that fail them. A line is never streamed (validation refuses
+``stream: true``), so its answer is a whole ``web.Response`` the caller reads status and body from.
 """
 
 from __future__ import annotations
@@ -24,7 +35,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -33,34 +45,98 @@ from gateway.fleet.pools import find_pool
 from gateway.pipeline import billing, cache, limits, respond
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.lifecycle import Event
-from gateway.pipeline.parse import ENDPOINTS, parse_request
+from gateway.pipeline.parse import ENDPOINTS, parse_request, validate
 from gateway.pipeline.protocols import FRONTENDS
+from gateway.pipeline.tenant import Tenant
 
 if TYPE_CHECKING:
+    from gateway.pipeline.protocols.base import FrontEnd
     from gateway.process.process import Process
+    from router.types import Placement
+
+_NO_HEADERS: Mapping[str, str] = {}
 
 _MAX_REQUEST_ID = 128
 _ID_PREFIX = os.urandom(6).hex()
 _id_counter = itertools.count(1)
 
 
-def request_id_of(request: web.Request) -> str:
-    """The client's ``x-request-id`` when it is a sane token, else a fresh one."""
-    given = request.headers.get("x-request-id")
-    if given and len(given) <= _MAX_REQUEST_ID and given.isascii() and given.isprintable():
-        return given
+def new_request_id() -> str:
+    """The gateway's own id of one generation: unique per process (random prefix) and request."""
     return f"{_ID_PREFIX}{next(_id_counter):012x}"
 
 
+def client_request_id(request: web.Request) -> str | None:
+    """The client's ``x-request-id`` when it is a sane token (kept and echoed, never a key)."""
+    given = request.headers.get("x-request-id")
+    if given and len(given) <= _MAX_REQUEST_ID and given.isascii() and given.isprintable():
+        return given
+    return None
+
+
 async def handle(request: web.Request, process: Process, endpoint: str) -> web.StreamResponse:
-    state = process.state
-    frontend = FRONTENDS[ENDPOINTS[endpoint].frontend]
-    ctx = RequestContext(request, process, state, endpoint, request_id_of(request), frontend)
-    hooks = process.hooks
+    """One request that came over HTTP."""
+    ctx = RequestContext(
+        process,
+        process.state,
+        endpoint,
+        new_request_id(),
+        _frontend(endpoint),
+        request.headers,
+        request,
+        client_request_id=client_request_id(request),
+    )
+    return await _run(ctx, _read_request(ctx, request))
+
+
+async def call(
+    process: Process,
+    endpoint: str,
+    body: dict[str, Any],
+    *,
+    tenant: Tenant,
+    request_id: str,
+    batch_id: str,
+    placement: Placement | None = None,
+) -> web.Response:
+    """One line of an offline batch, through the same stages (see the module)."""
+    ctx = RequestContext(
+        process,
+        process.state,
+        endpoint,
+        request_id,
+        _frontend(endpoint),
+        _NO_HEADERS,
+        batch_id=batch_id,
+        placement=placement,
+    )
+    ctx.tenant = tenant
+    resp = await _run(ctx, _read_line(ctx, body))
+    assert isinstance(resp, web.Response)  # never a stream
+    return resp
+
+
+def _frontend(endpoint: str) -> FrontEnd:
+    return FRONTENDS[ENDPOINTS[endpoint].frontend]
+
+
+async def _read_request(ctx: RequestContext, request: web.Request) -> None:
+    state = ctx.state
+    ctx.tenant = state.tenants.resolve(request.headers, request.remote)
+    ctx.parsed = await parse_request(request, ctx.endpoint, state.policy.limits)
+
+
+async def _read_line(ctx: RequestContext, body: dict[str, Any]) -> None:
+    ctx.parsed = validate(ctx.endpoint, body, ctx.state.policy.limits)
+
+
+async def _run(ctx: RequestContext, read: Awaitable[None]) -> web.StreamResponse:
+    """``read`` (tenant and parsed body), then the stages; the lifecycle's end events, whatever happens."""
+    state, hooks = ctx.state, ctx.process.hooks
     try:
-        ctx.tenant = state.tenants.resolve(request.headers, request.remote)
-        ctx.parsed = await parse_request(request, endpoint, state.policy.limits)
-        await frontend.prepare(ctx)
+        await read
+        assert ctx.parsed is not None
+        await ctx.frontend.prepare(ctx)
         ctx.pool, ctx.adapter = find_pool(state.pools, ctx.parsed.model)
         if ctx.pool is None:
             raise GatewayError(
@@ -76,7 +152,7 @@ async def handle(request: web.Request, process: Process, endpoint: str) -> web.S
         await hooks.emit(Event.FAILED, ctx)
         return resp
     except asyncio.CancelledError:
-        ctx.status = 499  # client closed the connection
+        ctx.status = 499  # client closed the connection (a batch line: its run was stopped)
         await hooks.emit(Event.CANCELLED, ctx)
         raise
     finally:

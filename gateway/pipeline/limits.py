@@ -1,6 +1,7 @@
-"""Per-tenant token buckets on the request path: requests/s, then prompt + max_tokens reserved from
+"""Per-tenant token buckets on the request path: requests/s, then prompt + n x max_tokens reserved from
 tokens/min before the call (429 with ``Retry-After`` beyond either); what the request did not use is
-refunded when it finishes (the ``finished`` hook), all of it when nothing was generated."""
+refunded when it finishes (the ``finished`` hook), all of it when nothing was generated. Lines of an
+offline batch do not draw on them (why: ``pipeline.handler``)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from gateway.pipeline.lifecycle import Event, Hooks
 
 async def admit(ctx: RequestContext) -> None:
     cache = ctx.state.cache
-    if cache is None:
+    if cache is None or ctx.batch_id is not None:
         return
     assert ctx.tenant is not None and ctx.parsed is not None and ctx.pool is not None
     limiter, metrics, tenant = cache.limiter, ctx.process.metrics, ctx.tenant
@@ -21,7 +22,8 @@ async def admit(ctx: RequestContext) -> None:
         metrics.child(metrics.ratelimited, tenant.metric_label, "requests").inc()
         raise _rate_limited(took, "requests per second", limiter.request_burst or 0)
     body = ctx.parsed.body
-    estimate = ctx.parsed.prompt_chars // ctx.pool.router.tokenizer.chars_per_token + int(
+    sequences = max(int(body.get("n") or 1), int(body.get("best_of") or 1))  # checked by parse
+    estimate = ctx.parsed.prompt_chars // ctx.pool.router.tokenizer.chars_per_token + sequences * int(
         body.get("max_tokens") or body.get("max_completion_tokens") or 16
     )
     took, ctx.reservation = await limiter.reserve_tokens(tenant.id, estimate)

@@ -1,7 +1,9 @@
 """Request metrics and the access log: the ``finished`` hook, once per request.
 
 One JSON access-log line per request (ids, tenant, model, replica, status, timings, routing and cache
-outcome; never prompt text), serialised once with orjson.
+outcome, the batch of a batch line; never prompt text), serialised once with orjson. Batch lines count
+in the request counters but not in the latency histograms, which are the online path's: a line's
+latency is its batch's business (``prefix_gateway_batch_*``).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ def _finished(ctx: RequestContext) -> None:
         metrics.child(metrics.cache_requests, ctx.cache).inc()
     if ctx.adapter is not None:  # a name the pool knows: bounded by lora.max_adapters
         metrics.child(metrics.adapter_requests, model, ctx.adapter, str(ctx.status)).inc()
-    if model != "-":
+    if model != "-" and ctx.batch_id is None:
         metrics.child(metrics.duration, model).observe(elapsed)
         ttfb = ctx.first_byte_s if ctx.first_byte_s is not None else elapsed
         metrics.child(metrics.ttfb, model).observe(ttfb)
@@ -29,6 +31,7 @@ def _finished(ctx: RequestContext) -> None:
         log_access(
             {
                 "request_id": ctx.request_id,
+                "client_request_id": ctx.client_request_id,
                 "tenant": ctx.tenant.metric_label if ctx.tenant is not None else "-",
                 "model": model,
                 "endpoint": ctx.endpoint,
@@ -41,6 +44,7 @@ def _finished(ctx: RequestContext) -> None:
                 "upstream_error": ctx.upstream_error,
                 "cache": ctx.cache,
                 "source": ctx.source,
+                "batch": ctx.batch_id,
                 "ttfb_ms": round(ctx.first_byte_s * 1000, 2) if ctx.first_byte_s is not None else None,
                 "duration_ms": round(elapsed * 1000, 2),
             }

@@ -1,7 +1,11 @@
 """Read and validate an OpenAI request body: size, encoding, JSON, the fields the gateway relies on.
 
-Deep validation of sampling parameters is the replica's job (its 400 is relayed as is); here we check
-what the gateway itself needs to route, cache and bill, and every limit it names.
+Deep validation of sampling parameters is the replica's job (its 400 is relayed in OpenAI's shape);
+here we check what the gateway itself needs to route, cache and bill, and every limit it names. The
+limits that bound the work one body can cause come first, right after the JSON is decoded: the
+number of messages (``limits.max_messages``: a 3.9 MB body of 100,000 short messages otherwise costs
+a rendering, a cache key and a routing hash of all of them) and of sequences (``limits.max_n``:
+``n`` and ``best_of``, forwarded as they came before).
 """
 
 from __future__ import annotations
@@ -312,11 +316,11 @@ def _check_common(body: dict[str, Any]) -> None:
     stream = body.get("stream")
     if stream is not None and not isinstance(stream, bool):
         raise _bad("'stream' must be a boolean", "stream")
-    for name in ("max_tokens", "max_completion_tokens", "max_output_tokens", "n", "seed"):
+    for name in ("max_tokens", "max_completion_tokens", "max_output_tokens", "n", "best_of", "seed"):
         v = body.get(name)
         if v is not None and (not isinstance(v, int) or isinstance(v, bool)):
             raise _bad(f"'{name}' must be an integer", name)
-    for name in ("max_tokens", "max_completion_tokens", "max_output_tokens", "n"):
+    for name in ("max_tokens", "max_completion_tokens", "max_output_tokens", "n", "best_of"):
         v = body.get(name)
         if v is not None and v < 1:
             raise _bad(f"'{name}' must be at least 1", name)
@@ -326,7 +330,21 @@ def _check_common(body: dict[str, Any]) -> None:
             raise _bad(f"'{name}' must be a number", name)
 
 
+def _check_bounds(body: dict[str, Any], limits: LimitsConfig) -> None:
+    for name, code in (("messages", "too_many_messages"), ("input", "too_many_inputs")):
+        items = body.get(name)
+        if isinstance(items, list) and len(items) > limits.max_messages:
+            raise _bad(
+                f"'{name}' has {len(items)} items, more than the limit of {limits.max_messages}", name, code
+            )
+    for name in ("n", "best_of"):
+        v = body.get(name)
+        if isinstance(v, int) and not isinstance(v, bool) and v > limits.max_n:
+            raise _bad(f"'{name}' is {v}, more than the limit of {limits.max_n}", name, "too_many_sequences")
+
+
 def validate(endpoint: str, body: dict[str, Any], limits: LimitsConfig) -> ParsedRequest:
+    _check_bounds(body, limits)
     model = body.get("model")
     if model is None:
         raise _bad("'model' is a required property", "model", "missing_required_parameter")

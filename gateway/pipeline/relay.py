@@ -2,11 +2,19 @@
 
 Until the first byte goes to the client a failure is the attempt's (``UpstreamFailure``: the
 dispatcher retries elsewhere); after it, a failed stream ends with an SSE error event in OpenAI's
-shape (``respond.close_stream``).
+shape (``respond.close_stream``) whose message says what happened in our words, never the HTTP
+client's (no "TransferEncodingError: 400" for a client to puzzle over).
+
+An error a replica answers is relayed with its status and message in the client's API's error shape
+(``respond.whole``, ``protocols.base.replica_error``): vLLM and SGLang answer ``"type":
+"BadRequestError", "code": 400``, which OpenAI's clients do not know. An answer the replica ended with ``finish_reason: "abort"`` (vLLM: the engine
+gave the request up) is relayed as it came, and logged and counted as an upstream failure of kind
+``aborted`` (never cached: ``cache.entry.storable``).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -14,11 +22,29 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from cache.entry import aborted
 from gateway.pipeline import respond
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.lifecycle import Event
 from gateway.pipeline.stream_tap import StreamTap
 from gateway.upstream.client import HOP_BY_HOP, UpstreamFailure
+
+log = logging.getLogger("prefix_gateway")
+
+
+def _count_abort(ctx: RequestContext) -> None:
+    ctx.upstream_error = "aborted"
+    metrics = ctx.process.metrics
+    metrics.child(metrics.upstream_errors, ctx.replica_id, "aborted").inc()
+    log.warning(
+        "the replica aborted the answer (finish_reason abort)",
+        extra={
+            "event": "upstream_aborted",
+            "replica": ctx.replica_id,
+            "model": ctx.model,
+            "request_id": ctx.request_id,
+        },
+    )
 
 
 @dataclass(slots=True)
@@ -54,11 +80,14 @@ async def _whole(
 ) -> web.Response:
     data, parsed = await ctx.state.upstream.read_answer(resp)
     await ctx.process.hooks.emit(Event.FIRST_BYTE, ctx)
+    headers = relayed_headers(resp, ctx)
     if parsed is not None:
         ctx.response = parsed
         usage = parsed.get("usage")
         ctx.usage = usage if isinstance(usage, dict) else None
-    return await respond.whole(ctx, resp.status, data, relayed_headers(resp, ctx), parsed, rewrite)
+        if aborted(parsed):
+            _count_abort(ctx)
+    return await respond.whole(ctx, resp.status, data, headers, parsed, rewrite)
 
 
 async def _stream(
@@ -85,9 +114,12 @@ async def _stream(
         ctx.usage = tap.usage
         ctx.response = tap.result()
         ctx.generated_chunks = tap.events
+        if tap.aborted:
+            _count_abort(ctx)
     if failed is not None:
         ctx.upstream_error = f"midstream_{failed.kind}"
         metrics = ctx.process.metrics
         metrics.child(metrics.upstream_errors, ctx.replica_id, ctx.upstream_error).inc()
-        return await respond.close_stream(ctx, out, done=False, error=f"upstream stream failed: {failed}")
+        error = f"the replica's stream broke off before its end: {failed}"
+        return await respond.close_stream(ctx, out, done=False, error=error)
     return await respond.close_stream(ctx, out, done=tap is not None and tap.done)

@@ -25,7 +25,7 @@ from cache.billing.pricing import billing_headers, usage_extension
 from gateway.errors import GatewayError
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.lifecycle import Event
-from gateway.pipeline.protocols.base import Encoder, error_message
+from gateway.pipeline.protocols.base import Encoder, replica_error
 
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
@@ -55,8 +55,9 @@ async def whole(
             if extend and isinstance(body.get("usage"), Mapping):
                 body = {**body, "usage": {**body["usage"], "billing": usage_extension(item)}}  # type: ignore[arg-type]
             data = orjson.dumps(body)
-    elif status != 200 and not frontend.passthrough:
-        data = frontend.error(GatewayError(status, error_message(data))).body  # type: ignore[assignment]
+    elif status != 200:  # a replica's error, in the client's API's shape (OpenAI's for OpenAI's)
+        data = frontend.error(replica_error(status, data)).body  # type: ignore[assignment]
+        headers["Content-Type"] = "application/json"
     if item is not None and cfg.headers:
         headers.update(billing_headers(item, cfg.header_prefix))
     headers.setdefault("Content-Type", "application/json")
@@ -64,6 +65,7 @@ async def whole(
 
 
 async def open_stream(ctx: RequestContext, headers: Mapping[str, str]) -> web.StreamResponse:
+    assert ctx.request is not None, "only a request that came over HTTP streams"  # batch lines never do
     out = web.StreamResponse(status=200, headers={**headers, **SSE_HEADERS})
     await out.prepare(ctx.request)
     ctx.status = 200
@@ -89,13 +91,12 @@ async def close_stream(
     first."""
     await ctx.process.hooks.emit(Event.COMPLETED, ctx)
     tail = await encoder_of(ctx).end(ctx, done=done, error=error)
-    if tail:
-        await out.write(tail)
-    await out.write_eof()
+    await out.write_eof(tail or b"")  # the end and the last chunk of the body in one write
     return out
 
 
 def error(ctx: RequestContext, err: GatewayError) -> web.Response:
     ctx.status = err.status
-    err.headers.setdefault("x-request-id", ctx.request_id)
+    for name, value in ctx.answer_headers().items():
+        err.headers.setdefault(name, value)
     return ctx.frontend.error(err)

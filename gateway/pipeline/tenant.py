@@ -74,14 +74,18 @@ class TenantResolver:
         )
         self._proxies = [ipaddress.ip_network(p, strict=False) for p in cfg.trusted_proxies]
 
-    def salt_for(self, tenant_id: str) -> str:
-        """The salt a tenant's requests carry (its group's), listed or not."""
+    def tenant(self, tenant_id: str) -> Tenant:
+        """The tenant with this id, as ``resolve`` would have found it (a batch runs as its creator)."""
         listed = self._by_id.get(tenant_id)
         if listed is not None:
-            return listed.salt
+            return listed
         if tenant_id == self.default.id:
-            return self.default.salt
-        return derive_salt(self._secret, tenant_id)
+            return self.default
+        return Tenant(tenant_id, tenant_id, derive_salt(self._secret, tenant_id), listed=False)
+
+    def salt_for(self, tenant_id: str) -> str:
+        """The salt a tenant's requests carry (its group's), listed or not."""
+        return self.tenant(tenant_id).salt
 
     def _from_trusted_header(self, headers: object, peer: str | None) -> Tenant | None:
         name = self.cfg.trusted_header

@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.lifecycle import Event, Hooks
+from gateway.pipeline.parse import ENDPOINTS
 
 if TYPE_CHECKING:
     from gateway.observability.tracing import Tracing
@@ -61,13 +62,13 @@ class RequestTracer:
 
     def spans(self, ctx: RequestContext) -> Spans:
         if ctx.trace is None:
-            parent = self.tracing.propagator.extract(carrier=ctx.request.headers)  # case-insensitive
+            parent = self.tracing.propagator.extract(carrier=ctx.headers)  # case-insensitive over HTTP
             span = self.tracer.start_span(
                 f"{_operation(ctx)} {ctx.model}",
                 context=parent,
                 kind=SpanKind.SERVER,
                 start_time=_ns_since_start(ctx),
-                attributes={"http.request.method": "POST", "url.path": ctx.request.path},
+                attributes={"http.request.method": "POST", "url.path": ENDPOINTS[ctx.endpoint].path},
             )
             ctx.trace = Spans(span, otel_trace.set_span_in_context(span, parent))
         return ctx.trace  # type: ignore[no-any-return]

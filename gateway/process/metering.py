@@ -3,7 +3,9 @@
 A ``Metering`` outlives reloads (the ledger and the explicit-cache registry are restart-only: a
 reloaded policy changes prices and rules, which live in the policy-derived state). Rows the ledger
 refuses (Redis away, disk full) are kept in order, bounded, and retried until it takes them; the
-ledger's ``record`` is idempotent, so a retried row never counts twice.
+ledger's ``record`` is idempotent, so a retried row never counts twice. A refusal is counted
+(``prefix_gateway_ledger_errors_total``) and logged as a warning at most once per
+``WARN_INTERVAL_S``, with the error's type and the rows waiting; the recovery is logged too.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import deque
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
@@ -28,6 +31,7 @@ from gateway.observability.metrics import GatewayMetrics
 log = logging.getLogger("prefix_gateway")
 
 PENDING_MAX = 100_000
+WARN_INTERVAL_S = 10.0
 
 
 @dataclass(slots=True, eq=False)
@@ -39,17 +43,32 @@ class Metering:
     # Rows the ledger refused: kept and retried, never dropped silently.
     _pending: deque[LineItem] = field(default_factory=lambda: deque(maxlen=PENDING_MAX))
     _flusher: asyncio.Task[None] | None = None
+    _warned_at: float = -1e9
 
     async def record(self, item: LineItem) -> None:
         try:
             await self.ledger.record(item)
-        except Exception:
+        except Exception as exc:
             self.metrics.ledger_errors.inc()
             if len(self._pending) == PENDING_MAX:
                 log.error("ledger retry queue full; dropping the oldest row", extra={"event": "ledger_drop"})
             self._pending.append(item)
+            self._warn(exc)
             if self._flusher is None or self._flusher.done():
                 self._flusher = asyncio.ensure_future(self._flush())
+
+    def _warn(self, exc: BaseException) -> None:
+        now = time.monotonic()
+        if now - self._warned_at >= WARN_INTERVAL_S:
+            self._warned_at = now
+            log.warning(
+                "ledger write failed; the row is kept and retried",
+                extra={
+                    "event": "ledger_write_failed",
+                    "error": type(exc).__name__,
+                    "pending": len(self._pending),
+                },
+            )
 
     async def _flush(self) -> None:
         """Retry refused rows in order until the ledger takes them (recording is idempotent)."""
@@ -61,7 +80,8 @@ class Metering:
                     await self.ledger.record(self._pending[0])
                     self._pending.popleft()
                 log.info("ledger writes recovered", extra={"event": "ledger_recovered"})
-            except Exception:
+            except Exception as exc:
+                self._warn(exc)
                 delay = min(delay * 2, 10.0)
 
     def in_background(self, coro: Coroutine[Any, Any, Any]) -> None:

@@ -1,16 +1,19 @@
 """The gateway process: everything that outlives a reload, opened and closed in pairs.
 
-A ``Process`` owns the metrics registry, the lifecycle hooks, the fleet's health (breakers, active
-verdicts, drains), the Redis client and its pool (when the policy names Redis), the billing ledger,
+A ``Process`` owns the metrics registry and its listener (``server.metrics_port``), the lifecycle
+hooks, the fleet's health (breakers, active verdicts, drains), the Redis client and its pool (when the
+policy names Redis, behind one deadline and breaker: ``cache.redis_guard``), the billing ledger,
 OpenTelemetry's tracer provider (when the policy turns tracing on), admission, the layout advisor's
 sketches, the background tasks (health checks, load scrape, LoRA adapters, discovery, the policy file
-watch, KV events), LoRA adapter loads in flight, the draining flag, and the current ``State``: the
-policy-derived part, which a reload
-swaps (``swap``).
+watch, KV events), LoRA adapter loads in flight, the offline batches (``batch.enabled``: their job store,
+file store and service, whose loop runs them), the draining flag, the operator's file policy, and the
+current ``State``: the policy-derived part, which a reload swaps (``swap``).
 
 ``open`` and ``close`` run from the app's cleanup context (aiohttp ``cleanup_ctx``): every resource
 is registered on an exit stack as it is opened, so ``close`` closes them in reverse order, each once,
-whatever failed.
+whatever failed. Batches are opened last and stopped first: their lines use the request path (the
+upstream session, the ledger), and ``stop_batches`` also runs when the drain begins, so another pod (or
+this one's restart) can take their leases over at once.
 """
 
 from __future__ import annotations
@@ -26,8 +29,14 @@ import redis.asyncio as aioredis
 from aiohttp import web
 
 from cache.advisor.advisor import Advisor
+from cache.redis_guard import BreakerState, RedisGuard
 from cache.store_redis import connect
 from config.policy import Policy
+from gateway.batch.bridge import PoolFleet, request_path
+from gateway.batch.files import FileStore
+from gateway.batch.metrics import BatchCollector
+from gateway.batch.service import BatchService
+from gateway.batch.store import open_store
 from gateway.fleet import probes, scrape
 from gateway.fleet.adapters import AdapterLoader, adapters_loop
 from gateway.fleet.discovery import start_discovery
@@ -40,6 +49,7 @@ from gateway.pipeline.context import RequestContext
 from gateway.pipeline.lifecycle import Event, Hooks
 from gateway.pipeline.tenant import server_secret
 from gateway.process.admission import Admission
+from gateway.process.exposition import open_listener
 from gateway.process.metering import Metering, open_metering
 from gateway.process.reload import watch_file
 from gateway.process.state import State, build_state, replaced
@@ -55,18 +65,24 @@ ShutdownHook = Callable[[], Awaitable[Any]]
 class Process:
     initial: Policy  # the policy the process starts with (``state.policy`` is the current one)
     policy_path: str | None = None  # the file a reload (SIGHUP, file watch, admin) reads again
+    # The operator's policy: the initial one, then each one read from the file again. An uploaded
+    # policy never replaces it. Public endpoints list its models; it allows the upload's variables.
+    file_policy: Policy = field(init=False)
     secret: bytes | None = None  # salt secret; from the environment at open when not given
     metrics: GatewayMetrics = field(default_factory=GatewayMetrics)
     hooks: Hooks = field(default_factory=Hooks)
     resolver: Any = None  # discovery's DNS resolver (None: loop.getaddrinfo); injectable in tests
+    worker: int = 0  # index among --workers N: its metrics listener is server.metrics_port + worker
     admission: Admission = field(init=False)
     fleet: FleetHealth = field(init=False)
     advisor: Advisor = field(init=False)
     redis: aioredis.Redis | None = None
     metering: Metering | None = None
+    batch: BatchService | None = None  # batch.enabled: the Files and Batches API and the runs
     state: State = field(init=False)
     draining: bool = False
     server: web.Server | None = None  # the HTTP server (connection counts for /admin/debug)
+    metrics_url: str | None = None  # the /metrics listener (server.metrics_port), once open
     tasks: dict[str, asyncio.Task[Any]] = field(default_factory=dict)
     # model name -> (discovery config it was resolved with, addresses in resolver order)
     discovered: dict[str, tuple[Any, list[str]]] = field(default_factory=dict)
@@ -80,9 +96,11 @@ class Process:
     # session closes: e.g. flushing something. Exceptions are logged.
     shutdown_hooks: list[ShutdownHook] = field(default_factory=list)
     _retired: list[tuple[asyncio.Task[Any], Callable[[], Awaitable[Any]]]] = field(default_factory=list)
+    _batch_loop: asyncio.Task[None] | None = None
     _stack: contextlib.AsyncExitStack = field(default_factory=contextlib.AsyncExitStack)
 
     def __post_init__(self) -> None:
+        self.file_policy = self.initial
         self.admission = Admission(self.metrics)
         self.fleet = FleetHealth(self.initial.breaker, self.metrics)
         self.advisor = Advisor.from_policy(self.initial)
@@ -94,7 +112,13 @@ class Process:
             self.secret = server_secret(policy.tenancy, required=policy.redis.url is not None)
         if policy.redis.url is not None:
             r = policy.redis
-            self.redis = connect(r.url, r.socket_timeout_s, r.max_connections)  # type: ignore[arg-type]
+            guard = RedisGuard(
+                op_timeout_ms=r.op_timeout_ms,
+                breaker_failures=r.breaker_failures,
+                probe_interval_ms=r.probe_interval_ms,
+                on_state=self._redis_breaker,
+            )
+            self.redis = connect(r.url, r.socket_timeout_s, r.max_connections, guard)  # type: ignore[arg-type]
             stack.push_async_callback(self.redis.aclose)
         self.metering = await open_metering(policy, self.metrics, self.redis)
         if self.metering is not None:
@@ -119,6 +143,43 @@ class Process:
         start_discovery(self)
         stack.push_async_callback(stop_kv_events, self)
         await start_kv_events(self)
+        server = policy.server
+        if server.metrics_port is not None:
+            port = server.metrics_port + self.worker if server.metrics_port else 0
+            runner, self.metrics_url = await open_listener(self, server.metrics_host or server.host, port)
+            stack.push_async_callback(runner.cleanup)
+        if policy.batch.enabled:
+            await self._open_batches(policy)
+
+    async def _open_batches(self, policy: Policy) -> None:
+        cfg, stack = policy.batch, self._stack
+        store = await open_store(cfg, self.redis, policy.redis.key_prefix)
+        stack.push_async_callback(store.close)
+        fleet = PoolFleet(self)
+        self.batch = BatchService(
+            cfg,
+            store=store,
+            files=FileStore(cfg.dir, cfg.limits),
+            fleet=fleet,
+            send=request_path(self),
+            load=fleet.waiting,
+            max_line_bytes=policy.limits.max_body_bytes,
+        )
+        collector = BatchCollector(self.batch)
+        self.metrics.registry.register(collector)
+        stack.callback(self.metrics.registry.unregister, collector)
+        if self.worker == 0:  # one slot pool for each replica's batch share (see workers)
+            self._batch_loop = asyncio.ensure_future(self.batch.run())
+        stack.push_async_callback(self.stop_batches)
+
+    async def stop_batches(self) -> None:
+        """Stop running batches (lines in flight cut off, leases released); the API still answers.
+        Idempotent: runs when the drain begins and again at close."""
+        if self.batch is None:
+            return
+        await self.batch.close()
+        if self._batch_loop is not None:
+            await self._batch_loop
 
     async def close(self) -> None:
         await self._stack.aclose()
@@ -132,6 +193,20 @@ class Process:
         d = ctx.decision
         if self.shared is not None and d is not None and d.block_hashes and ctx.pool is not None:
             self.shared.offer(ctx.pool.name, d.replica.id, d.block_hashes)
+
+    def _redis_breaker(self, state: BreakerState) -> None:
+        """The Redis breaker opened (every Redis call now fails at once, its caller failing open or
+        as its fail_mode says) or closed (a probe answered)."""
+        m = self.metrics
+        m.redis_breaker_state.set(2 if state == "open" else 0)
+        m.child(m.redis_breaker_transitions, state).inc()
+        if state == "open":
+            log.warning(
+                "Redis missed its deadlines: calls fail at once until a probe answers",
+                extra={"event": "redis_breaker_open", "op_timeout_ms": self.initial.redis.op_timeout_ms},
+            )
+        else:
+            log.info("Redis answers again: calls are sent", extra={"event": "redis_breaker_closed"})
 
     async def _close_state(self) -> None:
         await self.state.upstream.session.close()

@@ -9,6 +9,12 @@ admission, metrics) is untouched by construction.
 
 Settings bound to the listening socket, the HTTP server or a process-owned resource need a restart;
 a reload that changes them logs which (``RESTART_ONLY``).
+
+A policy uploaded as the body of ``POST /admin/reload`` is not the operator's file: it expands only
+the environment variables the file policy lists in ``admin.upload_env`` (never the salt secret or a
+token by accident), its relative paths resolve against the policy file's directory, and it never
+becomes ``Process.file_policy`` (what public endpoints and the next upload's allow-list come from).
+Every reload loads the files the new policy names first (``process.preflight``).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from typing import TYPE_CHECKING
 from config.loader import PolicyError, load_policy, parse_policy
 from config.policy import Policy
 from gateway.fleet.discovery import start_discovery
+from gateway.process.preflight import model_file_problems
 
 if TYPE_CHECKING:
     from gateway.process.process import Process
@@ -32,13 +39,17 @@ RESTART_ONLY = (
     ("server", "host"),
     ("server", "port"),
     ("server", "keepalive_timeout_s"),
+    ("server", "metrics_port"),
+    ("server", "metrics_host"),
     ("limits", "max_body_bytes"),
     ("limits", "max_header_bytes"),
+    ("limits", "max_headers"),
     ("limits", "header_timeout_s"),
     ("billing", "enabled"),
     ("billing", "ledger"),
     ("redis", None),
     ("shared_index", None),
+    ("batch", None),
 )
 
 
@@ -86,15 +97,40 @@ def swap_policy(process: Process, policy: Policy) -> list[str]:
     return restart_only_changes(old.policy, policy)
 
 
+def parse_upload(process: Process, text: str, source: str) -> Policy:
+    """An uploaded policy: only the file policy's ``admin.upload_env`` names are expanded."""
+    allowed = process.file_policy.admin.upload_env
+    env = {name: os.environ[name] for name in allowed if name in os.environ}
+    base_dir = os.path.dirname(os.path.abspath(process.policy_path)) if process.policy_path else None
+    return parse_policy(
+        text,
+        f"<{source}>",
+        env,
+        base_dir=base_dir,
+        unset="is not expanded in an uploaded policy (list it in the policy file's admin.upload_env)",
+    )
+
+
+def _read_file(path: str) -> Policy:
+    policy = load_policy(path)
+    problems = model_file_problems(policy)
+    if problems:
+        raise PolicyError(path, problems)
+    return policy
+
+
 async def reload(process: Process, *, text: str | None = None, source: str = "signal") -> ReloadResult:
     """Validate and apply a policy (``text``, else the file the process was started with)."""
     reloads = process.metrics.reloads
     async with process.reload_lock:
         try:
             if text is not None:
-                policy = parse_policy(text, f"<{source}>")
+                policy = parse_upload(process, text, source)
+                problems = await asyncio.to_thread(model_file_problems, policy)
+                if problems:
+                    raise PolicyError(f"<{source}>", problems)
             elif process.policy_path is not None:
-                policy = await asyncio.to_thread(load_policy, process.policy_path)
+                policy = await asyncio.to_thread(_read_file, process.policy_path)
             else:
                 reloads.labels("no_source").inc()
                 return ReloadResult(
@@ -111,6 +147,8 @@ async def reload(process: Process, *, text: str | None = None, source: str = "si
             )
         try:
             needs_restart = swap_policy(process, policy)
+            if text is None:
+                process.file_policy = policy
         except Exception as exc:  # e.g. a tokenizer that cannot be loaded
             reloads.labels("error").inc()
             log.exception(

@@ -9,6 +9,8 @@ The kernel spreads new connections over the listening workers. State per worker:
 prefix index, breakers, admission; shared through Redis (when configured): response cache, coalescing,
 buckets, billing ledger; with ``shared_index.enabled``, placements (through Redis, or without it through
 the Unix sockets of a directory the supervisor creates for its workers, ``PREFIX_GATEWAY_SHARED_DIR``).
+Every worker serves the Files and Batches API (one job store on the host, or Redis); only worker 0
+runs batches, so one slot pool holds each replica's batch share (``Process.worker``).
 See docs/operations.md.
 """
 
@@ -24,6 +26,7 @@ import sys
 import tempfile
 import time
 from collections import deque
+from pathlib import Path
 
 from gateway.fleet.sharing.unix import ENV_DIR
 
@@ -31,6 +34,36 @@ log = logging.getLogger("prefix_gateway")
 
 MAX_RESTARTS = 5  # per worker slot, per minute
 POLL_S = 0.2
+WORKER_ENV = "PREFIX_GATEWAY_WORKER"  # a worker's index (``Process.worker``: its metrics listener is
+# server.metrics_port + index; worker 0 runs batches, and a worker restarted in its slot keeps its index,
+# so a batch of a dead worker 0 resumes there)
+
+
+def usable_cpus() -> int:
+    """The cores this process may use, for ``--workers auto``: the CPU affinity mask (taskset, a cpuset),
+    capped by a cgroup v2 CPU quota (``cpu.max``: a container's ``resources.limits.cpu``), rounded up;
+    at least 1. One worker per core: a worker is one event loop on one core."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        n = os.cpu_count() or 1
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        if quota != "max":
+            n = min(n, -(-int(quota) // int(period)))
+    except (OSError, ValueError):
+        pass
+    return max(1, n)
+
+
+def parse_workers(value: str) -> int:
+    """``--workers``: a count, or ``auto`` (one per usable core)."""
+    if value == "auto":
+        return usable_cpus()
+    n = int(value)
+    if n < 1:
+        raise ValueError("--workers must be at least 1")
+    return n
 
 
 def _die_with_parent() -> None:
@@ -43,7 +76,7 @@ def _die_with_parent() -> None:
 
 
 def _spawn(argv: list[str], index: int, shared_dir: str) -> subprocess.Popen[bytes]:
-    env = {ENV_DIR: shared_dir, **os.environ, "PREFIX_GATEWAY_WORKER": str(index)}
+    env = {ENV_DIR: shared_dir, **os.environ, WORKER_ENV: str(index)}
     return subprocess.Popen([sys.executable, "-m", "gateway", *argv], env=env, preexec_fn=_die_with_parent)
 
 

@@ -7,9 +7,12 @@ layout advisor's observation, billing, tenant refunds, metrics and the access lo
 
 One middleware does what every request needs, in this order: errors in the format of the API the path
 speaks (OpenAI's, Anthropic's on ``/v1/messages``) for anything that escapes (404, 405, an unexpected
-exception: never a crash); a POST body read within
-``limits.body_timeout_s``; process admission for inference requests (at most
+exception: never a crash); a POST body read within ``limits.body_timeout_s`` (but for file uploads,
+which the handler streams); process admission for inference requests (at most
 ``limits.max_concurrent_requests`` at once, others queued, bounded).
+
+When the drain begins (aiohttp's ``on_shutdown``, before requests in flight are waited for) the process
+stops running batches, so their leases are free for another pod at once.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from gateway.observability.metrics import GatewayMetrics
 from gateway.pipeline import advise, billing, dispatch, limits, observe
 from gateway.pipeline.protocols.openai import FRONTEND as OPENAI
 from gateway.process.process import PROCESS, Process, process_context
+from gateway.server.batch_api import STREAMED_PATHS
 from gateway.server.conn_guard import GatewayRunner, read_body_within
 from gateway.server.endpoints import FRONTEND_BY_PATH, INFERENCE_PATHS, add_public_routes
 
@@ -37,7 +41,7 @@ async def gateway_middleware(request: web.Request, handler):  # type: ignore[no-
     process = request.app[PROCESS]
     error_response = FRONTEND_BY_PATH.get(request.path, OPENAI).error
     try:
-        if request.method != "POST":
+        if request.method != "POST" or request.path in STREAMED_PATHS:
             return await handler(request)
         lim = process.state.policy.limits
         early = await read_body_within(request, lim.body_timeout_s)
@@ -76,15 +80,18 @@ def create_app(
     metrics: GatewayMetrics | None = None,
     policy_path: str | None = None,
     span_exporter: Any = None,
+    worker: int = 0,
 ) -> web.Application:
     """``policy_path``: the file a reload (SIGHUP, file watch, ``POST /admin/reload``) reads again;
-    ``span_exporter`` replaces OTLP when the policy turns tracing on."""
+    ``span_exporter`` replaces OTLP when the policy turns tracing on; ``worker``: this process's index
+    among ``--workers N``."""
     process = Process(
         policy,
         policy_path=policy_path,
         secret=secret,
         metrics=metrics or GatewayMetrics(),
         span_exporter=span_exporter,
+        worker=worker,
     )
     for install in HOOKS:
         install(process.hooks)
@@ -93,6 +100,7 @@ def create_app(
     add_public_routes(app, process)
     add_admin_routes(app)
     app.cleanup_ctx.append(process_context(process))
+    app.on_shutdown.append(lambda _app: process.stop_batches())
     return app
 
 
@@ -107,6 +115,7 @@ def runner_for(app: web.Application, policy: Policy) -> web.AppRunner:
         access_log=None,
         max_line_size=limit,
         max_field_size=limit,
+        max_headers=policy.limits.max_headers,
         keepalive_timeout=policy.server.keepalive_timeout_s,
         lingering_time=1.0,  # after an early answer (408, 413), read and drop the unread body this long
         shutdown_timeout=policy.server.drain_timeout_s,
@@ -120,10 +129,11 @@ async def serve(
     port: int | None = None,
     policy_path: str | None = None,
     reuse_port: bool = False,
+    worker: int = 0,
 ) -> tuple[web.AppRunner, str]:
     """Start serving; returns the runner (``await runner.cleanup()`` to stop) and the base URL.
-    ``reuse_port``: several worker processes listen on one port (SO_REUSEPORT)."""
-    app = create_app(policy, policy_path=policy_path)
+    ``reuse_port``: several worker processes listen on one port (SO_REUSEPORT); ``worker``: which."""
+    app = create_app(policy, policy_path=policy_path, worker=worker)
     runner = runner_for(app, policy)
     await runner.setup()
     site = web.TCPSite(

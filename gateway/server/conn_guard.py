@@ -1,4 +1,4 @@
-"""Slow-client (slowloris) protection for the gateway's HTTP server.
+"""Slow-client (slowloris) protection for the gateway's HTTP server, and its parser errors.
 
 aiohttp bounds an idle connection (``keepalive_timeout``, armed from the moment a connection is made)
 but has no timeout for *reading a request*: a client that sends its headers one byte at a time keeps
@@ -24,7 +24,7 @@ import logging
 from typing import Any
 
 from aiohttp import web
-from aiohttp.http_exceptions import HttpProcessingError, LineTooLong
+from aiohttp.http_exceptions import BadHttpMessage, HttpProcessingError, LineTooLong
 from aiohttp.web_protocol import RequestHandler
 
 from gateway.errors import GatewayError, error_response
@@ -34,11 +34,12 @@ log = logging.getLogger("prefix_gateway")
 
 
 class GuardedHandler(RequestHandler):
-    __slots__ = ("_field_limit", "_head_count", "_head_timeout", "_head_timer")
+    __slots__ = ("_field_limit", "_head_count", "_head_timeout", "_head_timer", "_headers_limit")
 
     def __init__(self, manager: web.Server, *, head_timeout_s: float, **kwargs: Any):
         super().__init__(manager, **kwargs)
         self._field_limit = kwargs.get("max_field_size", 8190)
+        self._headers_limit = kwargs.get("max_headers", 128)
         self._head_timeout = head_timeout_s
         self._head_timer: asyncio.TimerHandle | None = None
         self._head_count = 0
@@ -73,6 +74,13 @@ class GuardedHandler(RequestHandler):
                 431,
                 f"request line or a header field is longer than the limit of {self._field_limit} bytes",
                 code="header_too_large",
+            )
+        elif isinstance(exc, BadHttpMessage) and exc.message.startswith("Too many headers"):
+            # aiohttp has no class of its own for this one (both of its parsers word it alike)
+            err = GatewayError(
+                431,
+                f"more header fields than the limit of {self._headers_limit}",
+                code="too_many_headers",
             )
         elif isinstance(exc, HttpProcessingError):
             err = GatewayError(400, "malformed HTTP request", code="bad_http_request")

@@ -1,7 +1,13 @@
 """The HTTP surface: one table of every public endpoint, and the handlers that are not the pipeline.
 
 Inference endpoints come from ``gateway.pipeline.parse.ENDPOINTS`` (the one list of them: their
-paths, what they validate, where they are proxied) and run ``gateway.pipeline.handler.handle``.
+paths, what they validate, where they are proxied) and run ``gateway.pipeline.handler.handle``; the
+Files and Batches API is ``gateway.server.batch_api``.
+
+Public endpoints echo no configuration: ``/v1/models`` lists the model names of the operator's policy
+file (``Process.file_policy``; never a name that only an uploaded policy brought), ``/ready`` says
+ready or not and nothing more (the details are ``/admin/replicas``), ``/metrics`` needs the admin
+token here (the scraper reads the listener of ``server.metrics_port``: ``gateway.process.exposition``).
 """
 
 from __future__ import annotations
@@ -11,16 +17,16 @@ from collections.abc import Awaitable, Callable
 
 import orjson
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from cache.advisor.render import GAUGE_FINDINGS, GAUGE_SAVING_MICROS, GAUGE_SAVING_TOKENS, gauge_values
-from cache.store_redis import REDIS_ERRORS
+from gateway.admin.auth import protected
 from gateway.errors import GatewayError, error_response
 from gateway.pipeline.handler import handle
 from gateway.pipeline.parse import ENDPOINTS
 from gateway.pipeline.protocols import FRONTENDS, FrontEnd
 from gateway.pipeline.protocols import responses as responses_api
+from gateway.process.exposition import exposition
 from gateway.process.process import PROCESS, Process
+from gateway.server.batch_api import add_batch_routes
 
 INFERENCE_PATHS = frozenset(e.path for e in ENDPOINTS.values())
 FRONTEND_BY_PATH: dict[str, FrontEnd] = {e.path: FRONTENDS[e.frontend] for e in ENDPOINTS.values()}
@@ -34,8 +40,11 @@ async def list_models(request: web.Request) -> web.Response:
     except GatewayError as err:
         return error_response(err)
     created = int(time.time())
+    published = request.app[PROCESS].file_policy
     data = []
     for name, pool in state.pools.items():
+        if published.pool(name) is None:  # a model only an uploaded policy brought: not published
+            continue
         data.append(
             {"id": name, "object": "model", "created": created, "owned_by": "prefix-gateway", "parent": None}
         )
@@ -72,57 +81,31 @@ async def health(request: web.Request) -> web.Response:
     return web.Response(body=b'{"status":"ok"}', content_type="application/json")
 
 
-def readiness(process: Process) -> tuple[bool, dict[str, object]]:
-    models = {}
-    ready = not process.draining
-    for name, pool in process.state.pools.items():
-        healthy = [r.id for r in pool.router.replicas if r.healthy]
-        models[name] = {"healthy_replicas": healthy, "replicas": len(pool.router.replicas)}
-        ready = ready and bool(healthy)
-    return ready, {"ready": ready, "draining": process.draining, "models": models}
+def readiness(process: Process) -> bool:
+    """Not draining, and every pool has a replica that serves (``FleetHealth.serving``)."""
+    if process.draining:
+        return False
+    fleet, checks = process.fleet, process.state.policy.health.enabled
+    return all(
+        any(fleet.serving(r, active_checks=checks) for r in pool.router.replicas)
+        for pool in process.state.pools.values()
+    )
 
 
 async def ready(request: web.Request) -> web.Response:
-    """Ready: not draining, and a healthy replica exists for every model."""
-    ok, detail = readiness(request.app[PROCESS])
-    return web.Response(status=200 if ok else 503, body=orjson.dumps(detail), content_type="application/json")
+    """Ready or not, and nothing more: 200 ``{"ready": true}`` or 503 ``{"ready": false}``."""
+    ok = readiness(request.app[PROCESS])
+    return web.Response(
+        status=200 if ok else 503,
+        body=b'{"ready":true}' if ok else b'{"ready":false}',
+        content_type="application/json",
+    )
 
 
 async def metrics_endpoint(request: web.Request) -> web.Response:
-    process = request.app[PROCESS]
-    metrics = process.metrics
-    for pool in process.state.pools.values():
-        for replica_id, blocks in pool.router.index.stats().per_replica.items():
-            metrics.child(metrics.index_blocks, replica_id).set(blocks)
-    if process.metering is not None:
-        try:
-            stats = await process.metering.registry.stats()
-        except REDIS_ERRORS:  # Redis away: /metrics still answers, the gauges keep their last values
-            metrics.child(metrics.redis_errors, "explicit", "stats").inc()
-        else:
-            for name in ("live", "created", "hits", "expired"):
-                metrics.child(metrics.explicit_entries, name).set(getattr(stats, name))
-    cache = process.state.cache
-    if cache is not None and cache.semantic is not None:
-        metrics.semantic_stale.set(cache.semantic.store.stats.stale)
-    if process.advisor.cfg.enabled:
-        set_advice_gauges(process)
-    return web.Response(body=generate_latest(metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
-
-
-def set_advice_gauges(process: Process) -> None:
-    """The advisor's potential savings per tenant (listed, else ``other``) and finding kind; series of
-    kinds that no longer apply drop to 0 (``gauge_values`` lists every kind of a present tenant)."""
-    metrics = process.metrics
-    listed = {t.id for t in process.state.policy.tenancy.tenants}
-    values = gauge_values(process.advisor.advice(), listed)
-    for name, gauge in (
-        (GAUGE_SAVING_MICROS, metrics.advice_saving_micros),
-        (GAUGE_SAVING_TOKENS, metrics.advice_saving_tokens),
-        (GAUGE_FINDINGS, metrics.advice_findings),
-    ):
-        for (tenant, kind), value in values[name].items():
-            metrics.child(gauge, tenant, kind).set(value)
+    """``/metrics`` on the serving port: behind the admin token (the separate listener of
+    ``server.metrics_port`` serves it to the scraper without one)."""
+    return await exposition(request.app[PROCESS])
 
 
 def _inference(process: Process, name: str) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
@@ -142,4 +125,5 @@ def add_public_routes(app: web.Application, process: Process) -> None:
     app.router.add_get("/v1/responses/{response_id}/input_items", stored_response)
     app.router.add_get("/health", health)
     app.router.add_get("/ready", ready)
-    app.router.add_get("/metrics", metrics_endpoint)
+    app.router.add_get("/metrics", protected(metrics_endpoint))
+    add_batch_routes(app)

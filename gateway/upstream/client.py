@@ -3,6 +3,10 @@
 Four timeouts, each from the policy: connect, first byte (headers and, for a stream, its first chunk),
 idle (longest silence between two chunks) and total. ``asyncio.timeout`` is rescheduled per chunk so
 the idle timer costs no task per read.
+
+A failure's message is ours and may reach a client (a 502, a stream's error event): it says what
+happened, never the HTTP client's exception text ("TransferEncodingError: 400, ...") nor the
+replica's address; ``kind`` says which failure it was.
 """
 
 from __future__ import annotations
@@ -72,12 +76,12 @@ class Upstream:
                 return await self.session.post(url, data=body, headers=headers)
         except TimeoutError:
             raise UpstreamFailure("timeout", f"no response within {self.timeouts.first_byte_s}s") from None
-        except aiohttp.ClientConnectorError as exc:
-            raise UpstreamFailure("connect", f"cannot connect to {exc.host}:{exc.port}") from None
-        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
-            raise UpstreamFailure("disconnect", str(exc) or type(exc).__name__) from None
-        except aiohttp.ClientError as exc:
-            raise UpstreamFailure("protocol", str(exc) or type(exc).__name__) from None
+        except aiohttp.ClientConnectorError:
+            raise UpstreamFailure("connect", "cannot connect to the replica") from None
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
+            raise UpstreamFailure("disconnect", "the replica closed the connection") from None
+        except aiohttp.ClientError:
+            raise UpstreamFailure("protocol", "the replica's answer is not valid HTTP") from None
 
     async def read_all(self, resp: aiohttp.ClientResponse) -> bytes:
         """Whole body of a non-stream answer (within first-byte timeout: nothing was sent back yet)."""
@@ -88,8 +92,8 @@ class Upstream:
             raise UpstreamFailure(
                 "timeout", f"no complete answer within {self.timeouts.first_byte_s}s"
             ) from None
-        except aiohttp.ClientError as exc:
-            raise UpstreamFailure("disconnect", str(exc) or type(exc).__name__) from None
+        except aiohttp.ClientError:
+            raise UpstreamFailure("disconnect", "the connection closed before the whole answer") from None
 
     async def iter_chunks(self, resp: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
         """Chunks of a streamed body as they arrive. The first within the first-byte timeout, then each
@@ -110,5 +114,5 @@ class Upstream:
                     yield chunk
         except TimeoutError:
             raise UpstreamFailure("timeout", f"stream silent for {limit}s") from None
-        except aiohttp.ClientError as exc:
-            raise UpstreamFailure("disconnect", str(exc) or type(exc).__name__) from None
+        except aiohttp.ClientError:
+            raise UpstreamFailure("disconnect", "the connection closed early") from None

@@ -9,9 +9,10 @@ routing set, and none may override another, so this module is the only writer of
 - the circuit breaker (``gateway.upstream.breaker``), fed by real requests through ``ObservedUpstream``;
 - ``drained``: an operator's ``POST /admin/replicas/{id}/drain``.
 
-An *ejected* replica (active check failing, or breaker open) also loses its prefix-index entries: its
-KV cache is gone or unknown, so predicting hits there would be wrong; they are re-registered (empty)
-when it comes back. A drained replica keeps them: it is alive, only taking no new work.
+An *ejected* replica (active check failing, or breaker open) also loses its prefix-index entries, the
+approximate and the precise (KV-event) ones: its KV cache is gone or unknown, so predicting hits there
+would be wrong; they are re-registered (empty) when it comes back, the precise ones live again at its
+next event batch. A drained replica keeps them: it is alive, only taking no new work.
 
 Records are keyed by the replica's base URL (one physical server may serve several pools), and
 labelled in metrics by replica id. The ``FleetHealth`` object outlives reloads: the new state's pools
@@ -49,6 +50,9 @@ class ReplicaHealth:
     drained: bool = False
     members: list[tuple[PoolRouter, ReplicaState]] = field(default_factory=list)
     timer: asyncio.TimerHandle | None = None
+    # An active check passed since the breaker last opened: a half-open breaker then stands for a
+    # replica that is back, not one that died a second ago (readiness counts only the former).
+    checked_since_open: bool = True
 
     @property
     def ejected(self) -> bool:
@@ -109,6 +113,18 @@ class FleetHealth:
         for gauge in (self.metrics.breaker_state, self.metrics.replica_healthy):
             self.metrics.forget(gauge, replica_id)
 
+    def serving(self, replica: ReplicaState, *, active_checks: bool = True) -> bool:
+        """Whether ``replica`` can serve now, for readiness: routable, and its breaker closed, or
+        half-open with an active check passed since it opened (without active checks a half-open
+        breaker counts: nothing else would ever make a pool ready again)."""
+        rec = self._by_url.get(replica.url)
+        if rec is None or not self.cfg.enabled:
+            return replica.healthy
+        state = rec.breaker.state
+        if state == "open" or not rec.active_ok or rec.drained:
+            return False
+        return state == "closed" or rec.checked_since_open or not active_checks
+
     def records(self) -> list[ReplicaHealth]:
         return list(self._by_url.values())
 
@@ -126,6 +142,8 @@ class FleetHealth:
             known = replica.id in router.index.replica_ids()
             if ejected and known:
                 router.index.drop_replica(replica.id)
+                if router.exact is not None:  # precise mode: its KV-event view is gone with its cache
+                    router.exact.purge(replica.id)
             elif not ejected and not known:
                 router.index.add_replica(
                     replica.id, replica.kv_capacity_blocks or router.cfg.default_kv_capacity_blocks
@@ -136,7 +154,11 @@ class FleetHealth:
     # -- inputs ---------------------------------------------------------------------------------------
     def set_active(self, url: str, ok: bool) -> None:
         rec = self._by_url.get(url)
-        if rec is None or rec.active_ok == ok:
+        if rec is None:
+            return
+        if ok:
+            rec.checked_since_open = True
+        if rec.active_ok == ok:
             return
         rec.active_ok = ok
         log.log(
@@ -190,6 +212,7 @@ class FleetHealth:
         if rec is None or not self.cfg.enabled:
             return
         if rec.breaker.failure(kind, self.clock()):
+            rec.checked_since_open = False
             self._transition(rec, "open")
             self.apply(rec)
             self._schedule(rec)

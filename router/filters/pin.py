@@ -1,7 +1,9 @@
 """The explicit pin: a request whose ``cache_control`` prefix has a live entry goes to the replica
 that holds it (billing read it from the explicit-cache registry), as long as that replica is a
 candidate and taking the request keeps it within the bounded load and the prefill-queue cap. Beyond
-that the pin yields to the policy: a pinned prefix must not drown its replica."""
+that the pin yields to the policy: a pinned prefix must not drown its replica.
+
+``soft_pin`` is that rule for any preferred replica (the batch plan's is another, ``planned``)."""
 
 from __future__ import annotations
 
@@ -10,15 +12,22 @@ from router.load import bound_of, fits
 from router.replica import ReplicaState
 
 
-def explicit_pin(candidates: list[ReplicaState], ctx: FilterContext) -> list[ReplicaState]:
-    pinned = ctx.request.pinned_replica
-    if pinned is None:
+def soft_pin(
+    candidates: list[ReplicaState], replica_id: str | None, ctx: FilterContext, reason: str
+) -> list[ReplicaState]:
+    """Only ``replica_id`` when it is a candidate within the bounded load (and no earlier filter
+    decided), deciding for ``reason``; else the candidates unchanged."""
+    if replica_id is None or ctx.decided_by is not None:
         return candidates
-    replica = next((r for r in candidates if r.id == pinned), None)
+    replica = next((r for r in candidates if r.id == replica_id), None)
     if replica is None:
         return candidates
     bound = bound_of(candidates, ctx.cfg.load_factor)
     if not fits(replica, bound, ctx.cfg.max_queued_prefill_tokens):
         return candidates
-    ctx.decided_by = "explicit_pin"
+    ctx.decided_by = reason
     return [replica]
+
+
+def explicit_pin(candidates: list[ReplicaState], ctx: FilterContext) -> list[ReplicaState]:
+    return soft_pin(candidates, ctx.request.pinned_replica, ctx, "explicit_pin")

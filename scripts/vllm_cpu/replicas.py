@@ -3,17 +3,22 @@
 Used by ``tests/real_vllm`` (as a module) and by hand (as a script)::
 
     python scripts/vllm_cpu/replicas.py start --n 2 --base-port 8100 [--kv-bytes 16M]
-        [--kv-events tcp://127.0.0.1:5557 | --kv-events-bind] [--block-size 32]
+        [--kv-events tcp://127.0.0.1:5557 | --kv-events-bind] [--replay-base-port 5600] [--block-size 32]
     python scripts/vllm_cpu/replicas.py stop
+
+``start`` prints the gateway policy (``precise_policy``) that matches the replicas it started: their
+ids (``r0``, ``r1``), which are their KV-event topics, their replay sockets, block size and tokenizer.
+docs/real-vllm.md shows that policy for the defaults (``tests/unit/test_real_vllm_docs.py`` keeps the
+two equal).
 
 Each replica: ``python -m vllm.entrypoints.openai.api_server`` from the vLLM venv, one OMP core
 (``VLLM_CPU_OMP_THREADS_BIND``), ``--load-format dummy`` weights, prefix caching with
 ``sha256_cbor`` hashes (reproducible by the gateway, see ``router.vllm_hash``), prompt-token details
 in usage, and optionally KV-cache events: published to the gateway's SUB socket under the topic
 ``replica_id`` (``--kv-events``, the gateway binds), or from a publisher each replica binds itself
-(``--kv-events-bind``: ``tcp://*:<base-port + 100 + i>``, replay on ``+ 200``; every gateway process
-connects, ``kv_events.mode: connect``). The script writes pid files under ``$VLLM_CPU_HOME/run`` so that ``stop`` ends exactly
-the processes it started.
+(``--kv-events-bind``: ``tcp://*:<base-port + 100 + i>``, replay on ``--replay-base-port + i``; every
+gateway process connects, ``kv_events.mode: connect``). The script writes pid files under
+``$VLLM_CPU_HOME/run`` so that ``stop`` ends exactly the processes it started.
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from bench.procs import free_port
 
@@ -284,18 +291,80 @@ def _run_dir() -> Path:
     return d
 
 
-def main(argv: list[str] | None = None) -> int:
+def precise_policy(
+    specs: Sequence[ReplicaSpec], bind: str | None, model_dir: Path = MODEL_DIR
+) -> dict[str, Any]:
+    """The gateway's ``models`` entry for these replicas in precise mode: events to ``bind``, or (None)
+    from each replica's own publisher, which every gateway process connects to."""
+    block = specs[0].block_size
+    replay = {s.replica_id: s.replay_endpoint for s in specs if s.replay_endpoint}
+    events: dict[str, Any] = (
+        {"bind": bind, "topics": {s.replica_id: s.replica_id for s in specs}, "replay": replay}
+        if bind is not None
+        else {
+            "mode": "connect",
+            "endpoints": {s.replica_id: s.events_endpoint for s in specs},
+            "replay": replay,
+        }
+    )
+    return {
+        "models": [
+            {
+                "name": SERVED_NAME,
+                "backend": "vllm",
+                "replicas": [{"id": s.replica_id, "url": s.url} for s in specs],
+                "routing": {
+                    "policy": "prefix_affinity",
+                    "index": "precise",
+                    "block_size": 32,
+                    "engine_block_size": block,
+                    "hash_algo": HASH_ALGO,
+                    "hash_seed": None,
+                    "tokenizer": {"kind": "hf", "path": str(model_dir / "tokenizer.json")},
+                    "kv_events": {**events, "speculative_ttl_s": 5, "replay_timeout_s": 1},
+                },
+            }
+        ]
+    }
+
+
+def cli_specs(args: argparse.Namespace) -> list[ReplicaSpec]:
+    """The replicas ``start`` runs: ``r0..`` on consecutive ports and cores (their ids are their
+    topics), each with a replay socket when events are on."""
+    return [
+        ReplicaSpec(
+            replica_id=f"r{i}",
+            port=args.base_port + i,
+            core=i,
+            kv_bytes=args.kv_bytes,
+            block_size=args.block_size,
+            kv_events_endpoint=args.kv_events,
+            events_port=args.base_port + 100 + i if args.kv_events_bind else None,
+            replay_port=args.replay_base_port + i if args.kv_events or args.kv_events_bind else None,
+        )
+        for i in range(args.n)
+    ]
+
+
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description="real vLLM CPU replicas of the tiny model")
     sub = ap.add_subparsers(dest="cmd", required=True)
     st = sub.add_parser("start")
     st.add_argument("--n", type=int, default=2, choices=(1, 2))
     st.add_argument("--base-port", type=int, default=8100)
     st.add_argument("--kv-bytes", default=None, help="e.g. 16M (small evicting cache)")
-    st.add_argument("--block-size", type=int, default=None)
+    st.add_argument("--block-size", type=int, default=32, help="a multiple of 32 (the CPU backend's rule)")
     st.add_argument("--kv-events", default=None, help="gateway SUB endpoint, e.g. tcp://127.0.0.1:5557")
     st.add_argument("--kv-events-bind", action="store_true", help="each replica binds its publisher")
+    st.add_argument(
+        "--replay-base-port", type=int, default=5600, help="replica i binds its replay socket here + i"
+    )
     sub.add_parser("stop")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     if args.cmd == "stop":
         for pidfile in sorted(_run_dir().glob("*.pid")):
             stop_pid(int(pidfile.read_text()))
@@ -303,26 +372,18 @@ def main(argv: list[str] | None = None) -> int:
             print(f"stopped {pidfile.stem}")
         return 0
     reps = []
-    for i in range(args.n):
-        spec = ReplicaSpec(
-            replica_id=f"vllm-{i}",
-            port=args.base_port + i,
-            core=i,
-            kv_bytes=args.kv_bytes,
-            block_size=args.block_size,
-            kv_events_endpoint=args.kv_events,
-            events_port=args.base_port + 100 + i if args.kv_events_bind else None,
-            replay_port=args.base_port + 200 + i if args.kv_events_bind else None,
-        )
+    specs = cli_specs(args)
+    for spec in specs:
         r = start(spec)
         (_run_dir() / f"{spec.replica_id}.pid").write_text(str(r.popen.pid))
         reps.append(r)
     wait_ready(reps)
     for r in reps:
-        events = (
-            f" events={r.spec.events_endpoint} replay={r.spec.replay_endpoint}" if r.spec.events_port else ""
-        )
+        events = f" events={r.spec.events_endpoint}" if r.spec.events_port else ""
         print(f"{r.spec.replica_id} {r.url}{events} log={r.log_path}")
+    if args.kv_events or args.kv_events_bind:
+        print("# the gateway policy for these replicas (precise mode):")
+        print(yaml.safe_dump(precise_policy(specs, args.kv_events), sort_keys=False), end="")
     return 0
 
 

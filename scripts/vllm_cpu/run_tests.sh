@@ -2,9 +2,14 @@
 # The opt-in real-vLLM suite: sets up if needed, then runs tests/real_vllm against two real vLLM CPU
 # replicas (started and stopped by the tests; ~3 GiB RSS and one core each; a few minutes).
 #   scripts/vllm_cpu/run_tests.sh [pytest args]
+# The gateway's side runs with $PYTHON, default the checkout's .venv (no venv needs activating).
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 REPO="$(cd "$HERE/../.." && pwd)"
+if [ -z "${PYTHON:-}" ]; then
+  if [ -x "$REPO/.venv/bin/python" ]; then PYTHON="$REPO/.venv/bin/python"; else PYTHON=python3; fi
+fi
+export PYTHON
 "$HERE/setup.sh"
 cd "$REPO"
-exec python -m pytest -m real_vllm tests/real_vllm -q -p no:cacheprovider "$@"
+exec "$PYTHON" -m pytest -m real_vllm tests/real_vllm -q -p no:cacheprovider "$@"

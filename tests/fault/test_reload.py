@@ -67,7 +67,9 @@ async def test_invalid_then_valid_reload_under_load(monkeypatch) -> None:
                 assert body["result"] == "invalid"
                 assert any("routing.policy" in p["path"] for p in body["problems"])
             assert gw.state is old_state
-            assert await _metric(s, gw.url, 'prefix_gateway_config_reloads_total{result="invalid"}') == 1
+            assert (
+                await _metric(s, gw.metrics_url, 'prefix_gateway_config_reloads_total{result="invalid"}') == 1
+            )
 
             await wait_for(lambda: len(statuses) > 150)
             good = policy_yaml(fleet.urls, retries={"max_attempts": 2, "backoff_base_s": 0.0})
@@ -91,7 +93,7 @@ async def test_invalid_then_valid_reload_under_load(monkeypatch) -> None:
             await wait_for(lambda: len(statuses) > n + 100)
             stop.set()
             await asyncio.gather(*workers)
-            assert await _metric(s, gw.url, 'prefix_gateway_config_reloads_total{result="ok"}') == 2
+            assert await _metric(s, gw.metrics_url, 'prefix_gateway_config_reloads_total{result="ok"}') == 2
     assert statuses and set(statuses) == {200}, {s: statuses.count(s) for s in set(statuses)}
 
 
@@ -142,7 +144,9 @@ async def test_a_policy_that_validates_but_cannot_be_built_leaves_everything_as_
             assert [rec.replica_id for rec in gw.process.fleet.records()] == ["r0"]
             status, headers, _ = await post(s, gw.url, chat("still here"))
             assert status == 200 and headers["x-gateway-replica"] == "r0"
-            assert await _metric(s, gw.url, 'prefix_gateway_config_reloads_total{result="error"}') == 1
+            assert (
+                await _metric(s, gw.metrics_url, 'prefix_gateway_config_reloads_total{result="error"}') == 1
+            )
 
 
 async def test_reload_applies_new_prices_to_the_same_ledger(monkeypatch) -> None:

@@ -182,3 +182,21 @@ async def test_per_replica_limit_spreads_then_waits_then_sheds() -> None:
             assert {r[1].get("x-gateway-replica") for r in results if r[0] == 200} == {"r0", "r1"}
             for url in fleet.urls:
                 assert (await sim_stats(url))["max_running_seen"] == 1
+
+
+async def test_too_many_header_fields_answer_431() -> None:
+    """Issue 19, item 9: 10,000 small headers are too many header fields (``limits.max_headers``):
+    431 in OpenAI's format, as a header that is too long, not 400."""
+    async with sim_fleet(1) as fleet, gateway_with(policy_for(fleet.urls)) as gw:
+        host, port = gw.url.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        head = "".join(f"X-H{i}: v\r\n" for i in range(10_000))
+        writer.write(f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n{head}\r\n".encode())
+        await writer.drain()
+        raw = await asyncio.wait_for(reader.read(), 10)
+        writer.close()
+        status_line, _, rest = raw.partition(b"\r\n")
+        assert status_line.split()[1] == b"431", status_line
+        body = orjson.loads(rest.split(b"\r\n\r\n", 1)[1])
+        assert body["error"]["code"] == "too_many_headers"
+        assert "128" in body["error"]["message"]

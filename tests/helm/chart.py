@@ -112,6 +112,9 @@ EVERYTHING: dict[str, Any] = {
     "networkPolicy": {
         "enabled": True,
         "ingressFrom": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "apps"}}}],
+        "metricsFrom": [
+            {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+        ],
         "egress": [{"to": [{"podSelector": {"matchLabels": {"app": "vllm"}}}], "ports": [{"port": 8000}]}],
     },
 }

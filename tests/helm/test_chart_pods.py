@@ -198,6 +198,9 @@ def test_network_policies() -> None:
     gw = only(manifests, "NetworkPolicy", FULLNAME)
     assert gw["spec"]["policyTypes"] == ["Ingress", "Egress"]
     assert gw["spec"]["ingress"][0]["from"] == VALUE_SETS["everything"]["networkPolicy"]["ingressFrom"]
+    # the metrics port only from the scraper's peers (issue 19, item 6)
+    assert gw["spec"]["ingress"][1]["ports"] == [{"port": "metrics", "protocol": "TCP"}]
+    assert gw["spec"]["ingress"][1]["from"] == VALUE_SETS["everything"]["networkPolicy"]["metricsFrom"]
     egress_ports = [p["port"] for rule in gw["spec"]["egress"] for p in rule.get("ports", [])]
     assert {53, 6379, 8000} <= set(egress_ports)
     redis_np = only(manifests, "NetworkPolicy", f"{FULLNAME}-redis")

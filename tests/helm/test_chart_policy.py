@@ -66,8 +66,14 @@ def test_policy_is_served_on_all_interfaces_on_the_container_port() -> None:
     policy = yaml.safe_load(policy_text(manifests))
     assert policy["server"]["host"] == "0.0.0.0"
     assert policy["server"]["port"] == 9000
+    assert policy["server"]["metrics_port"] == 29000  # /metrics on its own listener (issue 19, item 6)
     container = gateway_container(manifests)
-    assert container["ports"] == [{"name": "http", "containerPort": 9000, "protocol": "TCP"}]
+    assert container["ports"] == [
+        {"name": "http", "containerPort": 9000, "protocol": "TCP"},
+        {"name": "metrics", "containerPort": 29000, "protocol": "TCP"},
+    ]
+    moved = gateway_container(render({"policy": {"server": {"metrics_port": 9100}}}))
+    assert {"name": "metrics", "containerPort": 9100, "protocol": "TCP"} in moved["ports"]
 
 
 def test_redis_url_is_wired_only_when_a_redis_is_configured() -> None:
@@ -86,3 +92,19 @@ def test_redis_url_is_wired_only_when_a_redis_is_configured() -> None:
     # an explicit policy redis.url is left alone
     manifests = render({"redis": {"enabled": True}, "policy": {"redis": {"url": "redis://other:6379/1"}}})
     assert yaml.safe_load(policy_text(manifests))["redis"]["url"] == "redis://other:6379/1"
+
+
+def test_the_sqlite_ledger_lands_in_the_writable_ledger_volume() -> None:
+    """A relative ledger path resolves against the policy's directory (a read-only ConfigMap mount):
+    the chart names the ledger volume's file unless the policy names a path or a Redis ledger."""
+    policy = yaml.safe_load(policy_text(render({"storage": {"ledgerPath": "/data/ledger"}})))
+    assert policy["billing"]["ledger"]["path"] == "/data/ledger/ledger.db"
+    mounts = {
+        m["mountPath"]
+        for m in gateway_container(render({"storage": {"ledgerPath": "/data/ledger"}}))["volumeMounts"]
+    }
+    assert "/data/ledger" in mounts
+    explicit = {"policy": {"billing": {"ledger": {"path": "/elsewhere/l.db"}}}}
+    assert yaml.safe_load(policy_text(render(explicit)))["billing"]["ledger"]["path"] == "/elsewhere/l.db"
+    shared = {"policy": {"billing": {"ledger": {"kind": "redis"}}}, "redis": {"enabled": True}}
+    assert "path" not in yaml.safe_load(policy_text(render(shared)))["billing"]["ledger"]

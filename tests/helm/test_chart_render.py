@@ -64,8 +64,10 @@ def test_servicemonitor_scrapes_the_gateway_service() -> None:
     svc = only(manifests, "Service", FULLNAME)
     selector = sm["spec"]["selector"]["matchLabels"]
     assert selector.items() <= svc["metadata"]["labels"].items()
-    assert [e["port"] for e in sm["spec"]["endpoints"]] == ["http"]
-    assert "http" in {p["name"] for p in svc["spec"]["ports"]}
+    # the scraper reads the gateway's metrics listener, not the API port (issue 19, item 6)
+    assert [e["port"] for e in sm["spec"]["endpoints"]] == ["metrics"]
+    ports = {p["name"]: p for p in svc["spec"]["ports"]}
+    assert {"http", "metrics"} <= set(ports) and ports["metrics"]["targetPort"] == "metrics"
     assert sm["spec"]["endpoints"][0]["path"] == "/metrics"
     assert sm["metadata"]["labels"]["release"] == "prom"
     # the Redis Service must not be scraped as a gateway

@@ -74,10 +74,11 @@ def test_rendered_policy_runs_a_gateway_that_honours_the_pod_contract(replica: s
     port = free_port()
     values = {
         "policy": {
-            "server": {"port": port, "drain_timeout_s": 5},
+            "server": {"port": port, "metrics_port": free_port(), "drain_timeout_s": 5},
             "models": [{"name": MODEL, "backend": "vllm", "replicas": [{"url": replica}]}],
         },
         "secret": {"serverSecret": "x" * 32, "adminToken": "y" * 32},
+        "storage": {"ledgerPath": str(tmp_path / "ledger")},  # the pod's ledger volume
     }
     manifests = render(values)
     container = gateway_container(manifests)
@@ -105,8 +106,11 @@ def test_rendered_policy_runs_a_gateway_that_honours_the_pod_contract(replica: s
             timeout=10.0,
         )
         assert r.status_code == 200, r.text
-        metrics = httpx.get(f"{base}/metrics", timeout=5.0).text
+        # /metrics: on the container's metrics port for the scraper; the API port wants the admin token
+        ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+        metrics = httpx.get(f"http://127.0.0.1:{ports['metrics']}/metrics", timeout=5.0).text
         assert "prefix_gateway_requests_total" in metrics
+        assert httpx.get(f"{base}/metrics", timeout=5.0).status_code == 401
 
         # SIGTERM (after the preStop sleep) must end the process within what is left of the grace period
         spec = only(manifests, "Deployment")["spec"]["template"]["spec"]

@@ -26,6 +26,12 @@ METRICS: dict[str, set[str]] = {
     "upstream_errors_total": {"replica", "kind"},
     "advice_saving_micros_per_day": {"tenant", "kind"},
     "advice_findings": {"tenant", "kind"},
+    "batches": {"status"},
+    "batch_lines_total": {"outcome"},
+    "batch_retries_total": set(),
+    "batch_stolen_lines_total": set(),
+    "batch_tokens_total": {"kind"},
+    "batch_in_flight": {"model", "replica"},
 }
 HISTOGRAMS = {"request_duration_seconds", "time_to_first_byte_seconds", "prefix_match_fraction"}
 METRIC_RE = re.compile(r"prefix_gateway_([a-z_]+)")
@@ -130,3 +136,27 @@ def test_generator_is_not_packaged() -> None:
         names = {f["name"] for f in chart.files}
     assert "files/dashboard.json" in names
     assert "files/gen_dashboard.py" not in names
+
+
+def test_batch_collector_labels_match_the_dashboard() -> None:
+    """The batch runner's metrics come from a collector (gateway/batch/metrics.py), not the table."""
+    from types import SimpleNamespace
+
+    from gateway.batch.metrics import BatchCollector
+    from gateway.batch.runner import RunStats, SlotPool
+
+    pool = SlotPool()
+    assert pool.take("r0", 1)
+    service = SimpleNamespace(
+        stats=RunStats(completed=3, failed=1, prompt_tokens=10, cached_tokens=8), slots={"m": pool}
+    )
+    seen = {}
+    for family in BatchCollector(service).collect():  # type: ignore[arg-type]
+        for sample in family.samples:
+            name = sample.name.removeprefix("prefix_gateway_")
+            assert set(sample.labels) == METRICS[name], name
+            seen[(name, tuple(sorted(sample.labels.items())))] = sample.value
+    assert seen[("batch_lines_total", (("outcome", "failed"),))] == 1
+    assert seen[("batch_tokens_total", (("kind", "cached"),))] == 8
+    assert seen[("batch_in_flight", (("model", "m"), ("replica", "r0")))] == 1
+    assert {n for n, _ in seen} == {n for n in METRICS if n.startswith("batch_")}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import subprocess
 import tomllib
 from dataclasses import dataclass, field
 
@@ -41,6 +42,10 @@ def parse(text: str) -> tuple[dict[str, str], list[Stage]]:
     text = re.sub(r"\\\n", " ", text)
     args: dict[str, str] = {}
     stages: list[Stage] = []
+
+    def expand(value: str) -> str:
+        return re.sub(r"\$\{(\w+)\}", lambda v: args.get(v.group(1), v.group(0)), value)
+
     for raw in text.splitlines():
         line = raw.strip()
         if not line or line.startswith("#"):
@@ -50,12 +55,11 @@ def parse(text: str) -> tuple[dict[str, str], list[Stage]]:
         if op == "FROM":
             m = re.fullmatch(r"(\S+)(?:\s+AS\s+(\S+))?", rest, re.IGNORECASE)
             assert m, line
-            base = re.sub(r"\$\{(\w+)\}", lambda v: args.get(v.group(1), v.group(0)), m.group(1))
-            stages.append(Stage(base, m.group(2)))
+            stages.append(Stage(expand(m.group(1)), m.group(2)))
         elif not stages:
             assert op == "ARG", f"only ARG may precede the first FROM: {line}"
             name, _, default = rest.partition("=")
-            args[name] = default
+            args[name] = expand(default)  # a global ARG may use the ones before it, as in Docker
         else:
             stages[-1].instructions.append((op, rest))
     return args, stages
@@ -116,3 +120,15 @@ def test_builder_copies_every_package_of_the_project(stages: list[Stage]) -> Non
 def test_dockerignore_keeps_the_context_small() -> None:
     ignored = {line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()}
     assert {".git", "tests", "**/__pycache__"} <= ignored
+
+
+def test_the_podman_script_builds_this_dockerfile_with_a_pipless_final_base() -> None:
+    """scripts/build_image.sh (opt-in, root) passes a base without pip as PYTHON_IMAGE and one with
+    pip as BUILDER_IMAGE: the Dockerfile must use the first for the final stage only."""
+    args, _ = parse((ROOT / "Dockerfile").read_text())
+    assert args["BUILDER_IMAGE"] == args["PYTHON_IMAGE"]  # by default one image, as before
+    text = (ROOT / "Dockerfile").read_text()
+    assert "FROM ${BUILDER_IMAGE} AS builder" in text and "FROM ${PYTHON_IMAGE} AS runtime" in text
+    script = (ROOT / "scripts" / "build_image.sh").read_text()
+    assert '--build-arg PYTHON_IMAGE="$BASE"' in script and '--build-arg BUILDER_IMAGE="$BUILDER"' in script
+    assert subprocess.run(["bash", "-n", str(ROOT / "scripts" / "build_image.sh")]).returncode == 0

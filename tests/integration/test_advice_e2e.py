@@ -97,7 +97,7 @@ async def test_advice_names_the_stamped_tenant_only(monkeypatch, tmp_path: Path,
                 only_tidy = await r.json()
             async with s.get(gw.url + "/admin/advice") as r:
                 assert r.status == 401  # behind the admin token
-            async with s.get(gw.url + "/metrics") as r:
+            async with s.get(gw.metrics_url + "/metrics") as r:
                 metrics = await r.text()
 
             # the command asks the running gateway (in a thread: it is a blocking client)

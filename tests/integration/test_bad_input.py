@@ -8,7 +8,7 @@ import aiohttp
 import orjson
 import pytest
 
-from tests.support.stack import gateway, policy_for, sim_fleet
+from tests.support.stack import gateway, policy_for, sim_fleet, sim_requests
 
 GOOD = b'{"model": "sim-llama", "messages": [{"role": "user", "content": "hi"}]}'
 
@@ -273,3 +273,44 @@ async def test_wrong_method_or_path(stack, method: str, path: str, status: int, 
     async with session.request(method, gw.url + path) as r:
         assert r.status == status
         assert_openai_error(await r.json(), code)
+
+
+async def test_limits_on_messages_and_sequences_are_named_and_answered_in_openai_shape() -> None:
+    """Issue 19, item 1: ``limits.max_messages`` and ``limits.max_n`` (``n=1000000`` was forwarded)."""
+    async with sim_fleet(1) as fleet:
+        policy = policy_for(fleet.urls, limits={"max_messages": 8, "max_n": 4})
+        async with gateway(policy) as gw, aiohttp.ClientSession() as s:
+
+            async def ask(**body: object) -> tuple[int, dict]:
+                payload = {"model": "sim-llama", "messages": [{"role": "user", "content": "hi"}], **body}
+                async with s.post(gw.url + "/v1/chat/completions", json=payload) as r:
+                    return r.status, await r.json()
+
+            many = [{"role": "user", "content": "m"}] * 9
+            status, body = await ask(messages=many)
+            assert status == 400
+            assert_openai_error(body, "too_many_messages", "messages")
+            assert "9" in body["error"]["message"] and "8" in body["error"]["message"]
+            assert (await ask(messages=many[:8]))[0] == 200
+            for name in ("n", "best_of"):
+                status, body = await ask(**{name: 1_000_000})
+                assert status == 400
+                assert_openai_error(body, "too_many_sequences", name)
+            assert (await ask(n=4))[0] == 200
+            received = await sim_requests(fleet.urls[0])
+            assert all(r.get("n", 1) <= 4 and len(r["messages"]) <= 8 for r in received)
+
+
+async def test_the_default_limits_refuse_the_issue_body_before_any_work() -> None:
+    """The 3.9 MB body of 100,000 messages is answered 400 by the gateway (2,048 messages at most, as
+    OpenAI's API), before it is rendered, hashed, keyed or sent anywhere."""
+    async with sim_fleet(1) as fleet, gateway(policy_for(fleet.urls)) as gw, aiohttp.ClientSession() as s:
+        body = {"model": "sim-llama", "messages": [{"role": "user", "content": "hello"}] * 100_000}
+        async with s.post(
+            gw.url + "/v1/chat/completions",
+            data=orjson.dumps(body),
+            headers={"Content-Type": "application/json"},
+        ) as r:
+            assert r.status == 400
+            assert_openai_error(await r.json(), "too_many_messages", "messages")
+        assert await sim_requests(fleet.urls[0]) == []

@@ -17,20 +17,20 @@ import orjson
 import pytest
 import redis.asyncio as aioredis
 
-from bench.batch_workload import URL, make_batch
+from bench.batch_workload import URL
 from bench.oracle import oracle
 from bench.sim.config import SimConfig
 from bench.sim.fleet import Fleet, start_replicas
 from config.batch import BatchConfig
 from gateway.batch.files import FileStore
 from gateway.batch.objects import line_id
-from gateway.batch.runner import BatchLine, Send
+from gateway.batch.runner import BatchLine, Send, Slot
 from gateway.batch.service import BatchService
 from gateway.batch.store import JobStore
 from gateway.batch.store_redis import RedisJobStore
 from gateway.batch.store_sqlite import SqliteJobStore
 from gateway.errors import GatewayError
-from tests.support.batch import StaticFleet, chunks, http_send
+from tests.support.batch import StaticFleet, chunks, http_send, small_batch, with_a_bad_line
 
 MODEL = "sim-llama"
 
@@ -104,7 +104,7 @@ async def batch_env(
         files=files,
         fleet=StaticFleet({MODEL: [f"r{i}" for i in range(len(sim.urls))]}),
         send=wrap(send) if wrap else send,
-        load=lambda _: None,
+        load=lambda _model, _replica: None,
         max_line_bytes=1 << 20,
         clock=lambda: time.time() + offset[0],
     )
@@ -123,19 +123,6 @@ async def batch_env(
             await sim.stop()
 
 
-def small_batch(requests: int = 60, templates: int = 4, seed: int = 3):
-    return make_batch(
-        seed=seed,
-        requests=requests,
-        templates=templates,
-        system_tokens=(300, 600),
-        preambles=1,
-        preamble_tokens=(100, 150),
-        user_tokens=(5, 30),
-        max_tokens=(2, 6),
-    )
-
-
 class Gate:
     """Wraps a send: lines past the first ``free`` wait until ``open``; counts what is held."""
 
@@ -144,12 +131,12 @@ class Gate:
         self.event = asyncio.Event()
 
     def __call__(self, send: Send) -> Send:
-        async def gated(line: BatchLine, replica: str | None) -> tuple[int, Any]:
+        async def gated(line: BatchLine, slot: Slot) -> tuple[int, Any]:
             self.sent += 1
             if self.sent > self.free:
                 self.held += 1
                 await self.event.wait()
-            return await send(line, replica)
+            return await send(line, slot)
 
         return gated
 
@@ -160,13 +147,7 @@ async def test_a_batch_runs_to_completed_with_each_custom_id_answered_once(
 ) -> None:
     redis_url = request.getfixturevalue("redis_url") if kind == "redis" else None
     wl = small_batch()
-    bad = {
-        "custom_id": "bad-one",
-        "method": "POST",
-        "url": URL,
-        "body": {**wl.lines[0]["body"], "max_tokens": 0},
-    }
-    data = wl.jsonl() + orjson.dumps(bad) + b"\n"
+    data = with_a_bad_line(wl)
     async with batch_env(tmp_path, kind, redis_url) as env:
         fid = await env.upload("acme", data)
         created = await env.create("acme", fid, metadata={"job": "nightly"})

@@ -76,6 +76,7 @@ async def test_records_list_newest_first_per_tenant(pods: Callable) -> None:
 async def test_moves_follow_the_status_machine_and_one_of_two_racers_wins(pods: Callable) -> None:
     a, b = await pods(), await pods()
     await a.create(rec("batch_1"))
+    assert await b.count_by_status() == {"validating": 1}
     assert await a.move("batch_1", "completed", 200) is None  # validating cannot complete
     moved = await a.move("batch_1", "in_progress", 150, model="m", total=10)
     assert moved is not None and (moved.status, moved.in_progress_at, moved.model, moved.total) == (
@@ -97,6 +98,8 @@ async def test_moves_follow_the_status_machine_and_one_of_two_racers_wins(pods: 
     assert await a.active("acme") == [] and await a.runnable() == []
     assert await a.move("batch_1", "failed", 180) is None  # ended is ended
     assert not await a.claim("batch_1", "pod-a", 30)
+    await a.create(rec("batch_2"))
+    assert await b.count_by_status() == {end: 1, "validating": 1}  # the racers moved it once
 
 
 async def test_each_custom_id_is_recorded_once(pods: Callable) -> None:

@@ -165,7 +165,7 @@ async def test_a_live_explicit_entry_pins_routing_to_its_replica() -> None:
 
         replicas = [(await post(s, gw.url, ask(f"q{i}")))[1]["x-gateway-replica"] for i in range(4)]
         assert len(set(replicas)) == 1, replicas
-        async with s.get(gw.url + "/metrics") as r:
+        async with s.get(gw.metrics_url + "/metrics") as r:
             assert 'reason="explicit_pin"} 3.0' in await r.text()
 
 
@@ -186,7 +186,7 @@ async def test_explicit_entry_gauges_are_exported() -> None:
         }
         await post(s, gw.url, body)
         await post(s, gw.url, body)
-        async with s.get(gw.url + "/metrics") as r:
+        async with s.get(gw.metrics_url + "/metrics") as r:
             text = await r.text()
         assert 'prefix_gateway_explicit_cache_entries{state="live"} 1.0' in text
         assert 'prefix_gateway_explicit_cache_entries{state="created"} 1.0' in text

@@ -11,6 +11,7 @@ from cache.buckets import RedisBuckets, TenantLimiter
 from cache.coalesce import Coalescer
 from cache.entry import Entry
 from cache.store_redis import RedisStore, connect
+from tests.fault.support import wait_for
 from tests.support.redis_server import RedisServer
 
 
@@ -66,7 +67,9 @@ async def test_fail_open_while_down_then_recover(own_redis: RedisServer) -> None
         assert open_buckets.errors == 3 and closed_buckets.errors == 1
         assert {"get", "set", "delete", "purge", "take", "refund", "lease"} <= set(errors)
 
+        assert client.guard.open  # the breaker opened: the calls above failed at once, not in 0.5 s each
         own_redis.start()  # same port: redis-py reconnects by itself
+        await wait_for(lambda: not client.guard.open, timeout=5)  # the background probe closed it
 
         assert await store.get("v1:t:k") is None  # data is gone (no persistence), but the call works
         assert await store.set("v1:t:k", Entry(response("after")), ttl_s=60)

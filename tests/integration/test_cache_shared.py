@@ -10,6 +10,7 @@ import httpx
 import yaml
 
 from bench.procs import running, start_gateway, start_sim
+from tests.fault.support import wait_for
 from tests.support.redis_server import RedisServer
 from tests.support.stack import gateway, policy_for, sim_fleet
 
@@ -90,9 +91,11 @@ async def test_redis_down_fails_open_then_recovers() -> None:
                 for _ in range(3):  # Redis is gone: requests are proxied, uncached, never failed
                     status, cache = await ask()
                     assert status == 200 and cache == "miss"
-                async with s.get(gw.url + "/metrics") as r:
+                async with s.get(gw.metrics_url + "/metrics") as r:
                     assert 'prefix_gateway_redis_errors_total{component="store"' in await r.text()
+                assert gw.process.redis.guard.open  # the breaker: calls now fail at once, not in 0.5 s each
                 server.start()
+                await wait_for(lambda: not gw.process.redis.guard.open, timeout=5)  # a probe answered
                 assert (await ask())[0] == 200  # reconnects by itself; this answer fills the store again
                 assert await ask() == (200, "hit")
     finally:

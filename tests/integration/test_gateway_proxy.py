@@ -135,10 +135,11 @@ async def test_models_health_ready_and_metrics() -> None:
             assert r.status == 200
         async with s.get(f"{gw.url}/ready") as r:
             assert r.status == 200
-            assert (await r.json())["models"]["sim-llama"]["healthy_replicas"] == ["r0", "r1"]
+            assert await r.json() == {"ready": True}  # nothing more: no model or replica names
+        assert [r.id for r in gw.state.pools["sim-llama"].router.replicas if r.healthy] == ["r0", "r1"]
         await post(s, f"{gw.url}/v1/chat/completions", CHAT)
         await post(s, f"{gw.url}/v1/chat/completions", {**CHAT, "stream": True})
-        async with s.get(f"{gw.url}/metrics") as r:
+        async with s.get(f"{gw.metrics_url}/metrics") as r:
             text = await r.text()
         assert 'prefix_gateway_requests_total{model="sim-llama",replica="r0",status="200"} 1.0' in text
         assert 'prefix_gateway_requests_total{model="sim-llama",replica="r1",status="200"} 1.0' in text

@@ -12,7 +12,7 @@ import httpx
 import redis
 import yaml
 
-from bench.procs import free_port, running, start_gateway, start_sim
+from bench.procs import Proc, free_port, running, start_gateway, start_sim
 from tests.support.redis_server import RedisServer
 
 ENV = {"PREFIX_GATEWAY_SECRET": "one-secret-for-every-pod"}
@@ -56,19 +56,19 @@ def sent(client: httpx.Client, url: str, body: dict) -> tuple[str, int]:
     return r.headers["x-gateway-replica"], int(r.headers["x-gateway-prefix-match"].split("/")[0])
 
 
-def applied(client: httpx.Client, url: str) -> float:
-    """Placements of other processes this gateway applied (its /metrics)."""
-    for line in client.get(url + "/metrics").text.splitlines():
+def applied(client: httpx.Client, gw: Proc) -> float:
+    """Placements of other processes this gateway applied (its metrics listener)."""
+    for line in client.get((gw.metrics_url or gw.url) + "/metrics").text.splitlines():
         if line.startswith('prefix_gateway_shared_index_placements_total{outcome="applied"}'):
             return float(line.split()[-1])
     return 0.0
 
 
-def learn(client: httpx.Client, url: str, count: int, limit_s: float = 10.0) -> None:
-    """Until the gateway at ``url`` applied ``count`` placements of the others (bounded)."""
+def learn(client: httpx.Client, gw: Proc, count: float, limit_s: float = 10.0) -> None:
+    """Until the gateway ``gw`` applied ``count`` placements of the others (bounded)."""
     deadline = time.monotonic() + limit_s
-    while applied(client, url) < count:
-        assert time.monotonic() < deadline, f"{url} applied {applied(client, url)} of {count} placements"
+    while applied(client, gw) < count:
+        assert time.monotonic() < deadline, f"{gw.url} applied {applied(client, gw)} of {count} placements"
         time.sleep(0.02)
 
 
@@ -95,7 +95,7 @@ def test_two_gateway_processes_sharing_redis_route_a_follow_up_where_the_other_s
         for k in range(3):  # three conversations: each first turn through A, its next turn through B
             first, matched = sent(client, gw_a.url, chat(f"Conversation {k}: the first day?"))
             assert matched == 0
-            learn(client, gw_b.url, 6 + k + 1)  # within a flush and a read: about 20 ms
+            learn(client, gw_b, 6 + k + 1)  # within a flush and a read: about 20 ms
             follow = chat(f"Conversation {k}: the first day?", "And the second?")
             replica, matched = sent(client, gw_b.url, follow)
             assert (replica, matched > 400) == (first, True)
@@ -137,10 +137,10 @@ def test_a_stalled_redis_never_delays_a_decision_and_routing_recovers(tmp_path: 
             for k in range(4):
                 sent(client, gw_b.url, chat(f"down {k}"))
             server.start()
-            before = applied(client, gw_b.url)
+            before = applied(client, gw_b)
             time.sleep(1.0)  # the writers' and readers' next tries (every 0.2 s) find Redis back
             first, _ = sent(client, gw_a.url, chat("After the outage: the first day?"))
-            learn(client, gw_b.url, before + 1)
+            learn(client, gw_b, before + 1)
             replica, matched = sent(client, gw_b.url, chat("After the outage: the first day?", "And then?"))
             assert (replica, matched > 400) == (first, True)
     finally:

@@ -65,7 +65,7 @@ async def test_second_identical_request_is_a_hit() -> None:
         assert h2["x-cache"] == "hit" and int(h2["age"]) >= 0
         assert second["choices"] == first["choices"]
         assert await upstream_count(fleet.urls[0]) == 1
-        async with s.get(gw.url + "/metrics") as r:
+        async with s.get(gw.metrics_url + "/metrics") as r:
             text = await r.text()
         assert 'prefix_gateway_cache_requests_total{result="hit"} 1.0' in text
 
@@ -132,8 +132,11 @@ async def test_sampled_requests_bypass_by_default_and_rule_always_caches() -> No
         async with gateway(cached_policy(fleet.urls)) as gw:
             _, h, _ = await call(s, gw.url, sampled)
             assert h["x-cache"] == "bypass"
+            assert h["x-cache-bypass-reason"] == "default_temperature"  # the answer says why
+            _, h, _ = await call(s, gw.url, {**sampled, "temperature": 0.7})
+            assert h["x-cache-bypass-reason"] == "sampled"
             _, h, _ = await call(s, gw.url, {**sampled, "seed": 42})
-            assert h["x-cache"] == "miss"
+            assert h["x-cache"] == "miss" and "x-cache-bypass-reason" not in h
         async with gateway(cached_policy(fleet.urls, rule="always")) as gw:
             await call(s, gw.url, sampled)
             _, h, _ = await call(s, gw.url, sampled)

@@ -36,7 +36,7 @@ async def test_shared_prefix_goes_to_the_same_replica_and_hits_its_cache() -> No
             assert prompt > 400 and matched >= 400
             cached = (await r.json())["usage"]["prompt_tokens_details"]["cached_tokens"]
             assert cached >= 400  # the simulator itself reports the shared system prompt as cached
-        async with s.get(gw.url + "/metrics") as r:
+        async with s.get(gw.metrics_url + "/metrics") as r:
             text = await r.text()
         assert (
             'prefix_gateway_routing_decisions_total{model="sim-llama",policy="prefix_affinity",reason="affinity"}'

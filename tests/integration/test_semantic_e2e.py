@@ -117,7 +117,7 @@ async def test_paraphrases_hit_events_invalidate_tenants_stay_apart(
             _, headers, _ = await post(ask("Pixel 8 battery life in hours?"))
             assert headers["x-cache"] == "semantic-hit"  # untouched by the event
 
-            async with s.get(gw.url + "/metrics") as r:
+            async with s.get(gw.metrics_url + "/metrics") as r:
                 metrics = await r.text()
             rows = {r.source: r for r in await gw.process.metering.ledger.query(group_by=("source",))}
 

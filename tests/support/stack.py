@@ -44,7 +44,7 @@ def policy_for(
     The response cache is off unless a test passes ``cache=...``: proxy tests repeat identical
     deterministic requests and mean every one of them to reach a replica."""
     raw: dict[str, Any] = {
-        "server": {"host": "127.0.0.1", "port": 0, "access_log": False},
+        "server": {"host": "127.0.0.1", "port": 0, "metrics_port": 0, "access_log": False},
         "health": {"interval_s": 0.2, "timeout_s": 0.5, "fails_to_eject": 2},
         "retries": {"backoff_base_s": 0.0},
         "models": [
@@ -75,6 +75,13 @@ class Gateway:
     @property
     def state(self) -> State:
         return self.app[PROCESS].state
+
+    @property
+    def metrics_url(self) -> str:
+        """The process's /metrics listener (``server.metrics_port``)."""
+        url = self.app[PROCESS].metrics_url
+        assert url is not None, "this gateway's policy has no metrics listener"
+        return url
 
 
 @asynccontextmanager

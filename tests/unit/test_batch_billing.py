@@ -1,4 +1,5 @@
-"""Batch lines are billed like online requests at billing.batch_price_factor (source ``batch``)."""
+"""Batch lines are billed like online requests at billing.batch_price_factor (source ``batch``); the ledger
+rows of a batch run through the gateway: tests/integration/test_batch_api.py."""
 
 from __future__ import annotations
 
@@ -18,7 +19,6 @@ from cache.billing.pricing import (
     price_micros,
 )
 from config.billing import BillingConfig
-from gateway.batch.billing import line_item
 
 PRICES = ModelPrices(input_micros_per_1m=3_000_000, output_micros_per_1m=15_000_000)
 
@@ -83,27 +83,3 @@ def test_batch_price_factor_policy_field() -> None:
     for bad in ("0.12345", "-0.1", "11"):
         with pytest.raises(ValidationError):
             BillingConfig(batch_price_factor=bad)
-
-
-def test_line_item_from_an_answer() -> None:
-    cfg = BillingConfig(models={"m": {"input_per_1m": "2.0", "output_per_1m": "8.0"}})
-    answer = {
-        "choices": [],
-        "usage": {
-            "prompt_tokens": 2000,
-            "completion_tokens": 100,
-            "prompt_tokens_details": {"cached_tokens": 1536},
-        },
-    }
-    item = line_item(answer, cfg=cfg, tenant="acme", model="m", request_id="batch_req_1", ts_ms=5)
-    assert item is not None and item.source == "batch" and item.request_id == "batch_req_1"
-    assert item.tokens.implicit_hit == 1536 and item.tokens.uncached == 464 and item.tokens.output == 100
-    # input 2 USD/1M: 464 uncached + 1536 at 20 %, output 8 USD/1M; all halved
-    assert item.micros.uncached == 464 and item.micros.implicit_hit == 307 and item.micros.output == 400
-    assert item.cost_without_cache_micros == 2000 + 400
-    assert item.saved_micros == 2400 - (464 + 307 + 400)
-    assert (
-        line_item({"error": {"message": "x"}}, cfg=cfg, tenant="a", model="m", request_id="r", ts_ms=1)
-        is None
-    )
-    assert line_item("not json", cfg=cfg, tenant="a", model="m", request_id="r", ts_ms=1) is None

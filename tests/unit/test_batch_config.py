@@ -22,6 +22,7 @@ def test_completion_windows() -> None:
     assert (
         window_seconds("24h") == 86_400 and window_seconds("90m") == 5400 and window_seconds("7d") == 604_800
     )
+    assert window_seconds("30s") == 30
     for bad in ("24", "0h", "1w", "h", " 24h"):
         with pytest.raises(ValueError):
             window_seconds(bad)

@@ -15,7 +15,7 @@ import pytest
 
 from config.batch import BatchConfig
 from gateway.batch.objects import LineResult
-from gateway.batch.runner import BatchLine, Runner, SlotPool
+from gateway.batch.runner import BatchLine, Runner, Slot, SlotPool
 from router.batch_plan import LinePrefix, Plan, plan
 
 BS = 16
@@ -53,7 +53,8 @@ class Fleet:
         self.cancelled = 0
         self.gate: asyncio.Event | None = None
 
-    async def __call__(self, line: BatchLine, replica: str | None) -> tuple[int, Any]:
+    async def __call__(self, line: BatchLine, slot: Slot) -> tuple[int, Any]:
+        replica = slot.replica
         loop = asyncio.get_running_loop()
         self.calls.append((line.line, replica))
         self.starts[line.line] = loop.time()
@@ -223,10 +224,10 @@ async def test_an_idle_replica_steals_from_a_stalled_one() -> None:
 
 async def test_a_slow_replica_hands_work_to_a_fast_one() -> None:
     class Uneven(Fleet):
-        async def __call__(self, line: BatchLine, replica: str | None) -> tuple[int, Any]:
-            if replica == "b":
+        async def __call__(self, line: BatchLine, slot: Slot) -> tuple[int, Any]:
+            if slot.replica == "b":
                 await asyncio.sleep(0.02)  # b is busy with online traffic: each batch line takes longer
-            return await super().__call__(line, replica)
+            return await super().__call__(line, slot)
 
     p, fleet, results = make_plan(["a", "b"], templates=8, per=25), Uneven(), []
     r = runner(p, fleet, results)

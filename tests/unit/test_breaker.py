@@ -8,6 +8,7 @@ from config.policy import BreakerConfig, RoutingConfig
 from gateway.observability.metrics import GatewayMetrics
 from gateway.upstream.breaker import Breaker
 from gateway.upstream.health import FleetHealth, base_url_of
+from router.exact_index import ExactIndex
 from router.pool import PoolRouter
 from router.replica import ReplicaState
 
@@ -147,3 +148,23 @@ def test_half_open_admits_one_probe_then_closes() -> None:
 def test_base_url_of() -> None:
     assert base_url_of("http://h:1/v1/chat/completions") == "http://h:1"
     assert base_url_of("http://h:1/v1/v1/completions") == "http://h:1/v1"
+
+
+def test_ejection_purges_the_precise_index_as_it_drops_the_approximate_one() -> None:
+    """Issue 19, item 9: a replica ejected (it died, its KV cache with it) must not keep its exact
+    blocks: after a restart the router would send a request there for blocks it no longer has."""
+    fleet, router, (r0, r1) = _fleet()
+    exact = ExactIndex()
+    router.attach_exact(exact)
+    exact.stored("r0", [11, 12, 13])
+    exact.stored("r1", [11])
+    assert exact.is_live("r0") and exact.match("r0", [11, 12, 13], 0.0) == 3
+    fleet.set_active(r0.url, False)  # ejected by the active checks
+    assert not exact.is_live("r0") and exact.match("r0", [11, 12, 13], 0.0) == 0
+    assert exact.match("r1", [11], 0.0) == 1  # the others keep theirs
+    fleet.set_active(r0.url, True)
+    exact.stored("r0", [21])  # its events after the restart make it live again
+    assert exact.is_live("r0") and exact.match("r0", [11], 0.0) == 0
+    for _ in range(3):
+        fleet.failed(r1.url, "transport")  # the breaker opens: ejected too
+    assert not exact.is_live("r1")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import random
 import re
@@ -225,3 +227,25 @@ def test_integers_beyond_64_bits_still_make_a_key() -> None:
         == cache_key(CHAT, {**BASE, "seed": 2**70}, SALT)
         != cache_key(CHAT, {**BASE, "seed": 2**70 + 1}, SALT)
     )
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    body=st.dictionaries(
+        st.sampled_from([*sorted(INCLUDED), "stream", "user", "é", "Z", "a b"]), json_values, max_size=6
+    ),
+    messages=st.lists(
+        st.fixed_dictionaries(
+            {"role": st.sampled_from(["user", "system", "assistant"])},
+            optional={"content": json_values, "name": st.text(max_size=4), "ünï": json_values},
+        ),
+        max_size=5,
+    ),
+)
+def test_the_incremental_key_is_the_hmac_of_the_canonical_json(body: dict[str, Any], messages: list) -> None:
+    """The key is computed field by field and message by message (a large request is never serialised
+    whole, issue 19 item 1), byte for byte the HMAC of ``canonical_json``: keys do not change."""
+    full = {**body, "messages": messages}
+    for b in (body, full):
+        expected = hmac.new(SALT, canonical_json(CHAT, b), hashlib.sha256).hexdigest()
+        assert cache_key(CHAT, b, SALT).rsplit(":", 1)[1] == expected

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,8 @@ from config import PolicyError, load_policy, parse_policy
 from config.loader import EXAMPLES_DIR
 
 EXAMPLES = sorted(EXAMPLES_DIR.glob("*.yaml"))
+# What an operator exports before using the examples (no example carries a credential of its own).
+EXAMPLE_ENV = {"TEAM_SEARCH_KEY_SHA256": "a" * 64, "TEAM_ADS_KEY_SHA256": "b" * 64}
 
 MINIMAL = """
 models:
@@ -28,10 +31,54 @@ def test_there_are_examples_for_local_vllm_and_sglang() -> None:
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
 def test_every_example_validates(path: Path) -> None:
-    policy = load_policy(path, env={})
+    policy = load_policy(path, env=EXAMPLE_ENV)
     assert policy.models, path
     for pool in policy.models:
         assert pool.replicas
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_no_example_carries_a_usable_default_credential(path: Path) -> None:
+    """With none of its variables set, an example either refuses to load or lets no key in: a
+    ``${VAR:-digest}`` default would make a guessable key (the digest of "test") work."""
+    try:
+        policy = load_policy(path, env={})
+    except PolicyError as err:
+        assert all("is not set" in message for _, message in err.problems), err.render()
+        return
+    assert not [d for t in policy.tenancy.tenants for d in t.api_key_sha256], path
+
+
+def _check_config(path: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if k not in EXAMPLE_ENV}
+    return subprocess.run(
+        [sys.executable, "-m", "gateway", "check-config", str(path)],
+        capture_output=True,
+        text=True,
+        env={**base, **(env or {})},
+        timeout=60,
+    )
+
+
+def test_check_config_on_the_examples_warns_about_anonymous_access_off_loopback() -> None:
+    results = {p.stem: _check_config(p, EXAMPLE_ENV) for p in EXAMPLES}
+    assert all(r.returncode == 0 for r in results.values()), {k: r.stderr for k, r in results.items()}
+    assert "warning: tenancy.allow_anonymous" in results["sglang-fleet"].stderr  # 0.0.0.0, anonymous
+    assert "0.0.0.0:8080" in results["sglang-fleet"].stderr
+    assert "warning" not in results["local"].stderr  # anonymous, but on 127.0.0.1
+    assert "warning" not in results["vllm-fleet"].stderr  # 0.0.0.0, but keys only
+    unset = _check_config(EXAMPLES_DIR / "vllm-fleet.yaml")  # the digests not exported: no default key
+    assert unset.returncode == 1 and "TEAM_SEARCH_KEY_SHA256 is not set" in unset.stderr
+
+
+def test_check_config_refuses_a_trusted_header_without_trusted_proxies(tmp_path: Path) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_text(MINIMAL + "tenancy: {trusted_header: x-tenant-id}\n")
+    result = _check_config(path)
+    assert result.returncode == 1
+    assert "tenancy" in result.stderr and "trusted_proxies" in result.stderr
+    path.write_text(MINIMAL + "tenancy: {trusted_header: x-tenant-id, trusted_proxies: [10.0.0.0/8]}\n")
+    assert _check_config(path).returncode == 0
 
 
 def test_minimal_policy_gets_defaults() -> None:

@@ -10,6 +10,7 @@ import asyncio
 import base64
 import gzip
 import json
+import logging
 import shutil
 import time
 from pathlib import Path
@@ -332,6 +333,36 @@ async def test_replicas_cache_config_is_checked_and_gives_capacity(model_dir, fr
     finally:
         ctx.term()
         await runner.cleanup()
+
+
+async def test_an_unknown_topic_is_logged_once_loudly(model_dir, frames, caplog):
+    """Issue 19, item 9: events under a topic no replica publishes (a policy whose ids or topics do
+    not match the replicas') used to be dropped silently; one warning per topic says so."""
+    caplog.set_level(logging.WARNING, logger="prefix_gateway")
+    bind = f"tcp://127.0.0.1:{free_port()}"
+    ctx = zmq.asyncio.Context()
+    async with gateway(precise_policy(model_dir, bind)) as gw:
+        pub = await connected_pub(ctx, bind)
+        try:
+            for seq in range(3):
+                await publish(pub, b"vllm-0", seq, frames[0][1])
+            await publish(pub, b"vllm-1", 0, frames[0][1])
+            registry = gw.process.metrics.registry
+            await wait_for(
+                lambda: (
+                    registry.get_sample_value(
+                        "prefix_gateway_kv_event_errors_total", {"kind": "unknown_topic"}
+                    )
+                    == 4
+                )
+            )
+            warned = [r for r in caplog.records if getattr(r, "event", None) == "kv_events_unknown_topic"]
+            assert [r.topic for r in warned] == ["vllm-0", "vllm-1"]
+            assert all(r.levelno == logging.WARNING for r in warned)
+            assert "topic-r1" in warned[0].getMessage() or "topic-r1" in str(warned[0].known)
+        finally:
+            pub.close(0)
+            ctx.term()
 
 
 # -- connect mode: the replica binds its publisher, every gateway process connects ---------------------

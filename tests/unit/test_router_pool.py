@@ -255,6 +255,43 @@ def test_load_adds_only_other_pods_share_of_a_report() -> None:
     assert r.load() == 1
 
 
+def test_a_batch_lines_plan_is_a_soft_pin_within_the_share() -> None:
+    """The planned replica takes the line within the bounded load; beyond it the policy picks among
+    replicas whose share has room, and the line's slot moves there; no room anywhere waits."""
+    from gateway.batch.runner import Slot, SlotPool
+    from router.types import ReplicasBusy
+
+    replicas = fleet(3)
+    router = PoolRouter(replicas, RoutingConfig(policy="prefix_affinity", seed=1))
+    slots, allowed = SlotPool(), {"r0": 2, "r1": 2, "r2": 2}
+
+    def line(planned: str) -> tuple[RouteRequest, Slot]:
+        assert slots.take(planned, allowed[planned])
+        slot = Slot(slots, planned, lambda r: slots.used(r) < allowed[r])
+        return RouteRequest("chat", "m", chat(DOC).body, "t", placement=slot), slot
+
+    req, slot = line("r1")
+    d = router.route(req)
+    assert (d.replica.id, d.reason, slot.replica, slots.used("r1")) == ("r1", "batch_plan", "r1", 1)
+    # r1 loaded beyond the bound (online traffic), by more than its cached prefix is worth to the policy
+    # (64 a request in flight against 21 a matched token of a private prefix): the line goes where the
+    # share has room, slot and all.
+    replicas[1].in_flight = 400
+    req, slot = line("r1")
+    d = router.route(req)
+    assert d.replica.id != "r1" and d.reason != "batch_plan" and slot.replica == d.replica.id
+    assert slots.used("r1") == 1 and slots.used(d.replica.id) == 1
+    # The other replicas' shares full: only the planned replica has room for the line, which holds a slot.
+    allowed.update(r0=slots.used("r0"), r2=slots.used("r2"))
+    req, slot = line("r1")
+    assert router.route(req).replica.id == "r1" and slot.replica == "r1"
+    # The planned replica unhealthy and no room elsewhere: the line waits for a slot.
+    replicas[1].healthy = False
+    with pytest.raises(ReplicasBusy):
+        router.route(req)
+    assert sum(slots.in_use().values()) == 3  # three lines, one slot each, wherever they went
+
+
 def test_fewer_cached_tokens_than_predicted_unlearn_the_replicas_oldest_entries():
     """The feedback of ``usage.prompt_tokens_details.cached_tokens``: a replica that had evicted a
     prefix the index still listed makes the index drop as many of its least recently sent entries, so

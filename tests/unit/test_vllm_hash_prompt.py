@@ -24,7 +24,7 @@ def ep(tmp_path_factory: pytest.TempPathFactory) -> EnginePrompt:
 
 
 def test_the_served_template_renders_one_line_per_message_and_the_generation_prompt(ep):
-    _, template = ep._load()
+    template = ep._template
     text = template.render([{"role": "system", "content": "S"}, {"role": "user", "content": "U"}])
     assert text == "<|system|>S<|end|>\n<|user|>U<|end|>\n<|assistant|>"
     parts = [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}]

@@ -47,14 +47,26 @@ class FrontEnd:
     passthrough: bool = False  # the client speaks the replica's API: bodies and chunks pass as they came
 
 
-def error_message(data: bytes) -> str:
-    """The message of a replica's error body (OpenAI's shape, or vLLM's), else a generic one."""
+def replica_error(status: int, data: bytes) -> GatewayError:
+    """A replica's error answer as the gateway's own, for any front end's error shape: the replica's
+    status and message (OpenAI's shape, or vLLM's and SGLang's ``{"object": "error", "message", "type":
+    "BadRequestError", "code": 400}``), the type OpenAI gives that status, ``param`` and ``code`` kept
+    only when they are OpenAI-style strings; a body without a message says the status."""
+    err: Any = None
     try:
         body = orjson.loads(data)
     except orjson.JSONDecodeError:
-        return "the replica failed to answer"
-    if not isinstance(body, dict):
-        return "the replica failed to answer"
-    err = body.get("error")
-    message = err.get("message") if isinstance(err, dict) else body.get("message")
-    return str(message) if message else "the replica failed to answer"
+        body = None
+    if isinstance(body, dict):
+        err = body.get("error") if isinstance(body.get("error"), dict) else body
+    message = err.get("message") if isinstance(err, dict) else None
+    if not isinstance(message, str) or not message:
+        message = f"the replica answered {status}"
+    param = err.get("param") if isinstance(err, dict) else None
+    code = err.get("code") if isinstance(err, dict) else None
+    return GatewayError(
+        status,
+        message,
+        param=param if isinstance(param, str) else None,
+        code=code if isinstance(code, str) else None,
+    )

@@ -227,6 +227,47 @@ def panels() -> list[Panel]:
             "Layout findings",
             [(f"sum by (tenant, kind) ({P}advice_findings)", "{{tenant}} {{kind}}")],
         ),
+        row("Offline batches"),
+        stat(
+            "Batches in progress",
+            f'max({P}batches{{status=~"validating|in_progress|finalizing|cancelling"}}) or vector(0)',
+            unit="short",
+            desc="Batches that have not ended, from the job store (every pod reports the same count: max).",
+        ),
+        stat(
+            "Batch prompt-cache hit rate",
+            ratio(f'{P}batch_tokens_total{{kind="cached"}}', f'{P}batch_tokens_total{{kind="prompt"}}'),
+            desc="Cached share of the prompt tokens of answered batch lines: what the shared-prefix order buys.",
+        ),
+        stat(
+            "Batch line failure ratio",
+            ratio(f'{P}batch_lines_total{{outcome="failed"}}', f"{P}batch_lines_total"),
+            steps=[("green", None), ("orange", 0.01), ("red", 0.05)],
+        ),
+        stat("Batch line retries", f"sum(rate({P}batch_retries_total{RATE}))", unit="reqps"),
+        timeseries(
+            "Batches by status",
+            [(f"max by (status) ({P}batches)", "{{status}}")],
+            desc="From the job store; every pod reports every pod's batches.",
+        ),
+        timeseries(
+            "Batch lines answered",
+            [
+                (f"sum by (outcome) (rate({P}batch_lines_total{RATE}))", "{{outcome}}"),
+                (f"sum(rate({P}batch_stolen_lines_total{RATE}))", "stolen by idle replicas"),
+            ],
+            unit="reqps",
+        ),
+        timeseries(
+            "Batch tokens by kind",
+            [(f"sum by (kind) (rate({P}batch_tokens_total{RATE}))", "{{kind}}")],
+        ),
+        timeseries(
+            "Batch lines in flight by replica",
+            [(f"sum by (replica) ({P}batch_in_flight)", "{{replica}}")],
+            desc="At most the batch share of each replica (batch.share x batch.replica_slots), less while "
+            "its online queue grows.",
+        ),
         row("Replicas"),
         replica_health,
     ]
@@ -255,7 +296,7 @@ def dashboard() -> dict[str, Any]:
     return {
         "uid": "prefix-gateway",
         "title": "prefix-gateway",
-        "description": "Traffic, latency, routing, response cache, rate limits, billing and replica health.",
+        "description": "Traffic, latency, routing, response cache, rate limits, billing, offline batches and replica health.",
         "tags": ["prefix-gateway", "llm"],
         "timezone": "browser",
         "editable": True,

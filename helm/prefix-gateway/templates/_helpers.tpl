@@ -78,13 +78,23 @@ app.kubernetes.io/part-of: prefix-gateway
 {{- end -}}
 
 {{/*
-The policy as written to the ConfigMap: values.policy with server.host/port defaulted for a pod and
-redis.url pointing at ${REDIS_URL} when a Redis is configured and the policy names none.
+The policy as written to the ConfigMap: values.policy with server.host/port defaulted for a pod,
+redis.url pointing at ${REDIS_URL} when a Redis is configured and the policy names none, and the
+SQLite ledger in the writable ledger volume when the policy names no path (a relative path would
+resolve against the policy's own read-only directory).
 */}}
 {{- define "prefix-gateway.policy" -}}
 {{- $policy := deepCopy .Values.policy -}}
 {{- $server := merge (deepCopy (default (dict) $policy.server)) (dict "host" "0.0.0.0" "port" 8080) -}}
+{{- $_ := set $server "metrics_port" (include "prefix-gateway.metricsPort" . | int) -}}
 {{- $_ := set $policy "server" $server -}}
+{{- $billing := deepCopy (default (dict) $policy.billing) -}}
+{{- $ledger := deepCopy (default (dict) $billing.ledger) -}}
+{{- if and (ne (toString (default "sqlite" $ledger.kind)) "redis") (not $ledger.path) -}}
+{{- $_ := set $ledger "path" (printf "%s/ledger.db" .Values.storage.ledgerPath) -}}
+{{- $_ := set $billing "ledger" $ledger -}}
+{{- $_ := set $policy "billing" $billing -}}
+{{- end -}}
 {{- if include "prefix-gateway.redis.configured" . -}}
 {{- $redis := deepCopy (default (dict) $policy.redis) -}}
 {{- if not $redis.url -}}
@@ -98,6 +108,13 @@ redis.url pointing at ${REDIS_URL} when a Redis is configured and the policy nam
 {{- define "prefix-gateway.port" -}}
 {{- $server := default (dict) .Values.policy.server -}}
 {{- default 8080 $server.port | int -}}
+{{- end -}}
+
+{{/* The gateway's separate /metrics listener (policy.server.metrics_port; the API port answers
+/metrics only with the admin token). A pod always has one: null or absent means 29000. */}}
+{{- define "prefix-gateway.metricsPort" -}}
+{{- $server := default (dict) .Values.policy.server -}}
+{{- default 29000 $server.metrics_port | int -}}
 {{- end -}}
 
 {{/* Seconds the gateway drains after SIGTERM (policy.server.drain_timeout_s). */}}

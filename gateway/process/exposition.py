@@ -1,0 +1,99 @@
+"""Prometheus exposition of a process, and its own listener (``server.metrics_port``).
+
+The metrics name tenants, replicas and spend, so they are not for whoever reaches the API port: as the
+Rust routers (smg's ``--prometheus-port``) and vLLM's production stack do, they are served on a
+separate listener, which a NetworkPolicy or the pod network keeps to the scraper. The serving port
+still answers ``/metrics``, but only with the admin token (``gateway.server.endpoints``).
+
+The listener is a resource of the ``Process``: opened after the state is built, closed in the same
+exit stack, after the drain (a scrape during shutdown still answers).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from cache.advisor.render import GAUGE_FINDINGS, GAUGE_SAVING_MICROS, GAUGE_SAVING_TOKENS, gauge_values
+from cache.store_redis import REDIS_ERRORS
+from gateway.batch.objects import STATUSES
+
+if TYPE_CHECKING:
+    from gateway.process.process import Process
+
+
+async def exposition(process: Process) -> web.Response:
+    """The process's metrics, with the gauges read at scrape time (index sizes, explicit entries, the
+    semantic cache's stale entries, the advisor's savings, batches by status)."""
+    metrics = process.metrics
+    for pool in process.state.pools.values():
+        for replica_id, blocks in pool.router.index.stats().per_replica.items():
+            metrics.child(metrics.index_blocks, replica_id).set(blocks)
+    if process.metering is not None:
+        try:
+            stats = await process.metering.registry.stats()
+        except REDIS_ERRORS:  # Redis away: /metrics still answers, the gauges keep their last values
+            metrics.child(metrics.redis_errors, "explicit", "stats").inc()
+        else:
+            for name in ("live", "created", "hits", "expired"):
+                metrics.child(metrics.explicit_entries, name).set(getattr(stats, name))
+    cache = process.state.cache
+    if cache is not None and cache.semantic is not None:
+        metrics.semantic_stale.set(cache.semantic.store.stats.stale)
+    if process.advisor.cfg.enabled:
+        set_advice_gauges(process)
+    if process.batch is not None:
+        await set_batch_gauges(process)
+    return web.Response(body=generate_latest(metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+def set_advice_gauges(process: Process) -> None:
+    """The advisor's potential savings per tenant (listed, else ``other``) and finding kind; series of
+    kinds that no longer apply drop to 0 (``gauge_values`` lists every kind of a present tenant)."""
+    metrics = process.metrics
+    listed = {t.id for t in process.state.policy.tenancy.tenants}
+    values = gauge_values(process.advisor.advice(), listed)
+    for name, gauge in (
+        (GAUGE_SAVING_MICROS, metrics.advice_saving_micros),
+        (GAUGE_SAVING_TOKENS, metrics.advice_saving_tokens),
+        (GAUGE_FINDINGS, metrics.advice_findings),
+    ):
+        for (tenant, kind), value in values[name].items():
+            metrics.child(gauge, tenant, kind).set(value)
+
+
+async def set_batch_gauges(process: Process) -> None:
+    """Batches per status, from the job store (every pod's batches: take the max across pods, not the
+    sum); a status no batch has any more drops to 0. The runner's own counters are a collector
+    (``gateway.batch.metrics``)."""
+    assert process.batch is not None
+    metrics = process.metrics
+    try:
+        counts = await process.batch.store.count_by_status()
+    except Exception:  # the store is unreachable: /metrics still answers, the gauges keep their values
+        metrics.child(metrics.redis_errors, "batch", "count").inc()
+        return
+    for status in STATUSES:
+        metrics.child(metrics.batches, status).set(counts.get(status, 0))
+
+
+async def open_listener(process: Process, host: str, port: int) -> tuple[web.AppRunner, str]:
+    """Serve ``GET /metrics`` (and nothing else) on ``host:port``; returns the runner and its URL."""
+
+    async def handler(_request: web.Request) -> web.Response:
+        return await exposition(process)
+
+    app = web.Application()
+    app.router.add_get("/metrics", handler)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+    except BaseException:
+        await runner.cleanup()
+        raise
+    h, p = runner.addresses[0][:2]
+    return runner, f"http://{h}:{p}"

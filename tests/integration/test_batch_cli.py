@@ -1,0 +1,81 @@
+"""``prefix-gateway batch`` as a user runs it: a real process, the real openai client, a real gateway."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+import orjson
+
+from bench.batch_workload import make_batch
+from tests.support.batch import SLOW, batch_policy
+from tests.support.stack import gateway, sim_fleet
+
+
+async def cli(*args: str, url: str) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "gateway",
+        "batch",
+        "--url",
+        url,
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "OPENAI_API_KEY": "none"},
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def test_submit_wait_status_results_cancel(tmp_path: Path) -> None:
+    wl = make_batch(
+        seed=2, requests=30, templates=3, system_tokens=(200, 300), user_tokens=(5, 10), max_tokens=(2, 4)
+    )
+    bad = {**wl.lines[0], "custom_id": "bad", "body": {**wl.lines[0]["body"], "max_tokens": 0}}
+    src = tmp_path / "in.jsonl"
+    src.write_bytes(wl.jsonl() + orjson.dumps(bad) + b"\n")
+    async with sim_fleet(2, **SLOW) as fleet, gateway(batch_policy(fleet.urls, tmp_path)) as gw:
+        code, out, err = await cli(
+            "submit", str(src), "--wait", "--poll", "0.1", "--metadata", "job=cli", url=gw.url
+        )
+        assert code == 0, err
+        batch_id, _, rest = out.partition("\n")
+        done = orjson.loads(rest)
+        assert done["id"] == batch_id and done["status"] == "completed" and done["metadata"] == {"job": "cli"}
+        assert done["request_counts"] == {"total": 31, "completed": 30, "failed": 1}
+        assert "31/31" in err and "completed" in err  # the progress bar, on stderr
+
+        code, out, _ = await cli("status", batch_id, url=gw.url)
+        assert code == 0 and orjson.loads(out)["request_counts"]["completed"] == 30
+
+        results, errors = tmp_path / "out.jsonl", tmp_path / "err.jsonl"
+        code, _, err = await cli("results", batch_id, "-o", str(results), "--errors", str(errors), url=gw.url)
+        assert code == 0, err
+        assert [orjson.loads(x)["custom_id"] for x in results.read_bytes().splitlines()] == [
+            line["custom_id"] for line in wl.lines
+        ]
+        assert [orjson.loads(x)["custom_id"] for x in errors.read_bytes().splitlines()] == ["bad"]
+
+        code, _, err = await cli("cancel", batch_id, url=gw.url)  # a completed batch cannot be cancelled
+        assert code == 1 and "409" in err and "cannot be cancelled" in err
+        code, _, err = await cli("status", "batch_nope", url=gw.url)
+        assert code == 1 and "404" in err
+
+        # A batch that fails validation: the CLI names the lines and exits 1.
+        broken = tmp_path / "broken.jsonl"
+        broken.write_bytes(b"{oops\n" + wl.jsonl())
+        code, _, err = await cli("submit", str(broken), "--wait", "--poll", "0.1", url=gw.url)
+        assert code == 1 and "line 1: invalid_json_line" in err and "ended failed" in err
+
+        # Submitted without --wait (a batch of some seconds on the slow replicas), then cancelled by id.
+        big = tmp_path / "big.jsonl"
+        big.write_bytes(make_batch(seed=3, requests=300, templates=3, system_tokens=(200, 300)).jsonl())
+        code, out, _ = await cli("submit", str(big), url=gw.url)
+        assert code == 0
+        code, out, err = await cli("cancel", out.strip(), url=gw.url)
+        assert code == 0 and out.split(": ")[1].strip() in ("cancelling", "cancelled"), err

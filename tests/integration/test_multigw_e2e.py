@@ -149,9 +149,17 @@ def test_a_stalled_redis_never_delays_a_decision_and_routing_recovers(tmp_path: 
 
 def test_workers_on_one_port_share_placements_without_redis(tmp_path: Path) -> None:
     sim, urls = start_sim(4, extra=["--speed", "0"])
-    cfg = write_policy(tmp_path, urls, "workers", shared_index={"enabled": True, "flush_interval_s": 0.02})
+    sockets = tmp_path / "sockets"
+    shared = {"enabled": True, "flush_interval_s": 0.02, "local_dir": str(sockets)}
+    cfg = write_policy(tmp_path, urls, "workers", shared_index=shared)
     gw = start_gateway(["--config", str(cfg), "--workers", "2"], env=ENV, port=free_port())
     with running(gw, sim):
+        # /health answers once one worker listens; a worker that starts later learns only what the
+        # others send after it (the local transport keeps no history), so wait for both.
+        deadline = time.monotonic() + 30
+        while len(list(sockets.glob("*.sock"))) < 2:
+            assert time.monotonic() < deadline, "the second worker never opened its socket"
+            time.sleep(0.05)
         with httpx.Client(timeout=10) as warm:
             warm_unevenly(warm, gw.url)
         with httpx.Client(timeout=10) as client:

@@ -1,6 +1,7 @@
 """Routing quality on production traces and synthetic workloads, with the peers on the same replicas.
 
     python -m bench.routing [--trace PATH] [--quick] [--write] [--policies P ...] [--workloads W ...]
+        [--workers-row] [--gateways N ...]
 
 Each workload runs once per router, one after another, on the same simulated replicas (the engine
 model of ``bench.sim``: vLLM V1's scheduler and paged KV cache, step costs of Llama-3-8B on an
@@ -24,6 +25,13 @@ Workloads:
 - ``tight_cache``: sgl-router's tight-cache shape (8 prefixes of 1k tokens, KV for about 2 a replica).
 - the five synthetic workloads of ``bench.workloads`` (shared system prompts, multi-turn chat, agent
   loop, no sharing, one hot prefix), Poisson arrivals at 32/s, KV 4096 blocks a replica.
+
+Several gateway processes (``--gateways 2 4``, trace workloads): ``prefix_affinity, N workers, shared``
+(``--workers N`` on one port, ``shared_index`` over the workers' Unix sockets, no Redis) and
+``prefix_affinity, N pods, shared (Redis)`` (N processes on N ports, each request sent to one drawn at
+random, ``shared_index`` through a real redis-server this benchmark starts); ``--workers-row`` adds
+``--workers 2`` sharing nothing. Routing reasons of a ``--workers`` row are one worker's (each scrape
+of its ``/metrics`` reaches one).
 
 Measured per run: the fleet's hit rate from the replicas' own counters
 (``vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total``), the oracle (one infinite cache)
@@ -59,7 +67,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from bench import traces, workloads
 from bench.oracle import OracleResult, oracle
 from bench.peers import PEERS, start_peer
-from bench.procs import Proc, running, start_gateway, start_sim
+from bench.procs import Proc, free_port, running, start_gateway, start_sim
+from bench.redis_server import RedisServer
 from bench.report import percentile
 
 GATEWAY_POLICIES = ["round_robin", "least_load", "consistent_hash", "chwbl", "prefix_affinity", "session"]
@@ -70,6 +79,29 @@ TRACE_KV = {"mooncake_kv25": 0.25, "mooncake_kv100": 1.0}
 WORKLOADS = SYNTHETIC + list(TRACE_KV)
 WORKERS = 2
 WORKERS_ROW = f"prefix_affinity, {WORKERS} workers"
+
+
+@dataclass(frozen=True)
+class GatewayFleet:
+    """Several gateway processes as one router: ``workers`` of one ``--workers N`` on one port, or
+    ``pods``, separate processes on separate ports with the client spreading requests over them at
+    random (a Service); ``shared``: with ``shared_index`` on (workers: their Unix sockets; pods: Redis)."""
+
+    processes: int
+    layout: str  # "workers" | "pods"
+    shared: bool
+
+    @property
+    def name(self) -> str:
+        how = (", shared (Redis)" if self.layout == "pods" else ", shared") if self.shared else ""
+        return f"prefix_affinity, {self.processes} {self.layout}{how}"
+
+
+def fleet_rows(counts: list[int]) -> list[GatewayFleet]:
+    return [GatewayFleet(n, layout, True) for n in counts for layout in ("workers", "pods")]
+
+
+FLEETS = {f.name: f for f in [GatewayFleet(WORKERS, "workers", False), *fleet_rows([2, 4, 8])]}
 
 # Offered load of the synthetic workloads (requests/s): busy but not saturated under the engine model
 # (round_robin's p99 TTFT is 2-5x its p50 there; python -m bench.routing_offline --workload W --rate R).
@@ -278,14 +310,22 @@ async def sample_inflight(
 
 
 async def drive(
-    session: aiohttp.ClientSession, url: str, case: Case, seed: int, timeout_s: float, max_seconds: float
+    session: aiohttp.ClientSession,
+    urls: list[str],
+    case: Case,
+    seed: int,
+    timeout_s: float,
+    max_seconds: float,
 ) -> tuple[list[Sent], float]:
     """Offer the case open loop: a request with ``at`` leaves at ``at`` model seconds (x time scale),
-    others by Poisson arrivals at ``case.rate``; one with ``after`` waits for that one to finish."""
+    others by Poisson arrivals at ``case.rate``; one with ``after`` waits for that one to finish. Each
+    request goes to one of ``urls`` drawn at random (several gateway pods behind a Service)."""
     rng = random.Random(seed)
+    spread = random.Random(seed + 1)
     reqs = case.wl.requests
     done = [asyncio.Event() for _ in reqs]
     results: list[Sent] = [Sent() for _ in reqs]
+    url_of = [urls[spread.randrange(len(urls))] for _ in reqs]
 
     async def one(i: int) -> None:
         req = reqs[i]
@@ -295,7 +335,7 @@ async def drive(
                     await asyncio.wait_for(done[req.after].wait(), timeout_s)
                 except TimeoutError:
                     return
-            results[i] = await send(session, url, req, timeout_s)
+            results[i] = await send(session, url_of[i], req, timeout_s)
         finally:
             done[i].set()
 
@@ -321,10 +361,22 @@ async def drive(
 # -- one run ------------------------------------------------------------------------------------------
 
 
-def gateway_policy(urls: list[str], sim: SimSettings, policy: str, seed: int) -> dict[str, Any]:
+def gateway_policy(
+    urls: list[str],
+    sim: SimSettings,
+    policy: str,
+    seed: int,
+    redis_url: str | None = None,
+    shared: bool = False,
+) -> dict[str, Any]:
     """The YAML policy of one run: the replicas with their real KV capacity and the routing policy;
-    everything else at its default."""
+    everything else at its default (a fleet of gateway processes: the shared index on, Redis for pods)."""
+    extra: dict[str, Any] = {"shared_index": {"enabled": True}} if shared else {}
+    if redis_url is not None:
+        extra["redis"] = {"url": redis_url}
+        extra["cache"] = {"enabled": False}  # the response cache would be shared too: not what is measured
     return {
+        **extra,
         "version": 1,
         "server": {
             "host": "127.0.0.1",
@@ -367,46 +419,72 @@ async def wait_ready(session: aiohttp.ClientSession, url: str, limit_s: float = 
 
 
 async def start_router(
-    router: str, urls: list[str], case: Case, seed: int, workdir: Path, tag: str
-) -> tuple[Proc, str | None]:
-    """A router process in front of ``urls``: a peer, or the gateway with a policy. Returns the process
-    and the URL of its metrics (a gateway's metrics listener; None: ``/metrics`` of the process)."""
+    router: str, urls: list[str], case: Case, seed: int, workdir: Path, tag: str, redis_url: str | None = None
+) -> tuple[list[Proc], list[str]]:
+    """The router processes in front of ``urls``: a peer, the gateway with a policy, or a fleet of
+    gateway processes (``FLEETS``). Returns the processes (the client spreads requests over their
+    URLs) and the URLs of their metrics (a gateway's metrics listener)."""
     log = str(workdir / f"{tag}.log")
     if router in PEERS:
         peer = await asyncio.to_thread(start_peer, PEERS[router], urls, log)
-        return peer.proc, peer.metrics_url
-    policy, workers = (router, 1) if router != WORKERS_ROW else ("prefix_affinity", WORKERS)
+        return [peer.proc], [peer.metrics_url or peer.proc.url + "/metrics"]
+    fleet = FLEETS.get(router)
+    policy = router if fleet is None else "prefix_affinity"
+    pods = fleet is not None and fleet.layout == "pods"
+    shared = fleet is not None and fleet.shared
     cfg_path = workdir / f"{tag}.yaml"
-    cfg_path.write_text(yaml.safe_dump(gateway_policy(urls, case.sim, policy, seed)))
-    args = ["--config", str(cfg_path), *(["--workers", str(workers)] if workers > 1 else [])]
-    proc = await asyncio.to_thread(
-        start_gateway, args, env={"PREFIX_GATEWAY_SECRET": "routing-bench"}, log_path=log
-    )
-    return proc, (proc.metrics_url + "/metrics") if proc.metrics_url else None
+    cfg = gateway_policy(urls, case.sim, policy, seed, redis_url if pods and shared else None, shared)
+    cfg_path.write_text(yaml.safe_dump(cfg))
+    args = ["--config", str(cfg_path)]
+    if fleet is not None and not pods:
+        args += ["--workers", str(fleet.processes)]
+    env = {"PREFIX_GATEWAY_SECRET": "routing-bench"}
+    count = fleet.processes if pods and fleet is not None else 1
+    procs = [
+        await asyncio.to_thread(start_gateway, args, env=env, log_path=f"{log}.{k}", port=free_port())
+        for k in range(count)
+    ]
+    # --workers N: the metrics listener is worker 0's; its counters are that worker's only.
+    return procs, [(p.metrics_url or p.url) + "/metrics" for p in procs]
 
 
 async def run_one(
-    session: aiohttp.ClientSession, urls: list[str], case: Case, router: str, seed: int, workdir: Path
+    session: aiohttp.ClientSession,
+    urls: list[str],
+    case: Case,
+    router: str,
+    seed: int,
+    workdir: Path,
+    redis: RedisServer | None = None,
 ) -> RunResult:
-    tag = f"{case.name}-{router}".replace(", ", "-").replace(" ", "_")
+    tag = f"{case.name}-{router}".replace(", ", "-").replace(" ", "_").replace("(", "").replace(")", "")
     await wait_idle(session, urls)
-    proc, metrics_url = await start_router(router, urls, case, seed, workdir, tag)
+    if redis is not None:
+        redis.flushall()
+    procs, metrics_urls = await start_router(
+        router, urls, case, seed, workdir, tag, redis.url if redis is not None else None
+    )
     try:
-        url = proc.url + "/v1/chat/completions"
-        await wait_ready(session, url)
+        entry = [p.url + "/v1/chat/completions" for p in procs]
+        for url in entry:
+            await wait_ready(session, url)
         await reset_fleet(session, urls)
         await asyncio.sleep(0.5)  # let a first scrape of the replicas' load land before traffic
         stop = asyncio.Event()
         sampler = asyncio.create_task(sample_inflight(session, urls, stop))
         horizon = max([r.at or 0.0 for r in case.wl.requests]) * case.time_scale
         sent, wall = await drive(
-            session, url, case, seed, timeout_s=max(120.0, 4 * horizon), max_seconds=max(600.0, 3 * horizon)
+            session, entry, case, seed, timeout_s=max(120.0, 4 * horizon), max_seconds=max(600.0, 3 * horizon)
         )
         stop.set()
         samples = await sampler
-        router_metrics = prom_values(await get_text(session, metrics_url or proc.url + "/metrics"))
+        router_metrics: dict[str, list[tuple[dict[str, str], float]]] = {}
+        for m in metrics_urls:
+            for name, values in prom_values(await get_text(session, m)).items():
+                router_metrics.setdefault(name, []).extend(values)
     finally:
-        await asyncio.to_thread(proc.stop)
+        for p in procs:
+            await asyncio.to_thread(p.stop)
     sims = [prom_values(await get_text(session, u + "/metrics")) for u in urls]
     stats = await fleet_stats(session, urls)
     queries = sum(prom_sum(m, "vllm:prefix_cache_queries_total") for m in sims)
@@ -508,16 +586,25 @@ async def main_async(args: argparse.Namespace) -> tuple[list[RunResult], dict[st
     groups: dict[SimSettings, list[Case]] = {}
     for c in cases:
         groups.setdefault(c.sim, []).append(c)
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+    redis: RedisServer | None = None
+    if any(FLEETS[r].layout == "pods" for r in _fleet_rows(args)):
+        redis = RedisServer()
+        redis.start()
+    async with contextlib.AsyncExitStack() as stack:
+        if redis is not None:
+            stack.callback(redis.stop)
+        session = await stack.enter_async_context(
+            aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+        )
         for k, (sim, group) in enumerate(groups.items()):
             sim_proc, urls = start_sim(sim.replicas, extra=sim.args(), log_path=str(workdir / f"sim{k}.log"))
             with running(sim_proc):
                 for case in group:
                     routers = list(args.policies)
-                    if args.workers_row and case.name in TRACE_KV:
-                        routers.append(WORKERS_ROW)
+                    if case.name in TRACE_KV:
+                        routers += _fleet_rows(args)
                     for router in routers:
-                        r = await run_one(session, urls, case, router, args.seed, workdir)
+                        r = await run_one(session, urls, case, router, args.seed, workdir, redis)
                         results.append(r)
                         print(
                             f"{case.name:15s} {r.policy:34s} ok={r.ok}/{r.requests} hit={r.fleet_hit:.3f} "
@@ -544,6 +631,11 @@ async def main_async(args: argparse.Namespace) -> tuple[list[RunResult], dict[st
     return results, meta
 
 
+def _fleet_rows(args: argparse.Namespace) -> list[str]:
+    rows = [WORKERS_ROW] if args.workers_row else []
+    return rows + [f.name for f in fleet_rows(args.gateways)]
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--trace", help="Mooncake conversation_trace.jsonl (the mooncake_* workloads need it)")
@@ -567,6 +659,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--trace-stream-interval", type=int, default=4, help="the replicas' --stream-interval")
     p.add_argument("--token-scale", type=float, default=8.0, help="real tokens per simulated trace token")
     p.add_argument("--workers-row", action="store_true", help=f"trace runs also with --workers {WORKERS}")
+    p.add_argument("--gateways", type=int, nargs="*", default=[], choices=(2, 4, 8),
+                   help="trace runs also with N gateway processes sharing their placements: --workers N "
+                   "on one port, and N processes on N ports with Redis (the client spreads requests)")  # fmt: skip
     p.add_argument("--seed", type=int, default=0, help="arrivals and routing tie breaks")
     p.add_argument("--json", help="also write the raw results to this file")
     args = p.parse_args(argv)

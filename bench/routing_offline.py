@@ -35,7 +35,9 @@ from router.pool import PoolRouter
 from router.replica import ReplicaState
 from router.types import Decision, RouteRequest
 
-_ARRIVE, _STEP, _SCRAPE = 0, 1, 2
+_ARRIVE, _STEP, _SCRAPE, _SHARE = 0, 1, 2, 3
+SHARES = ("none", "index", "index+prefill", "index+load", "merged")
+_PLACED, _PREFILLED, _FINISHED = 0, 1, 2  # what a shared event says of a decision
 
 
 @dataclass
@@ -79,17 +81,45 @@ def replay(
     scrape_interval_s: float = 1.0,
     seed: int = 0,
     log: list[tuple[int, str, str, int, int, int, float]] | None = None,
+    gateways: int = 1,
+    share: str = "none",
+    share_delay_s: float = 0.0,
 ) -> OfflineResult:
     """Offer ``wl`` to ``replicas`` engines behind a ``PoolRouter``: requests with ``at`` arrive at
     ``at / rate``; others are Poisson at ``rate`` per second; ``after`` holds a request until that one
     finished (the next turn of a conversation). ``log`` receives one row per finished request: (index,
-    reason, replica, prompt tokens, matched tokens the router predicted, cached tokens, TTFT)."""
+    reason, replica, prompt tokens, matched tokens the router predicted, cached tokens, TTFT).
+
+    ``gateways`` > 1: that many routers (gateway processes), each request offered to one drawn at
+    random (a Service, or the kernel spreading connections over workers), each with its own in-flight
+    counts and queued prefill, all hearing the same scrapes. ``share``: what they tell each other of
+    their placements: ``none`` (each its own index), ``index`` (each decision's blocks reach the other
+    routers' indexes ``share_delay_s`` later: the placement stream), ``index+prefill`` (also the
+    queued prefill each sent, with the same delay), ``index+load`` (that and its requests in flight),
+    ``merged`` (a probe: the index as ``index``, and one set of replica counters that every router
+    updates inside its decisions)."""
     clock = [0.0]
-    states = [
-        ReplicaState(id=f"r{i}", url=f"sim://{i}", kv_capacity_blocks=engine.num_gpu_blocks)
-        for i in range(replicas)
+    fleets = [
+        [
+            ReplicaState(id=f"r{i}", url=f"sim://{i}", kv_capacity_blocks=engine.num_gpu_blocks)
+            for i in range(replicas)
+        ]
+        for _ in range(gateways)
     ]
-    router = PoolRouter(states, routing, clock=lambda: clock[0])
+    if share == "merged":  # one set of replica counters for every router: no separate processes can
+        fleets = [fleets[0]] * gateways  # have it (a probe of what load sharing could at best do)
+    routers = [PoolRouter(states, routing, clock=lambda: clock[0]) for states in fleets]
+    pick_gw = random.Random(seed + 1)
+    shares: dict[int, tuple[int, Decision, int]] = {}  # pending: id -> (router, decision, what happened)
+
+    def share_event(g: int, d: Decision, what: int) -> None:
+        nonlocal seq
+        wanted = share != "none" if what == _PLACED else share.startswith("index+")
+        if gateways > 1 and wanted:
+            seq += 1
+            shares[seq] = (g, d, what)
+            push(now + share_delay_s, _SHARE, seq)
+
     engines = [Engine(engine) for _ in range(replicas)]
     stepping = [False] * replicas
     events: list[tuple[float, int, int, int]] = []
@@ -117,7 +147,7 @@ def replay(
     not_before = {i: (r.at / rate if r.at is not None else 0.0) for i, r in enumerate(reqs)}
     push(0.0, _SCRAPE, 0)
 
-    decisions: dict[EngineRequest, tuple[int, Decision, float]] = {}
+    decisions: dict[EngineRequest, tuple[int, Decision, float, int]] = {}
     ttft: list[float] = []
     prompt_by = [0] * replicas
     reasons: Counter[str] = Counter()
@@ -136,13 +166,35 @@ def replay(
         now, _, kind, arg = heapq.heappop(events)
         clock[0] = now
         if kind == _SCRAPE:
-            for k, e in enumerate(engines):
-                router.update_reported(states[k].id, len(e.running), len(e.waiting), e.pool.usage(), now)
+            for router, states in zip(routers, fleets, strict=True):
+                for k, e in enumerate(engines):
+                    router.update_reported(states[k].id, len(e.running), len(e.waiting), e.pool.usage(), now)
             push(now + scrape_interval_s, _SCRAPE, 0)
+        elif kind == _SHARE:
+            g, d, what = shares.pop(arg)
+            for h, other in enumerate(routers):
+                if h == g:
+                    continue
+                rep = other.replica(d.replica.id)
+                assert rep is not None
+                if what == _PLACED:
+                    if d.block_hashes:
+                        other.index.insert(d.replica.id, d.block_hashes, now)
+                    if share.startswith("index+"):
+                        rep.queued_prefill_tokens += d.uncached_tokens
+                    if share == "index+load":
+                        rep.in_flight += 1
+                elif what == _PREFILLED:
+                    rep.queued_prefill_tokens -= d.uncached_tokens
+                elif share == "index+load":
+                    rep.in_flight -= 1
         elif kind == _ARRIVE:
             r = reqs[arg]
             body = r.body
+            g = pick_gw.randrange(gateways)
+            router = routers[g]
             d = router.route(RouteRequest("chat", body["model"], body))
+            share_event(g, d, _PLACED)
             k = int(d.replica.id[1:])
             data = render_chat(body)
             tokens = count_tokens(len(data), 4)
@@ -151,7 +203,7 @@ def replay(
                 tokens,
                 body.get("max_tokens", 16),
             )
-            decisions[ereq] = (arg, d, now)
+            decisions[ereq] = (arg, d, now, g)
             reasons[d.reason] += 1
             prompt_by[k] += tokens
             engines[k].add(ereq, now)
@@ -161,8 +213,9 @@ def replay(
             k = arg
             out = step_out[k]
             for ereq in out.first_tokens:
-                i, d, sent = decisions[ereq]
-                router.release_prefill(d)
+                i, d, sent, g = decisions[ereq]
+                routers[g].release_prefill(d)
+                share_event(g, d, _PREFILLED)
                 ttft.append(now - sent)
                 if log is not None:
                     log.append(
@@ -177,9 +230,10 @@ def replay(
                         )
                     )
             for ereq in out.finished:
-                i, d, _ = decisions.pop(ereq)
-                router.observe_usage(d, ereq.cached_tokens)
-                router.release(d)
+                i, d, _, g = decisions.pop(ereq)
+                routers[g].observe_usage(d, ereq.cached_tokens)
+                routers[g].release(d)
+                share_event(g, d, _FINISHED)
                 pending -= 1
                 last_end = now
                 for j in dependents.pop(i, ()):
@@ -227,11 +281,17 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--policies", nargs="+", default=["round_robin", "prefix_affinity"])
     p.add_argument("--routing", action="append", default=[], help="routing field for every run, KEY=VALUE")
     p.add_argument("--sweep", help="prefix_affinity once per value, KEY=V1,V2,...")
+    p.add_argument("--gateways", type=int, nargs="+", default=[1], help="gateway processes (routers)")
+    p.add_argument("--share", nargs="+", choices=SHARES, default=["none"],
+                   help="with several gateways: what they share of their placements")  # fmt: skip
+    p.add_argument("--share-delay-s", type=float, default=0.05, help="model seconds a placement takes")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--write", action="store_true", help="write the table into docs/benchmarks.md")
     args = p.parse_args(argv)
     extra = {k: yaml.safe_load(v) for k, v in (kv.split("=", 1) for kv in args.routing)}
     variants: list[tuple[str, dict[str, object]]] = [(pol, {}) for pol in args.policies]
+    fleets = [(1, "none")] if 1 in args.gateways else []
+    fleets += [(g, sh) for g in args.gateways if g > 1 for sh in args.share]
     if args.sweep:
         key, values = args.sweep.split("=", 1)
         variants += [("prefix_affinity", {key: yaml.safe_load(v)}) for v in values.split(",")]
@@ -258,11 +318,14 @@ def main(argv: list[str] | None = None) -> None:
         bodies = [r.body for r in wl.requests]
         orc, pooled = oracle(bodies), oracle(bodies, capacity_blocks=ecfg.num_gpu_blocks * args.replicas)
         print(f"-- {label}: oracle {orc.hit_rate:.3f}, pooled bound {pooled.hit_rate:.3f}", flush=True)
-        for pol, over in variants:
+        for (pol, over), (gws, share) in ((v, f) for v in variants for f in fleets):
             t0 = time.perf_counter()
             cfg = RoutingConfig(policy=pol, seed=args.seed, **{**extra, **over})
-            res = replay(wl, cfg, ecfg, args.replicas, rate, seed=args.seed)
+            res = replay(wl, cfg, ecfg, args.replicas, rate, seed=args.seed, gateways=gws, share=share,
+                         share_delay_s=args.share_delay_s)  # fmt: skip
             name = pol + "".join(f", {k} {v}" for k, v in over.items())
+            if gws > 1:
+                name += f", {gws} gateways, share {share}"
             ratio = res.hit / pooled.hit_rate if pooled.hit_rate else float("nan")
             print(
                 f"{name:34s} {res.row()[23:]} hit/pooled={ratio:.3f} ({time.perf_counter() - t0:.0f}s)",

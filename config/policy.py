@@ -17,7 +17,7 @@ from config.batch import BatchConfig
 from config.billing import BillingConfig
 from config.cache import CacheConfig
 from config.protocols import LoraConfig, ProtocolsConfig, TracingConfig
-from config.routing import RoutingConfig
+from config.routing import RoutingConfig, SharedIndexConfig
 
 BackendKind = Literal["vllm", "sglang", "openai"]
 
@@ -301,6 +301,7 @@ class Policy(_Strict):
     batch: BatchConfig = Field(default_factory=BatchConfig)
     protocols: ProtocolsConfig = Field(default_factory=ProtocolsConfig)
     tracing: TracingConfig = Field(default_factory=TracingConfig)
+    shared_index: SharedIndexConfig = Field(default_factory=SharedIndexConfig)
 
     @model_validator(mode="after")
     def _consistent(self) -> Policy:
@@ -313,6 +314,8 @@ class Policy(_Strict):
         unknown = sorted(set(self.batch.pools) - set(names))
         if unknown:
             raise ValueError(f"batch.pools names models the policy does not serve: {unknown}")
+        if self.shared_index.enabled and self.shared_index.transport == "redis" and self.redis.url is None:
+            raise ValueError("shared_index.transport is 'redis' but redis.url is not set")
         if self.batch.enabled and self.batch.store == "redis" and self.redis.url is None:
             raise ValueError("batch.store is 'redis' but redis.url is not set")
         semantic = [self.cache.semantic, *(o.semantic for o in self.cache.overrides if o.semantic)]

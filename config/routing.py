@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from typing import Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -31,15 +32,34 @@ class TokenizerConfig(BaseModel):
 
 
 class KvEventsConfig(BaseModel):
-    """Where the gateway listens for vLLM's KV-cache events (precise index).
+    """Where the gateway hears vLLM's KV-cache events (precise index).
 
-    vLLM CONNECTS its PUB socket to a ``tcp://host:port`` endpoint, so the gateway BINDS one SUB socket
-    that every replica of every precise pool connects to, each replica publishing under its own topic.
-    Start each replica with ``--kv-events-config '{"enable_kv_cache_events": true, "publisher": "zmq",
-    "endpoint": "<bind>", "topic": "<topic>", "replay_endpoint": "<replay>"}'``.
+    ``mode: connect`` (any number of gateway processes and pods): every replica BINDS its publisher
+    (``--kv-events-config '{"enable_kv_cache_events": true, "publisher": "zmq", "endpoint":
+    "tcp://*:5557", "replay_endpoint": "tcp://*:5558"}'``) and each gateway process connects a SUB
+    socket of its own to every replica (host from the replica's URL, ``port`` and ``replay_port``), so
+    every process gets every event. ``mode: bind`` (one gateway process): the gateway BINDS one SUB
+    socket that every replica connects to (``"endpoint": "tcp://<gateway>:5557"``), each replica
+    publishing under its own topic; with several processes only the first can bind.
     """
 
     model_config = ConfigDict(extra="forbid")
+
+    mode: Literal["bind", "connect"] = Field(
+        "bind",
+        description="bind: the gateway binds, replicas connect; connect: replicas bind, every process connects",
+    )
+    port: int = Field(5557, ge=1, le=65535, description="connect: each replica's publisher port")
+    replay_port: int | None = Field(
+        None,
+        ge=1,
+        le=65535,
+        description="connect: each replica's replay port (None: only those `replay` names)",
+    )
+    endpoints: dict[str, str] = Field(
+        default_factory=dict,
+        description="connect: replica id -> its publisher endpoint, instead of host:port",
+    )
 
     bind: str = Field("tcp://127.0.0.1:5557", description="ZMQ endpoint the gateway's SUB socket binds")
     topics: dict[str, str] = Field(
@@ -61,13 +81,13 @@ class KvEventsConfig(BaseModel):
             raise ValueError(f"kv_events.bind must be tcp://host:port or ipc://path, got {value!r}")
         return value
 
-    @field_validator("replay")
+    @field_validator("replay", "endpoints")
     @classmethod
     def _replay_endpoints(cls, value: dict[str, str]) -> dict[str, str]:
         for rid, ep in value.items():
             if not _ZMQ_ENDPOINT.match(ep) or "*" in ep:
                 raise ValueError(
-                    f"kv_events.replay[{rid!r}] must be tcp://host:port or ipc://path, got {ep!r}"
+                    f"kv_events endpoint of {rid!r} must be tcp://host:port or ipc://path, got {ep!r}"
                 )
         return value
 
@@ -81,6 +101,72 @@ class KvEventsConfig(BaseModel):
 
     def topic_of(self, replica_id: str) -> str:
         return self.topics.get(replica_id, replica_id)
+
+    def endpoint_of(self, replica_id: str, url: str) -> str:
+        """connect: the replica's publisher."""
+        return self.endpoints.get(replica_id) or f"tcp://{_host(url)}:{self.port}"
+
+    def replay_of(self, replica_id: str, url: str) -> str | None:
+        """The replica's replay endpoint, if it has one."""
+        named = self.replay.get(replica_id)
+        if named is None and self.mode == "connect" and self.replay_port is not None:
+            return f"tcp://{_host(url)}:{self.replay_port}"
+        return named
+
+
+def _host(url: str) -> str:
+    host = urlsplit(url).hostname or "127.0.0.1"
+    return f"[{host}]" if ":" in host else host
+
+
+class SharedIndexConfig(BaseModel):
+    """Gateway processes tell each other where they sent prompts, for the approximate index.
+
+    Each process appends its placements (block hashes per replica, never text) to a transport in
+    batches, off the request path; a background reader applies the other processes' placements to the
+    local index. A decision never waits on the transport: when it is down, each process routes on its
+    own view and catches up when it returns. ``redis``: one stream under ``redis.key_prefix`` in the
+    policy's Redis (pods); ``local``: datagrams between the workers of ``--workers N`` on one host.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = Field(False, description="share placements between gateway processes")
+    transport: Literal["auto", "redis", "local"] = Field(
+        "auto", description="auto: redis when redis.url is set, else local (the workers of one host)"
+    )
+    flush_interval_s: float = Field(
+        0.05, gt=0, le=10, description="placements are sent in one batch this often"
+    )
+    max_pending: int = Field(
+        4096,
+        ge=1,
+        le=1_000_000,
+        description="placements waiting for the next batch, and batches waiting to be applied; more are dropped",
+    )
+    max_batch_bytes: int = Field(
+        65536, ge=1024, le=1_048_576, description="one stream entry or datagram at most (a batch is split)"
+    )
+    max_blocks: int = Field(
+        256, ge=1, le=65_536, description="leading block hashes of a placement that are shared"
+    )
+    stream_max_len: int = Field(
+        1000, ge=10, le=1_000_000, description="redis: stream entries kept (MAXLEN ~); bounds its memory"
+    )
+    stream_ttl_s: int = Field(
+        3600, ge=10, le=604_800, description="redis: the stream expires when no process wrote for this long"
+    )
+    join_entries: int = Field(
+        200, ge=0, le=100_000, description="redis: newest entries applied at start and after an outage"
+    )
+    read_block_ms: int = Field(
+        1000, ge=10, le=60_000, description="redis: a read waits this long for new entries"
+    )
+    retry_s: float = Field(1.0, gt=0, le=60, description="a failed transport is tried again after this")
+    local_dir: str | None = Field(
+        None,
+        description="local: directory of the processes' sockets (default: the one --workers N creates)",
+    )
 
 
 class RoutingConfig(BaseModel):

@@ -238,6 +238,15 @@ class PoolRouter:
         if missing > 0:
             self.index.unlearn_oldest(decision.replica.id, missing, frozenset(decision.block_hashes))
 
+    def learn(self, replica_id: str, hashes: Sequence[int]) -> bool:
+        """Another gateway process sent these blocks to ``replica_id``: the index learns them as if this
+        one had. No load is counted (the replica's scraped load carries the other process's requests).
+        False for a replica this pool does not have, or a policy that keeps no index."""
+        if replica_id not in self._by_id or not self.policy.needs_prefix or not hashes:
+            return False
+        self.index.insert(replica_id, hashes, self.clock())
+        return True
+
     def stats(self) -> RouterStats:
         return RouterStats(
             self.index.stats(), self.decisions, self._predicted, self._observed, self.precise_decisions

@@ -1,19 +1,24 @@
-"""The gateway's KV-event listener: one bound ZMQ SUB socket per endpoint, feeding each precise pool's
-exact index (``router.exact_index``) from its replicas' vLLM KV-cache events.
+"""The gateway's KV-event listeners, feeding each precise pool's exact index (``router.exact_index``)
+from its replicas' vLLM KV-cache events, in either of vLLM's two set-ups:
 
-vLLM connects its PUB socket to a ``tcp://host:port`` endpoint, so the gateway binds and every replica
-connects, each under its own topic (``routing.kv_events.topics``, default the replica id). Per topic the
-sequence numbers are checked: a gap asks the replica's replay socket (``routing.kv_events.replay``) for
-the missed batches; when that is not configured or does not answer in time, the replica's entries are
-purged (the router uses its approximate index for it until its next batch). A sequence that restarts
-from 0 means the replica restarted: purge, then follow. On the first batch of a topic with a replay
-socket the listener also asks for everything from 0, to learn what the replica stored before the
-gateway bound its socket.
+- ``kv_events.mode: connect``: each replica binds its publisher (``"endpoint": "tcp://*:5557"``) and
+  every gateway process connects a SUB socket of its own to every replica (``Listener`` named
+  ``connect``): every worker of ``--workers N`` and every pod gets every event, with no shared state. A
+  socket per replica, so replicas need no topics of their own; discovery adds and removes sockets.
+- ``kv_events.mode: bind``: the gateway binds one SUB socket per ``kv_events.bind`` and every replica
+  connects to it, each under its own topic (``routing.kv_events.topics``, default the replica id). With
+  several worker processes only the first binds; the others log it and route approximately.
 
-Lifecycle: ``start_kv_events(process)`` at the end of startup, ``stop_kv_events(process)`` at cleanup. The
+Per replica the sequence numbers are checked: a gap asks the replica's replay socket (``kv_events.replay``,
+or ``replay_port`` in connect mode) for the missed batches; when that is not configured or does not
+answer in time, the replica's entries are purged (the router uses its approximate index for it until
+its next batch). A sequence that restarts from 0 means the replica restarted: purge, then follow. On
+the first batch of a replica with a replay socket (a process that joins, a replica that discovery
+adds) the listener also asks for everything from 0, to learn what the replica stored before.
+
+Lifecycle: ``start_kv_events(process)`` at the end of startup, ``stop_kv_events(process)`` at cleanup. A
 listener reads the current state at every message, so a policy reload keeps the indexes (per pool
-name) and re-attaches them to the new routers; changing ``kv_events.bind`` needs a restart. With several
-worker processes only the first binds; the others log it and route approximately.
+name) and re-attaches them to the new routers; changing ``kv_events.bind`` needs a restart.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from typing import TYPE_CHECKING
 
 import aiohttp
 
+from config.routing import KvEventsConfig
 from gateway.fleet.vllm_info import parse_cache_config
 from router.exact_index import ExactIndex
 from router.kv_events import (
@@ -61,6 +67,11 @@ class Route:
     replica_id: str
     block_size: int | None
     replay: str | None
+    topic: bytes | None = None  # the topic its replay answers carry (None: any, a socket of its own)
+    endpoint: str | None = None  # connect mode: the replica's publisher
+
+
+CONNECT = "connect"  # the name of the listener that connects to the replicas' bound publishers
 
 
 UNKNOWN_TOPICS_LOGGED = 64  # distinct unknown topics warned about per socket (then only counted)
@@ -68,20 +79,28 @@ UNKNOWN_TOPICS_LOGGED = 64  # distinct unknown topics warned about per socket (t
 
 @dataclass
 class Listener:
-    """One bound SUB socket and everything it feeds."""
+    """One bound SUB socket (``bind``), or one SUB socket connected to each replica (``connect``), and
+    everything they feed. Routes and sequence trackers are keyed by topic on a bound socket, by
+    ``pool/replica`` on connected ones."""
 
     process: Process
-    bind: str
+    bind: str  # the bound endpoint, or CONNECT
     ctx: zmq.asyncio.Context
-    sock: zmq.asyncio.Socket
+    sock: zmq.asyncio.Socket | None  # the bound socket (None: connect mode)
     indexes: dict[str, ExactIndex] = field(default_factory=dict)  # pool name -> its exact index
     trackers: dict[bytes, SeqTracker] = field(default_factory=dict)
     stats: dict[str, ApplyStats] = field(default_factory=dict)
     routes: dict[bytes, Route] = field(default_factory=dict)
     mismatched: set[str] = field(default_factory=set)  # replicas whose hashes can never match ours
+    subs: dict[bytes, tuple[str, zmq.asyncio.Socket]] = field(default_factory=dict)  # connect: endpoint, SUB
+    _poller: zmq.asyncio.Poller | None = None
     unknown: set[bytes] = field(default_factory=set)  # topics warned about (bounded: UNKNOWN_TOPICS_LOGGED)
     _signature: int = 0
     replay_timeout_s: float = 1.0
+
+    @property
+    def connects(self) -> bool:
+        return self.sock is None
 
     # -- the pools this socket serves (re-read after a reload) -------------------------------------------
     def refresh(self) -> None:
@@ -102,18 +121,53 @@ class Listener:
         routes: dict[bytes, Route] = {}
         for name, pool in state.pools.items():
             rc = pool.cfg.routing
-            if rc.index != "precise" or rc.kv_events is None or rc.kv_events.bind != self.bind:
+            ke = rc.kv_events
+            if rc.index != "precise" or ke is None or _listener_of(ke) != self.bind:
                 continue
             idx = self.indexes.get(name)
             if idx is None:
-                idx = self.indexes[name] = ExactIndex(rc.kv_events.speculative_ttl_s)
-            idx.speculative_ttl_s = rc.kv_events.speculative_ttl_s
-            self.replay_timeout_s = rc.kv_events.replay_timeout_s
+                idx = self.indexes[name] = ExactIndex(ke.speculative_ttl_s)
+            idx.speculative_ttl_s = ke.speculative_ttl_s
+            self.replay_timeout_s = ke.replay_timeout_s
             pool.router.attach_exact(idx)
             for r in pool.router.replicas:
-                topic = rc.kv_events.topic_of(r.id).encode()
-                routes[topic] = Route(name, r.id, rc.engine_block_size, rc.kv_events.replay.get(r.id))
+                replay = ke.replay_of(r.id, r.url)
+                if self.connects:
+                    key = f"{name}/{r.id}".encode()
+                    routes[key] = Route(
+                        name, r.id, rc.engine_block_size, replay, None, ke.endpoint_of(r.id, r.url)
+                    )
+                else:
+                    topic = ke.topic_of(r.id).encode()
+                    routes[topic] = Route(name, r.id, rc.engine_block_size, replay, topic)
         self.routes = routes
+        if self.connects:
+            self._connect()
+
+    def _connect(self) -> None:
+        """Connect mode: one SUB socket per replica (a new one when its endpoint changed), none for a
+        replica that is gone (its sequence is forgotten: a replica that comes back is replayed)."""
+        for key, route in self.routes.items():
+            assert route.endpoint is not None
+            held = self.subs.get(key)
+            if held is not None and held[0] == route.endpoint:
+                continue
+            if held is not None:
+                held[1].close(0)
+                self.trackers.pop(key, None)
+            sock = self.ctx.socket(zmq.SUB)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.RCVHWM, 100_000)
+            sock.setsockopt(zmq.SUBSCRIBE, b"")
+            sock.connect(route.endpoint)  # ZMQ connects in the background and reconnects after a restart
+            self.subs[key] = (route.endpoint, sock)
+        for key in set(self.subs) - set(self.routes):
+            self.subs.pop(key)[1].close(0)
+            self.trackers.pop(key, None)
+        poller = zmq.asyncio.Poller()
+        for _, sock in self.subs.values():
+            poller.register(sock, zmq.POLLIN)
+        self._poller = poller
 
     # -- the loop ----------------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -121,10 +175,17 @@ class Listener:
         try:
             while True:
                 self.refresh()
-                if not await self.sock.poll(_POLL_MS):
+                if self.sock is not None:
+                    if await self.sock.poll(_POLL_MS):
+                        await self.handle(await self.sock.recv_multipart(), metrics)
                     continue
-                frames = await self.sock.recv_multipart()
-                await self.handle(frames, metrics)
+                if not self.subs or self._poller is None:
+                    await asyncio.sleep(_POLL_MS / 1000)
+                    continue
+                ready = dict(await self._poller.poll(_POLL_MS))
+                for key, (_, sock) in list(self.subs.items()):
+                    if sock in ready:
+                        await self.handle(await sock.recv_multipart(), metrics, key)
         finally:
             self.close()
 
@@ -168,7 +229,7 @@ class Listener:
         the first request, and the replica is live without waiting for its next event."""
         metrics = self.process.metrics
         todo = [(t, r) for t, r in self.routes.items() if r.replay and r.replica_id not in self.mismatched]
-        results = await asyncio.gather(*(self.replay(r, t, 0, None) for t, r in todo))
+        results = await asyncio.gather(*(self.replay(r, 0, None) for _, r in todo))
         for (topic, route), batches in zip(todo, results, strict=True):
             if batches is None:
                 continue
@@ -180,11 +241,12 @@ class Listener:
                 tracker.advance(seq, batch.ts)
             metrics.child(metrics.kv_event_gaps, route.replica_id, "caught_up").inc()
 
-    async def handle(self, frames: list[bytes], metrics: GatewayMetrics) -> None:
+    async def handle(self, frames: list[bytes], metrics: GatewayMetrics, key: bytes | None = None) -> None:
+        """One published message; ``key``: the replica's socket it came on (connect mode), else its topic."""
         if len(frames) != 3 or len(frames[1]) != 8:
             metrics.child(metrics.kv_event_errors, "frames").inc()
             return
-        topic, seq = frames[0], int.from_bytes(frames[1], "big", signed=True)
+        topic, seq = key or frames[0], int.from_bytes(frames[1], "big", signed=True)
         route = self.routes.get(topic)
         if route is None:
             metrics.child(metrics.kv_event_errors, "unknown_topic").inc()
@@ -224,7 +286,7 @@ class Listener:
         if seq > 0 and verdict is not SeqVerdict.APPLY and (verdict is SeqVerdict.GAP or route.replay):
             # Missed batches: after a gap, before the first batch seen, or of a restarted replica.
             start = tracker.expected if verdict is SeqVerdict.GAP and tracker.expected is not None else 0
-            missed = await self.replay(route, topic, start, seq) if route.replay else None
+            missed = await self.replay(route, start, seq) if route.replay else None
             if missed is None:
                 if verdict is SeqVerdict.GAP:
                     index.purge(rid)
@@ -252,9 +314,7 @@ class Listener:
                 },
             )
 
-    async def replay(
-        self, route: Route, topic: bytes, start: int, end: int | None
-    ) -> list[tuple[int, Batch]] | None:
+    async def replay(self, route: Route, start: int, end: int | None) -> list[tuple[int, Batch]] | None:
         """Batches ``start <= seq < end`` (``end`` None: all the replica buffered) from its replay socket,
         in order, or None when incomplete or unanswered in time."""
         assert route.replay is not None
@@ -276,7 +336,7 @@ class Listener:
                 seq = int.from_bytes(seq_b, "big", signed=True)
                 if seq == END_SEQ:
                     break
-                if t == topic and seq >= start and (end is None or seq < end):
+                if (route.topic is None or t == route.topic) and seq >= start and (end is None or seq < end):
                     got[seq] = decode_batch(payload)
         except (zmq.ZMQError, DecodeError):
             return None
@@ -290,8 +350,11 @@ class Listener:
         return [(s, got[s]) for s in seqs]
 
     def close(self) -> None:
-        if not self.sock.closed:
+        if self.sock is not None and not self.sock.closed:
             self.sock.close(0)
+        for _, sock in self.subs.values():
+            sock.close(0)
+        self.subs.clear()
 
 
 async def _metrics_text(session: aiohttp.ClientSession, url: str, timeout_s: float) -> str | None:
@@ -302,17 +365,23 @@ async def _metrics_text(session: aiohttp.ClientSession, url: str, timeout_s: flo
         return None
 
 
+def _listener_of(ke: KvEventsConfig) -> str:
+    return CONNECT if ke.mode == "connect" else ke.bind
+
+
 def _binds(process: Process) -> Iterable[str]:
+    """The listeners the precise pools need: each distinct bound endpoint, and CONNECT."""
     seen: list[str] = []
     for pool in process.state.pools.values():
         rc = pool.cfg.routing
-        if rc.index == "precise" and rc.kv_events is not None and rc.kv_events.bind not in seen:
-            seen.append(rc.kv_events.bind)
+        if rc.index == "precise" and rc.kv_events is not None and _listener_of(rc.kv_events) not in seen:
+            seen.append(_listener_of(rc.kv_events))
     return seen
 
 
 async def start_kv_events(process: Process) -> list[Listener]:
-    """Bind a SUB socket per distinct ``kv_events.bind`` of the precise pools and start listening."""
+    """Bind a SUB socket per distinct ``kv_events.bind`` of the precise pools, connect one to each
+    replica of the pools in connect mode, and start listening."""
     listeners: list[Listener] = []
     ctx: zmq.asyncio.Context | None = None
     binds = list(_binds(process))
@@ -322,6 +391,9 @@ async def start_kv_events(process: Process) -> list[Listener]:
         )
     for bind in binds:
         ctx = ctx or zmq.asyncio.Context()
+        if bind == CONNECT:
+            listeners.append(await _started(process, Listener(process, bind, ctx, None)))
+            continue
         sock = ctx.socket(zmq.SUB)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.RCVHWM, 100_000)
@@ -335,16 +407,19 @@ async def start_kv_events(process: Process) -> list[Listener]:
                 extra={"event": "kv_events_bind_failed", "bind": bind, "error": str(exc)},
             )
             continue
-        listener = Listener(process, bind, ctx, sock)
-        listener.refresh()
-        await listener.inspect()
-        await listener.catch_up()
-        listeners.append(listener)
-        process.start_task(f"kv_events:{bind}", listener.run())
+        listeners.append(await _started(process, Listener(process, bind, ctx, sock)))
     process.kv_listeners = listeners
     if not listeners and ctx is not None:
         ctx.term()
     return listeners
+
+
+async def _started(process: Process, listener: Listener) -> Listener:
+    listener.refresh()
+    await listener.inspect()
+    await listener.catch_up()
+    process.start_task(f"kv_events:{listener.bind}", listener.run())
+    return listener
 
 
 async def stop_kv_events(process: Process) -> None:

@@ -102,6 +102,14 @@ _SPECS: tuple[tuple[Any, ...], ...] = (
      "Frames that could not be decoded or had an unknown topic.", ("kind",)),
     ("kv_event_blocks", Gauge, "kv_event_blocks", "Blocks each replica holds according to its events.",
      ("replica",)),
+    # -- the shared approximate index (gateway/fleet/sharing)
+    ("shared_placements", Counter, "shared_index_placements_total",
+     "Placements shared with other gateway processes: sent, received, applied, dropped (queue full, "
+     "transport down), unknown (a pool or replica this process does not have).", ("outcome",)),
+    ("shared_errors", Counter, "shared_index_errors_total",
+     "Failed shared-index transport calls, by transport and operation.", ("transport", "op")),
+    ("shared_up", Gauge, "shared_index_up", "1 while the shared-index transport works, else 0.",
+     ("transport",)),
     # -- the semantic cache (cache/semantic)
     ("semantic_requests", Counter, "semantic_requests_total", "Semantic-cache lookups by mode and result.",
      ("mode", "result")),
@@ -173,6 +181,9 @@ class GatewayMetrics:
     kv_event_gaps: Counter
     kv_event_errors: Counter
     kv_event_blocks: Gauge
+    shared_placements: Counter
+    shared_errors: Counter
+    shared_up: Gauge
     semantic_requests: Counter
     semantic_bypass: Counter
     semantic_vetoes: Counter

@@ -41,10 +41,12 @@ from gateway.fleet import probes, scrape
 from gateway.fleet.adapters import AdapterLoader, adapters_loop
 from gateway.fleet.discovery import start_discovery
 from gateway.fleet.kv_events import Listener, start_kv_events, stop_kv_events
+from gateway.fleet.sharing import SharedIndex, open_shared_index
 from gateway.observability.metrics import GatewayMetrics
 from gateway.observability.tracing import Tracing, open_tracing
 from gateway.pipeline import trace
-from gateway.pipeline.lifecycle import Hooks
+from gateway.pipeline.context import RequestContext
+from gateway.pipeline.lifecycle import Event, Hooks
 from gateway.pipeline.tenant import server_secret
 from gateway.process.admission import Admission
 from gateway.process.exposition import open_listener
@@ -52,6 +54,7 @@ from gateway.process.metering import Metering, open_metering
 from gateway.process.reload import watch_file
 from gateway.process.state import State, build_state, replaced
 from gateway.upstream.health import FleetHealth
+from router.pool import PoolRouter
 
 log = logging.getLogger("prefix_gateway")
 
@@ -84,6 +87,7 @@ class Process:
     # model name -> (discovery config it was resolved with, addresses in resolver order)
     discovered: dict[str, tuple[Any, list[str]]] = field(default_factory=dict)
     kv_listeners: list[Listener] = field(default_factory=list)
+    shared: SharedIndex | None = None  # placements shared with the other gateway processes
     reload_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     adapter_loader: AdapterLoader = field(default_factory=AdapterLoader)  # LoRA loads in flight
     span_exporter: Any = None  # replaces OTLP when tracing is on (tests: the SDK's in-memory exporter)
@@ -129,6 +133,10 @@ class Process:
         stack.push_async_callback(self._close_state)
         self.fleet.attach(p.router for p in self.state.pools.values())
         stack.callback(self.fleet.close)
+        self.shared = await open_shared_index(policy, self.metrics, self._router_of)
+        if self.shared is not None:
+            stack.push_async_callback(self.shared.close)
+            self.hooks.on(Event.FIRST_BYTE, self._share_placement)
         stack.push_async_callback(self._run_shutdown_hooks)
         stack.push_async_callback(self._stop_tasks)
         self.start_loops(policy)
@@ -175,6 +183,16 @@ class Process:
 
     async def close(self) -> None:
         await self._stack.aclose()
+
+    def _router_of(self, pool: str) -> PoolRouter | None:
+        found = self.state.pools.get(pool)
+        return found.router if found is not None else None
+
+    def _share_placement(self, ctx: RequestContext) -> None:
+        """``first_byte``: the replica holds the prompt's blocks now; the other processes learn it."""
+        d = ctx.decision
+        if self.shared is not None and d is not None and d.block_hashes and ctx.pool is not None:
+            self.shared.offer(ctx.pool.name, d.replica.id, d.block_hashes)
 
     def _redis_breaker(self, state: BreakerState) -> None:
         """The Redis breaker opened (every Redis call now fails at once, its caller failing open or

@@ -48,6 +48,7 @@ RESTART_ONLY = (
     ("billing", "enabled"),
     ("billing", "ledger"),
     ("redis", None),
+    ("shared_index", None),
     ("batch", None),
 )
 

@@ -7,8 +7,10 @@ cannot start at all must not loop). It exits 0 when every worker exited 0 after 
 
 The kernel spreads new connections over the listening workers. State per worker: in-flight counts,
 prefix index, breakers, admission; shared through Redis (when configured): response cache, coalescing,
-buckets, billing ledger. Every worker serves the Files and Batches API (one job store on the host, or
-Redis); only worker 0 runs batches, so one slot pool holds each replica's batch share (``Process.worker``).
+buckets, billing ledger; with ``shared_index.enabled``, placements (through Redis, or without it through
+the Unix sockets of a directory the supervisor creates for its workers, ``PREFIX_GATEWAY_SHARED_DIR``).
+Every worker serves the Files and Batches API (one job store on the host, or Redis); only worker 0
+runs batches, so one slot pool holds each replica's batch share (``Process.worker``).
 See docs/operations.md.
 """
 
@@ -17,12 +19,16 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections import deque
 from pathlib import Path
+
+from gateway.fleet.sharing.unix import ENV_DIR
 
 log = logging.getLogger("prefix_gateway")
 
@@ -69,13 +75,23 @@ def _die_with_parent() -> None:
         pass
 
 
-def _spawn(argv: list[str], index: int) -> subprocess.Popen[bytes]:
-    env = {**os.environ, WORKER_ENV: str(index)}
+def _spawn(argv: list[str], index: int, shared_dir: str) -> subprocess.Popen[bytes]:
+    env = {ENV_DIR: shared_dir, **os.environ, WORKER_ENV: str(index)}
     return subprocess.Popen([sys.executable, "-m", "gateway", *argv], env=env, preexec_fn=_die_with_parent)
 
 
 def supervise(argv: list[str], workers: int) -> int:
-    procs: list[subprocess.Popen[bytes]] = [_spawn(argv, i) for i in range(workers)]
+    """Run ``workers`` workers until they all exit; the directory of their shared-index sockets lives
+    as long as this supervisor."""
+    shared_dir = tempfile.mkdtemp(prefix="pgw-workers-")
+    try:
+        return _supervise(argv, workers, shared_dir)
+    finally:
+        shutil.rmtree(shared_dir, ignore_errors=True)
+
+
+def _supervise(argv: list[str], workers: int, shared_dir: str) -> int:
+    procs: list[subprocess.Popen[bytes]] = [_spawn(argv, i, shared_dir) for i in range(workers)]
     restarts: list[deque[float]] = [deque(maxlen=MAX_RESTARTS) for _ in range(workers)]
     stopping = False
     pending: list[int] = []
@@ -115,7 +131,7 @@ def supervise(argv: list[str], workers: int) -> int:
                 log.warning(
                     "worker died; restarting", extra={"event": "worker_restart", "worker": i, "code": code}
                 )
-                procs[i] = _spawn(argv, i)
+                procs[i] = _spawn(argv, i, shared_dir)
         time.sleep(POLL_S)
     codes = [p.returncode for p in procs]
     return 0 if all(c == 0 for c in codes) else 1

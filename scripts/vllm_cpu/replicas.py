@@ -3,7 +3,7 @@
 Used by ``tests/real_vllm`` (as a module) and by hand (as a script)::
 
     python scripts/vllm_cpu/replicas.py start --n 2 --base-port 8100 [--kv-bytes 16M]
-        [--kv-events tcp://127.0.0.1:5557 [--replay-base-port 5600]] [--block-size 32]
+        [--kv-events tcp://127.0.0.1:5557 | --kv-events-bind] [--replay-base-port 5600] [--block-size 32]
     python scripts/vllm_cpu/replicas.py stop
 
 ``start`` prints the gateway policy (``precise_policy``) that matches the replicas it started: their
@@ -14,9 +14,11 @@ two equal).
 Each replica: ``python -m vllm.entrypoints.openai.api_server`` from the vLLM venv, one OMP core
 (``VLLM_CPU_OMP_THREADS_BIND``), ``--load-format dummy`` weights, prefix caching with
 ``sha256_cbor`` hashes (reproducible by the gateway, see ``router.vllm_hash``), prompt-token details
-in usage, and optionally KV-cache events published to the gateway's SUB socket under the topic
-``replica_id``. The script writes pid files under ``$VLLM_CPU_HOME/run`` so that ``stop`` ends exactly
-the processes it started.
+in usage, and optionally KV-cache events: published to the gateway's SUB socket under the topic
+``replica_id`` (``--kv-events``, the gateway binds), or from a publisher each replica binds itself
+(``--kv-events-bind``: ``tcp://*:<base-port + 100 + i>``, replay on ``--replay-base-port + i``; every
+gateway process connects, ``kv_events.mode: connect``). The script writes pid files under
+``$VLLM_CPU_HOME/run`` so that ``stop`` ends exactly the processes it started.
 """
 
 from __future__ import annotations
@@ -91,6 +93,7 @@ class ReplicaSpec:
     kv_space_gib: int = 1
     block_size: int | None = None  # None: vLLM's CPU default (128); else a multiple of 32
     kv_events_endpoint: str | None = None  # the gateway's bound SUB socket, e.g. tcp://127.0.0.1:5557
+    events_port: int | None = None  # the replica binds its own publisher here (tcp://*:port) instead
     replay_port: int | None = None  # ROUTER socket for missed batches (bound by the replica)
     max_num_seqs: int = 16
     dev_mode: bool = False  # VLLM_SERVER_DEV_MODE=1: POST /reset_prefix_cache (benchmarks reset between runs)
@@ -101,20 +104,30 @@ class ReplicaSpec:
         return f"http://127.0.0.1:{self.port}"
 
     @property
+    def events_endpoint(self) -> str | None:
+        """Where a gateway process connects to hear this replica (when it binds its publisher)."""
+        return f"tcp://127.0.0.1:{self.events_port}" if self.events_port else None
+
+    @property
     def replay_endpoint(self) -> str | None:
         return f"tcp://127.0.0.1:{self.replay_port}" if self.replay_port else None
 
 
-def fleet_specs(n: int, events_endpoint: str | None = None, **common: Any) -> list[ReplicaSpec]:
+def fleet_specs(
+    n: int, events_endpoint: str | None = None, bind_events: bool = False, **common: Any
+) -> list[ReplicaSpec]:
     """``n`` replicas ``r0..``, each on a free port and its own core; with ``events_endpoint``, each
-    publishes its KV events there and binds a replay socket of its own."""
+    publishes its KV events there, with ``bind_events`` from a publisher it binds itself; either way
+    it binds a replay socket of its own."""
+    events = events_endpoint is not None or bind_events
     return [
         ReplicaSpec(
             replica_id=f"r{i}",
             port=free_port(),
             core=i,
             kv_events_endpoint=events_endpoint,
-            replay_port=free_port() if events_endpoint else None,
+            events_port=free_port() if bind_events else None,
+            replay_port=free_port() if events else None,
             **common,
         )
         for i in range(n)
@@ -179,11 +192,12 @@ def command(spec: ReplicaSpec) -> list[str]:
         args += ["--block-size", str(spec.block_size)]
     if spec.kv_bytes is not None:
         args += ["--kv-cache-memory-bytes", spec.kv_bytes]
-    if spec.kv_events_endpoint is not None:
+    if spec.kv_events_endpoint is not None or spec.events_port is not None:
         events = {
             "enable_kv_cache_events": True,
             "publisher": "zmq",
-            "endpoint": spec.kv_events_endpoint,
+            # vLLM binds an endpoint with "*" (its own publisher) and connects to any other
+            "endpoint": spec.kv_events_endpoint or f"tcp://*:{spec.events_port}",
             "topic": spec.replica_id,
         }
         if spec.replay_endpoint:
@@ -277,9 +291,22 @@ def _run_dir() -> Path:
     return d
 
 
-def precise_policy(specs: Sequence[ReplicaSpec], bind: str, model_dir: Path = MODEL_DIR) -> dict[str, Any]:
-    """The gateway's ``models`` entry for these replicas in precise mode (events to ``bind``)."""
+def precise_policy(
+    specs: Sequence[ReplicaSpec], bind: str | None, model_dir: Path = MODEL_DIR
+) -> dict[str, Any]:
+    """The gateway's ``models`` entry for these replicas in precise mode: events to ``bind``, or (None)
+    from each replica's own publisher, which every gateway process connects to."""
     block = specs[0].block_size
+    replay = {s.replica_id: s.replay_endpoint for s in specs if s.replay_endpoint}
+    events: dict[str, Any] = (
+        {"bind": bind, "topics": {s.replica_id: s.replica_id for s in specs}, "replay": replay}
+        if bind is not None
+        else {
+            "mode": "connect",
+            "endpoints": {s.replica_id: s.events_endpoint for s in specs},
+            "replay": replay,
+        }
+    )
     return {
         "models": [
             {
@@ -294,13 +321,7 @@ def precise_policy(specs: Sequence[ReplicaSpec], bind: str, model_dir: Path = MO
                     "hash_algo": HASH_ALGO,
                     "hash_seed": None,
                     "tokenizer": {"kind": "hf", "path": str(model_dir / "tokenizer.json")},
-                    "kv_events": {
-                        "bind": bind,
-                        "topics": {s.replica_id: s.replica_id for s in specs},
-                        "replay": {s.replica_id: s.replay_endpoint for s in specs if s.replay_endpoint},
-                        "speculative_ttl_s": 5,
-                        "replay_timeout_s": 1,
-                    },
+                    "kv_events": {**events, "speculative_ttl_s": 5, "replay_timeout_s": 1},
                 },
             }
         ]
@@ -318,7 +339,8 @@ def cli_specs(args: argparse.Namespace) -> list[ReplicaSpec]:
             kv_bytes=args.kv_bytes,
             block_size=args.block_size,
             kv_events_endpoint=args.kv_events,
-            replay_port=args.replay_base_port + i if args.kv_events else None,
+            events_port=args.base_port + 100 + i if args.kv_events_bind else None,
+            replay_port=args.replay_base_port + i if args.kv_events or args.kv_events_bind else None,
         )
         for i in range(args.n)
     ]
@@ -333,6 +355,7 @@ def parser() -> argparse.ArgumentParser:
     st.add_argument("--kv-bytes", default=None, help="e.g. 16M (small evicting cache)")
     st.add_argument("--block-size", type=int, default=32, help="a multiple of 32 (the CPU backend's rule)")
     st.add_argument("--kv-events", default=None, help="gateway SUB endpoint, e.g. tcp://127.0.0.1:5557")
+    st.add_argument("--kv-events-bind", action="store_true", help="each replica binds its publisher")
     st.add_argument(
         "--replay-base-port", type=int, default=5600, help="replica i binds its replay socket here + i"
     )
@@ -356,8 +379,9 @@ def main(argv: list[str] | None = None) -> int:
         reps.append(r)
     wait_ready(reps)
     for r in reps:
-        print(f"{r.spec.replica_id} {r.url} log={r.log_path}")
-    if args.kv_events:
+        events = f" events={r.spec.events_endpoint}" if r.spec.events_port else ""
+        print(f"{r.spec.replica_id} {r.url}{events} log={r.log_path}")
+    if args.kv_events or args.kv_events_bind:
         print("# the gateway policy for these replicas (precise mode):")
         print(yaml.safe_dump(precise_policy(specs, args.kv_events), sort_keys=False), end="")
     return 0

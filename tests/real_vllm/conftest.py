@@ -68,7 +68,7 @@ def policy(fleet: Fleet, index: str = "precise") -> Policy:
     }
     return Policy.model_validate(
         {
-            "server": {"host": "127.0.0.1", "port": 0, "access_log": False},
+            "server": {"host": "127.0.0.1", "port": 0, "metrics_port": 0, "access_log": False},
             "health": {"interval_s": 1.0, "timeout_s": 2.0, "fails_to_eject": 3},
             "scrape": {"enabled": True, "interval_s": 0.5, "timeout_s": 2.0},
             "timeouts": {"connect_s": 2.0, "first_byte_s": 60.0, "total_s": 120.0},

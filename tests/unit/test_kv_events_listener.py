@@ -363,3 +363,83 @@ async def test_an_unknown_topic_is_logged_once_loudly(model_dir, frames, caplog)
         finally:
             pub.close(0)
             ctx.term()
+
+
+# -- connect mode: the replica binds its publisher, every gateway process connects ---------------------
+def connect_policy(model_dir: Path, endpoints: dict[str, str], replay: dict[str, str]):
+    policy = precise_policy(model_dir, "tcp://127.0.0.1:1")
+    ke = policy.models[0].routing.kv_events
+    assert ke is not None
+    ke.mode, ke.endpoints, ke.replay, ke.topics = "connect", endpoints, replay, {}
+    return policy
+
+
+async def test_events_from_a_bound_publisher_reach_every_process_and_gaps_replay_or_purge_in_each(
+    model_dir, frames
+):
+    """vLLM with ``"endpoint": "tcp://*:PORT"`` (its default topic, empty): two gateway processes
+    connect to it and its replay socket; both build the same exact index, fill a gap from the replay
+    socket, purge on a gap the replay cannot fill and on a restart."""
+    pub_ep, replay = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
+    ctx = zmq.asyncio.Context()
+    pub = ctx.socket(zmq.PUB)
+    pub.setsockopt(zmq.LINGER, 0)
+    pub.bind(pub_ep)
+    fake = FakeReplay(ctx, replay)
+    policy = connect_policy(model_dir, {"r0": f"tcp://127.0.0.1:{free_port()}", "r1": pub_ep}, {"r1": replay})
+    try:
+        async with gateway(policy) as gw1, gateway(policy) as gw2:
+            exacts = [g.state.pools["sim-llama"].router.exact for g in (gw1, gw2)]
+            await wait_for(lambda: fake.requests == [0, 0] and all(e.is_live("r1") for e in exacts))
+            await asyncio.sleep(0.3)  # slow joiner: both subscriptions reach the publisher
+
+            def held(n: int) -> bool:
+                return all(e.stats().held.get("r1") == n for e in exacts)
+
+            await publish(pub, b"", 0, frames[0][1])
+            await wait_for(lambda: held(len(expected_held([frames[0][1]]))))
+            # A gap (1..3 lost) the replay socket fills: each process asks for it and purges nothing.
+            fake.buffer += frames[:4]
+            await publish(pub, b"", 4, frames[4][1])
+            want = expected_held([p for _, p in frames[:5]])
+            await wait_for(lambda: fake.requests == [0, 0, 1, 1] and held(len(want)))
+            assert all(all(e.holds("r1", h) for h in want) for e in exacts)
+            assert all(e.stats().purges.get("r1", 0) == 0 for e in exacts)
+            # A gap the replay cannot fill (5..7 are not in its buffer): each process purges.
+            await publish(pub, b"", 8, frames[8][1])
+            await wait_for(lambda: all(e.stats().purges.get("r1") == 1 for e in exacts))
+            assert held(len(expected_held([frames[8][1]])))
+            # The replica restarted: numbering from 0 again, with later time stamps.
+            fake.buffer.clear()
+            await publish(pub, b"", 0, with_ts(frames[1][1], time.time()))
+            await wait_for(lambda: all(e.stats().purges.get("r1") == 2 for e in exacts))
+            assert held(len(expected_held([frames[1][1]])))
+            assert not any(e.is_live("r0") for e in exacts)  # r0 publishes nothing: approximate
+    finally:
+        fake.close()
+        pub.close(0)
+        ctx.term()
+
+
+async def test_connect_mode_follows_the_fleet_discovery_gives(model_dir, frames):
+    """A replica added to the pool gets a socket of its own (and is replayed from 0); one removed
+    loses it."""
+    pub_ep = f"tcp://127.0.0.1:{free_port()}"
+    ctx = zmq.asyncio.Context()
+    pub = ctx.socket(zmq.PUB)
+    pub.setsockopt(zmq.LINGER, 0)
+    pub.bind(pub_ep)
+    policy = connect_policy(model_dir, {"r0": f"tcp://127.0.0.1:{free_port()}", "r1": pub_ep}, {})
+    try:
+        async with gateway(policy) as gw:
+            router = gw.state.pools["sim-llama"].router
+            (listener,) = gw.process.kv_listeners
+            await wait_for(lambda: set(listener.subs) == {b"sim-llama/r0", b"sim-llama/r1"})
+            router.set_replicas([r for r in router.replicas if r.id == "r1"])
+            await wait_for(lambda: set(listener.subs) == {b"sim-llama/r1"})
+            await asyncio.sleep(0.3)
+            await publish(pub, b"", 0, frames[0][1])
+            await wait_for(lambda: router.exact is not None and router.exact.is_live("r1"))
+    finally:
+        pub.close(0)
+        ctx.term()

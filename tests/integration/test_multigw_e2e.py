@@ -1,0 +1,173 @@
+"""Several gateway processes, one picture of the fleet's caches: real gateway processes, real Redis,
+the simulator's replicas, real sockets."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import httpx
+import redis
+import yaml
+
+from bench.procs import Proc, free_port, running, start_gateway, start_sim
+from tests.support.redis_server import RedisServer
+
+ENV = {"PREFIX_GATEWAY_SECRET": "one-secret-for-every-pod"}
+TOPIC = "A Zanzibar itinerary for a family of four in the rainy season, day by day. " * 30
+
+
+def chat(*turns: str) -> dict:
+    """A conversation whose system prompt starts with its first turn (so conversations share nothing)."""
+    messages = [{"role": "system", "content": f"{turns[0]} {TOPIC}"}]
+    for k, t in enumerate(turns):
+        messages.append({"role": "user", "content": t})
+        if k < len(turns) - 1:
+            messages.append({"role": "assistant", "content": f"Answer {k}."})
+    return {"model": "sim-llama", "max_tokens": 4, "messages": messages}
+
+
+def write_policy(tmp_path: Path, urls: list[str], name: str, **sections: object) -> Path:
+    raw = {
+        "models": [
+            {
+                "name": "sim-llama",
+                "backend": "vllm",
+                "replicas": [{"url": u, "id": f"r{i}"} for i, u in enumerate(urls)],
+                "routing": {"policy": "prefix_affinity"},
+            }
+        ],
+        "cache": {"enabled": False},
+        "billing": {"ledger": {"path": ":memory:"}},
+        "tenancy": {"allow_anonymous": True},
+        **sections,
+    }
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def sent(client: httpx.Client, url: str, body: dict) -> tuple[str, int]:
+    """(replica, matched tokens) of one request."""
+    r = client.post(url + "/v1/chat/completions", json=body)
+    assert r.status_code == 200, r.text
+    return r.headers["x-gateway-replica"], int(r.headers["x-gateway-prefix-match"].split("/")[0])
+
+
+def applied(client: httpx.Client, gw: Proc) -> float:
+    """Placements of other processes this gateway applied (its metrics listener)."""
+    for line in client.get((gw.metrics_url or gw.url) + "/metrics").text.splitlines():
+        if line.startswith('prefix_gateway_shared_index_placements_total{outcome="applied"}'):
+            return float(line.split()[-1])
+    return 0.0
+
+
+def learn(client: httpx.Client, gw: Proc, count: float, limit_s: float = 10.0) -> None:
+    """Until the gateway ``gw`` applied ``count`` placements of the others (bounded)."""
+    deadline = time.monotonic() + limit_s
+    while applied(client, gw) < count:
+        assert time.monotonic() < deadline, f"{gw.url} applied {applied(client, gw)} of {count} placements"
+        time.sleep(0.02)
+
+
+def warm_unevenly(client: httpx.Client, url: str) -> None:
+    """Other conversations through one gateway: its placement of a cold prompt (most room first) now
+    differs from what an empty index (the ring) would choose."""
+    for k in range(6):
+        client.post(url + "/v1/chat/completions", json={**chat(f"warm {k}"), "messages": [
+            {"role": "system", "content": f"Unrelated conversation {k}. " * (40 + 30 * k)},
+            {"role": "user", "content": "hi"},
+        ]})  # fmt: skip
+
+
+def test_two_gateway_processes_sharing_redis_route_a_follow_up_where_the_other_sent_the_first(
+    tmp_path: Path, redis_url: str
+) -> None:
+    sim, urls = start_sim(4, extra=["--speed", "0"])
+    shared = {"redis": {"url": redis_url}, "shared_index": {"enabled": True, "flush_interval_s": 0.02}}
+    cfg = write_policy(tmp_path, urls, "shared", **shared)
+    gw_a = start_gateway(["--config", str(cfg)], env=ENV)
+    gw_b = start_gateway(["--config", str(cfg)], env=ENV)
+    with running(gw_a, gw_b, sim), httpx.Client(timeout=10) as client:
+        warm_unevenly(client, gw_a.url)
+        for k in range(3):  # three conversations: each first turn through A, its next turn through B
+            first, matched = sent(client, gw_a.url, chat(f"Conversation {k}: the first day?"))
+            assert matched == 0
+            learn(client, gw_b, 6 + k + 1)  # within a flush and a read: about 20 ms
+            follow = chat(f"Conversation {k}: the first day?", "And the second?")
+            replica, matched = sent(client, gw_b.url, follow)
+            assert (replica, matched > 400) == (first, True)
+        # What the gateways wrote to Redis: one stream of hashes under the key prefix, no text.
+        r = redis.Redis.from_url(redis_url)
+        keys = r.keys("*")
+        assert keys == [b"pgw:routing:placements"]
+        dump = b"".join(v for _, fields in r.xrange(keys[0]) for v in fields.values())
+        assert dump and b"Zanzibar" not in dump and b"Conversation" not in dump and b"rainy" not in dump
+        r.close()
+
+
+def test_a_stalled_redis_never_delays_a_decision_and_routing_recovers(tmp_path: Path) -> None:
+    server = RedisServer()
+    server.start()
+    assert server.proc is not None
+    sim, urls = start_sim(4, extra=["--speed", "0"])
+    shared = {
+        "redis": {"url": server.url, "socket_timeout_s": 2.0},
+        "shared_index": {"enabled": True, "flush_interval_s": 0.02, "retry_s": 0.2, "read_block_ms": 200},
+    }
+    cfg = write_policy(tmp_path, urls, "stall", **shared)
+    gw_a = start_gateway(["--config", str(cfg)], env=ENV)
+    gw_b = start_gateway(["--config", str(cfg)], env=ENV)
+    try:
+        with running(gw_a, gw_b, sim), httpx.Client(timeout=10) as client:
+            os.kill(server.proc.pid, signal.SIGSTOP)  # Redis accepts nothing and answers nothing
+            try:
+                slowest = 0.0
+                for k in range(20):
+                    t0 = time.perf_counter()
+                    sent(client, (gw_a.url, gw_b.url)[k % 2], chat(f"stalled {k}"))
+                    slowest = max(slowest, time.perf_counter() - t0)
+                # A decision that waited on Redis would wait its 2 s socket timeout.
+                assert slowest < 1.0, slowest
+            finally:
+                os.kill(server.proc.pid, signal.SIGCONT)
+            server.stop()  # killed outright, then back empty on the same port
+            for k in range(4):
+                sent(client, gw_b.url, chat(f"down {k}"))
+            server.start()
+            before = applied(client, gw_b)
+            time.sleep(1.0)  # the writers' and readers' next tries (every 0.2 s) find Redis back
+            first, _ = sent(client, gw_a.url, chat("After the outage: the first day?"))
+            learn(client, gw_b, before + 1)
+            replica, matched = sent(client, gw_b.url, chat("After the outage: the first day?", "And then?"))
+            assert (replica, matched > 400) == (first, True)
+    finally:
+        server.stop()
+
+
+def test_workers_on_one_port_share_placements_without_redis(tmp_path: Path) -> None:
+    sim, urls = start_sim(4, extra=["--speed", "0"])
+    sockets = tmp_path / "sockets"
+    shared = {"enabled": True, "flush_interval_s": 0.02, "local_dir": str(sockets)}
+    cfg = write_policy(tmp_path, urls, "workers", shared_index=shared)
+    gw = start_gateway(["--config", str(cfg), "--workers", "2"], env=ENV, port=free_port())
+    with running(gw, sim):
+        # /health answers once one worker listens; a worker that starts later learns only what the
+        # others send after it (the local transport keeps no history), so wait for both.
+        deadline = time.monotonic() + 30
+        while len(list(sockets.glob("*.sock"))) < 2:
+            assert time.monotonic() < deadline, "the second worker never opened its socket"
+            time.sleep(0.05)
+        with httpx.Client(timeout=10) as warm:
+            warm_unevenly(warm, gw.url)
+        with httpx.Client(timeout=10) as client:
+            first, _ = sent(client, gw.url, chat("Workers: the first day?"))
+        time.sleep(0.5)  # about 20 ms are enough: a flush and a datagram
+        follow = chat("Workers: the first day?", "And the second?")
+        seen = set()
+        for _ in range(12):  # a new connection each time: the kernel spreads them over both workers
+            with httpx.Client(timeout=10) as client:
+                seen.add(sent(client, gw.url, {**follow, "max_tokens": 1}))
+        assert {(replica, matched > 400) for replica, matched in seen} == {(first, True)}

@@ -131,7 +131,11 @@ class SharedIndexConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    enabled: bool = Field(False, description="share placements between gateway processes")
+    enabled: bool | None = Field(
+        None,
+        description="share placements between gateway processes; unset: between the workers of "
+        "--workers N only (local), true: also across pods (through Redis when redis.url is set)",
+    )
     transport: Literal["auto", "redis", "local"] = Field(
         "auto", description="auto: redis when redis.url is set, else local (the workers of one host)"
     )

@@ -26,10 +26,12 @@ TRANSPORTS: dict[str, Callable[[Policy], Transport]] = {"redis": RedisStream, "l
 def transport_name(policy: Policy) -> str | None:
     """The transport the policy asks for, or None when there is nothing to share with."""
     cfg = policy.shared_index
-    if not cfg.enabled:
+    if cfg.enabled is False:
         return None
     name = cfg.transport
-    if name == "auto":
+    if cfg.enabled is None:  # the default: the workers of one host share; pods only when asked to
+        name = "local"
+    elif name == "auto":
         name = "redis" if policy.redis.url is not None else "local"
     if name == "local" and local_dir(policy) is None:
         return None  # one process, no Redis: no one to tell

@@ -101,7 +101,11 @@ async def test_every_line_runs_once_on_its_planned_replica_within_the_share() ->
     assert await r.run() == "done"
     assert sorted(x.line for x in results) == list(range(1, 121)) and all(x.ok for x in results)
     placed = {pl.key: replica for replica, seq in p.ranges.items() for pl in seq}
-    assert all(placed[key] == replica for key, replica in fleet.calls)
+    assert sorted(key for key, _ in fleet.calls) == list(range(1, 121))  # each sent once
+    # On its planned replica, unless an idle lane stole it (timing decides whether one does; a steal is
+    # counted, so every line off its plan is one of them).
+    off_plan = sum(placed[key] != replica for key, replica in fleet.calls)
+    assert off_plan <= r.stats.stolen
     assert set(fleet.peak) == {"a", "b", "c"}
     assert max(fleet.peak.values()) == 4  # share 0.25 of 16 slots: reached, never exceeded
     assert (r.stats.sent, r.stats.completed, r.stats.prompt_tokens) == (120, 120, 1200)

@@ -24,7 +24,9 @@ is done:
 - ``online``: the online stream alone for 120 s (about 480 requests): the TTFT to compare with.
 
 ``prefix@0.25`` runs ``prefix`` with another ``batch.share`` (the default run includes it: what a
-smaller share buys the online stream, and costs the batch).
+smaller share buys the online stream, and costs the batch); ``prefix/1`` with ``batch.online_replicas:
+1`` (one replica kept for the online stream while the batch runs on the others), ``prefix@1/2`` both
+(the default run includes these two as well).
 
 Reported per variant: the batch's hit rate (cached / prompt tokens of its answers) against the oracle
 (one infinite prefix cache: ``bench.oracle``), its makespan (``prefix``: from ``batches.create`` to the
@@ -66,14 +68,27 @@ from bench.report import percentile, table, write_section
 from bench.sim.config import SimConfig
 from bench.sim.engine import EngineCosts
 
-VARIANTS = ("online", "prefix", "prefix@0.25", "fifo", "run_batch")
+VARIANTS = ("online", "prefix", "prefix@0.25", "prefix/1", "prefix@1/2", "fifo", "run_batch")
 KINDS = ("online", "prefix", "fifo", "run_batch")
 
 
+def parse_variant(name: str) -> tuple[str, float | None, int]:
+    """``kind[@SHARE][/RESERVE]``: the kind, its ``batch.share`` (None: ``--share``) and its
+    ``batch.online_replicas``."""
+    rest, _, reserve = name.partition("/")
+    kind, _, share = rest.partition("@")
+    return kind, float(share) if share else None, int(reserve) if reserve else 0
+
+
 def variant(name: str) -> str:
-    kind, _, share = name.partition("@")
-    if kind not in KINDS or (share and not 0 < float(share) <= 1):
-        raise argparse.ArgumentTypeError(f"a variant is one of {KINDS}, prefix@SHARE for another share")
+    try:
+        kind, share, reserve = parse_variant(name)
+    except ValueError:
+        kind, share, reserve = "", None, 0
+    if kind not in KINDS or (share is not None and not 0 < share <= 1) or reserve < 0:
+        raise argparse.ArgumentTypeError(
+            f"a variant is one of {KINDS}; prefix@SHARE for another share, prefix/N for N online replicas"
+        )
     return name
 
 
@@ -279,7 +294,9 @@ async def run_in_order(
 # -- one variant ---------------------------------------------------------------------------------------
 
 
-def gateway_policy(urls: list[str], s: Settings, workdir: Path, share: float) -> dict[str, Any]:
+def gateway_policy(
+    urls: list[str], s: Settings, workdir: Path, share: float, reserve: int = 0
+) -> dict[str, Any]:
     return {
         "server": {"host": "127.0.0.1", "port": 8080, "access_log": False},
         "billing": {"ledger": {"path": str(workdir / "ledger.db")}},
@@ -299,6 +316,7 @@ def gateway_policy(urls: list[str], s: Settings, workdir: Path, share: float) ->
             "dir": str(workdir / "files"),
             "sqlite_path": str(workdir / "batch.db"),
             "share": share,
+            "online_replicas": reserve,
             "replica_slots": s.replica_slots,
             "poll_s": 0.2,
         },
@@ -314,11 +332,11 @@ async def run_variant(
     online: list[dict[str, Any]],
     workdir: Path,
 ) -> Result:
-    kind, _, given = variant.partition("@")
-    share = float(given) if given else s.share
-    vdir = workdir / variant
+    kind, given, reserve = parse_variant(variant)
+    share = s.share if given is None else given
+    vdir = workdir / variant.replace("/", "_reserve")
     vdir.mkdir()
-    (vdir / "policy.yaml").write_text(yaml.safe_dump(gateway_policy(urls, s, vdir, share)))
+    (vdir / "policy.yaml").write_text(yaml.safe_dump(gateway_policy(urls, s, vdir, share, reserve)))
     await reset_fleet(session, urls)
     gw: Proc = await asyncio.to_thread(
         start_gateway, ["--config", str(vdir / "policy.yaml")], env=SECRET, log_path=str(vdir / "gateway.log")
@@ -362,6 +380,10 @@ def _p99(r: Result) -> float:
     return percentile(r.online.ttfts, 99) if r.online.ttfts else float("nan")
 
 
+def _p50(r: Result) -> float:
+    return percentile(r.online.ttfts, 50) if r.online.ttfts else float("nan")
+
+
 def _online_hit(r: Result) -> float:
     o = r.online
     return o.cached_tokens / o.prompt_tokens if o.prompt_tokens else float("nan")
@@ -375,7 +397,7 @@ def render(
     rows = []
     for r in results:
         o = r.online
-        p50 = percentile(o.ttfts, 50) if o.ttfts else float("nan")
+        p50 = _p50(r)
         rows.append(
             [
                 r.variant,
@@ -404,7 +426,8 @@ def render(
         f"{s.requests} lines from {s.templates} templates on {s.replicas} engine-model replicas "
         f"(KV {s.kv_blocks} blocks of 16 tokens each; max_num_seqs {s.max_num_seqs}; "
         f"long_prefill_token_threshold {s.long_prefill}); batch share {s.share} of {s.replica_slots} slots "
-        f"(`prefix@S`: share S); fifo {int(s.share * s.replica_slots) * s.replicas} in flight; online stream "
+        "(`prefix@S`: share S; `prefix/N`: N online replicas); "
+        f"fifo {int(s.share * s.replica_slots) * s.replicas} in flight; online stream "
         f"{s.online_rate} requests/s; speed {s.speed}. Oracle hit rate {oracle_hit:.4f}. {platform.machine()}, "
         f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}; {elapsed_s:.0f} s in all. `prefix` makespan "
         "runs from `batches.create` to the batch seen `completed`: validation and planning included.\n",
@@ -443,7 +466,7 @@ def render(
 def findings(prefixes: list[Result], base: Result, s: Settings, wl: BatchWorkload) -> list[str]:
     """What the engine model's constants make of the online stream while a batch runs (derived from them)."""
     c = EngineCosts()
-    r = prefixes[0]
+    r = next((p for p in prefixes if p.variant == "prefix"), prefixes[0])
     slots = int(s.share * s.replica_slots)
     ctx = r.prompt_tokens / r.ok + sum(line["body"]["max_tokens"] for line in wl.lines) / len(wl) / 2
     decode = slots * (c.decode_s_per_seq + ctx * c.decode_attn_s_per_ctx_token)
@@ -475,17 +498,31 @@ def findings(prefixes: list[Result], base: Result, s: Settings, wl: BatchWorkloa
         + ", ".join(f"{_online_hit(p):.3f} beside `{p.variant}`" for p in prefixes)
         + ", so more online requests pay a cold prefill.",
     ]
-    if len(prefixes) > 1:
-        q = prefixes[1]
-        lines.append(
-            f"- **A smaller share trades the batch for the stream, but not enough.** `{q.variant}`: online p99 "
-            f"{_p99(q) * 1000:.0f} ms ({_p99(q) / _p99(base):.2f} x) against {_p99(r) * 1000:.0f} ms "
-            f"({_p99(r) / _p99(base):.2f} x), makespan {q.makespan_s:.0f} s against {r.makespan_s:.0f} s. The "
-            "batch's backoff reads the replicas' queues (`vllm:num_requests_waiting`), and online requests do "
-            "not queue here: they are admitted at once and slowed inside the step. The gateway's levers (the "
-            "share, the backoff, the order) do not remove the three effects: they are the engine's step "
-            "composition and its LRU."
+    for q in prefixes:
+        if q is r:
+            continue
+        _, share, reserve = parse_variant(q.variant)
+        vs = (
+            f"`{q.variant}`: online p50 / p99 {_p50(q) * 1000:.0f} / {_p99(q) * 1000:.0f} ms "
+            f"({_p99(q) / _p99(base):.2f} x) against {_p50(r) * 1000:.0f} / {_p99(r) * 1000:.0f} ms "
+            f"({_p99(r) / _p99(base):.2f} x), online hit rate {_online_hit(q):.3f} against "
+            f"{_online_hit(r):.3f}, makespan {q.makespan_s:.0f} s against {r.makespan_s:.0f} s."
         )
+        if reserve:
+            lines.append(
+                f"- **An online reserve removes all three, and concentrates the stream.** {vs} With "
+                f"`batch.online_replicas: {reserve}` the batch runs on {s.replicas - reserve} replicas and "
+                f"the online requests go to the other {reserve}, which carry no batch decode, no template "
+                "prefill and no batch churn through their LRU; what is left is the whole stream on fewer "
+                "replicas than it had alone (more of its own prefills in each step)."
+            )
+        elif share is not None:
+            lines.append(
+                f"- **A smaller share trades the batch for the stream, but not enough.** {vs} The batch's "
+                "backoff reads the replicas' queues (`vllm:num_requests_waiting`), and online requests do "
+                "not queue here: they are admitted at once and slowed inside the step. The share and the "
+                "backoff shrink the three effects; they do not remove them."
+            )
     return lines
 
 

@@ -54,6 +54,9 @@ class BatchPoolConfig(_Strict):
 
     share: float | None = Field(None, gt=0, le=1, description="overrides `batch.share` for this pool")
     replica_slots: int | None = Field(None, ge=1, le=100_000, description="overrides `batch.replica_slots`")
+    online_replicas: int | None = Field(
+        None, ge=0, le=10_000, description="overrides `batch.online_replicas`"
+    )
     engine_priority: int | None = Field(None, description="overrides `batch.engine_priority`")
     backoff: BatchBackoffConfig | None = Field(None, description="overrides `batch.backoff`")
 
@@ -124,6 +127,15 @@ class BatchConfig(_Strict):
         le=100_000,
         description="requests one replica runs well at once (vLLM --max-num-seqs); `share` applies to it",
     )
+    online_replicas: int = Field(
+        0,
+        ge=0,
+        le=10_000,
+        description="replicas of each pool kept for online traffic while a batch runs on it: batches plan on "
+        "the others (at least one), online requests prefer these up to `replica_slots` in flight each (the "
+        "overflow spreads over every replica); chosen by rendezvous hash of the replica ids, so every process "
+        "and pod agrees",
+    )
     engine_priority: int | None = Field(
         None,
         description="sent as each batch request's `priority`: vLLM (--scheduling-policy priority) runs larger "
@@ -175,6 +187,7 @@ class BatchConfig(_Strict):
         return PoolBatchParams(
             share=self.share if o.share is None else o.share,
             replica_slots=self.replica_slots if o.replica_slots is None else o.replica_slots,
+            online_replicas=self.online_replicas if o.online_replicas is None else o.online_replicas,
             engine_priority=self.engine_priority if o.engine_priority is None else o.engine_priority,
             backoff=o.backoff or self.backoff,
         )
@@ -186,6 +199,7 @@ class PoolBatchParams:
 
     share: float
     replica_slots: int
+    online_replicas: int
     engine_priority: int | None
     backoff: BatchBackoffConfig
 

@@ -22,6 +22,15 @@ class Placement(Protocol):
     def move(self, replica_id: str) -> None: ...
 
 
+@dataclass(frozen=True, slots=True)
+class OnlineReserve:
+    """The replicas a running batch leaves to online traffic (``batch.online_replicas``) and how many
+    requests each runs well at once (``batch.replica_slots``): online requests prefer them up to that."""
+
+    replicas: frozenset[str]
+    slots: int
+
+
 @dataclass(slots=True)
 class RouteRequest:
     """A parsed request as the router sees it. ``body`` is the client's JSON, never mutated here."""
@@ -35,6 +44,7 @@ class RouteRequest:
     placement: Placement | None = None  # an offline batch line's planned replica and share
     adapter: str | None = None  # the LoRA adapter the request names: only replicas serving it may take it
     load_adapter: bool = False  # when none serves it, any replica may (the gateway loads it there first)
+    online_reserve: OnlineReserve | None = None  # kept for online traffic by a running batch: preferred
 
 
 @dataclass(slots=True, eq=False)

@@ -22,6 +22,8 @@ runner adds:
   that one is stalled by its online queue or has two rounds of its slots left, cut at a group boundary
   when one is near: the plan's ranges are balanced by expected work, the fleet's online load is not.
   The stolen group pays one more prefill of its prefix; a lane stalled for good is emptied.
+- **Online reserve.** No line runs on a replica of ``reserve`` (``batch.online_replicas``, left out of
+  the plan): the router may not move a line there either.
 - **Retries.** A 408, 429, 5xx or a transport error is retried after an exponential, jittered wait up to
   ``max_attempts``; the line keeps its place. Then the last answer (or ``request_failed``) is its result.
 - **Stop.** ``stop(reason)``: no new sends, in-flight sends cancelled (the engine aborts a request whose
@@ -179,8 +181,10 @@ class Runner:
         poll_s: float = 1.0,
         stats: RunStats | None = None,
         rng: Callable[[], float] = random.random,
+        reserve: frozenset[str] = frozenset(),
     ):
         self.read, self.send, self.load, self.record = read, send, load, record
+        self.reserve = reserve  # replicas kept for online traffic: no line runs there
         self.params, self.slots = params, slots
         self.max_attempts, self.backoff_s, self.backoff_max_s = max_attempts, backoff_s, backoff_max_s
         self.poll_s, self.rng = poll_s, rng
@@ -234,6 +238,8 @@ class Runner:
         return self.params.allowed(None if lane.replica is None else self.load(lane.replica))
 
     def _room(self, replica: str) -> bool:
+        if replica in self.reserve:
+            return False
         return self.slots.used(replica) < self.params.allowed(self.load(replica))
 
     def _fill(self, lane: _Lane) -> None:

@@ -52,8 +52,9 @@ from gateway.batch.runner import BatchLine, Runner, RunStats, Send, SlotPool
 from gateway.batch.store import JobStore
 from gateway.batch.validate import InputLine, Validated, read_bodies, read_body, validate_input
 from gateway.errors import GatewayError
-from router.batch_plan import Plan, line_prefix, plan
+from router.batch_plan import Plan, line_prefix, online_reserve, plan
 from router.tokenizers import Tokenizer
+from router.types import OnlineReserve
 
 log = logging.getLogger("prefix_gateway")
 
@@ -106,9 +107,12 @@ class BatchService:
         self.slots: dict[str, SlotPool] = {}  # per model: every batch of the process on it shares one
         self.stats = RunStats()  # every run of this process, for metrics
         self._runners: dict[str, Runner] = {}
+        self._running_on: dict[str, str] = {}  # batch id -> the model its runner sends to
         self._drives: dict[str, asyncio.Task[None]] = {}
         self._wake = asyncio.Event()
         self._closing = False
+        self._closed = asyncio.Event()
+        self._watched: frozenset[str] = frozenset()  # models some process runs a batch on (the store's view)
 
     def _now(self) -> int:
         return int(self.clock())
@@ -240,6 +244,7 @@ class BatchService:
         """Stop running batches: in-flight lines are cut off and leases released, so another process
         (or the next start) resumes them at once."""
         self._closing = True
+        self._closed.set()
         self._wake.set()
         while self._drives:  # a drive claimed while closing sees _closing and ends at once
             for runner in self._runners.values():
@@ -337,10 +342,13 @@ class BatchService:
             return new or await self.store.get(rec.id)
         done = await self.store.recorded(rec.id)
         todo = {line.number: line for line in v.lines if line.custom_id not in done}
-        the_plan = await asyncio.to_thread(self._plan, rec, path, list(todo.values()))
+        params = self.cfg.pool(rec.model)
+        replicas = self.fleet.replicas(rec.model)
+        reserve = online_reserve(replicas, params.online_replicas, rec.model)
+        runs_on = [r for r in replicas if r not in reserve]
+        the_plan = await asyncio.to_thread(self._plan, rec, path, list(todo.values()), runs_on)
         if self._closing:
             return None
-        params = self.cfg.pool(rec.model)
         kind, model, base = ENDPOINTS[rec.endpoint], rec.model, path
 
         async def read(key: int) -> BatchLine:
@@ -373,8 +381,9 @@ class BatchService:
             backoff_max_s=self.cfg.retry_backoff_max_s,
             poll_s=self.cfg.poll_s,
             stats=self.stats,
+            reserve=reserve,
         )
-        self._runners[rec.id] = runner
+        self._runners[rec.id], self._running_on[rec.id] = runner, model
         deadline = asyncio.get_running_loop().call_later(
             max(0.0, rec.expires_at - self.clock()), runner.stop, "expired"
         )
@@ -382,7 +391,7 @@ class BatchService:
             reason = await runner.run()
         finally:
             deadline.cancel()
-            del self._runners[rec.id]
+            del self._runners[rec.id], self._running_on[rec.id]
         if reason == "done":
             return await self.store.move(rec.id, "finalizing", self._now()) or await self.store.get(rec.id)
         if reason == "expired":
@@ -391,7 +400,37 @@ class BatchService:
             return await self.store.get(rec.id)
         return None  # lost the lease, or shutting down: the next holder resumes
 
-    def _plan(self, rec: BatchRecord, path: Path, lines: list[InputLine]) -> Plan:
+    def online_reserve(self, model: str) -> OnlineReserve | None:
+        """The replicas of ``model``'s pool that running batches leave to online traffic, which
+        ``router.filters.online_reserve`` prefers: the reserves of this process's runners on it, else,
+        while the store says another process runs one (``watch``), the same rendezvous choice over the
+        pool's healthy replicas; None while no batch runs on it or it keeps none."""
+        mine = [r.reserve for b, r in self._runners.items() if self._running_on[b] == model]
+        if not mine and model not in self._watched:
+            return None
+        params = self.cfg.pool(model)
+        if mine:
+            replicas = frozenset().union(*mine)
+        else:
+            replicas = online_reserve(self.fleet.replicas(model), params.online_replicas, model)
+        return OnlineReserve(replicas, params.replica_slots) if replicas else None
+
+    def watches(self) -> bool:
+        """Whether any pool keeps online replicas: only then is the store watched."""
+        return self.cfg.online_replicas > 0 or any(p.online_replicas for p in self.cfg.pools.values())
+
+    async def watch(self) -> None:
+        """Until ``close()``: every ``poll_s``, read which models a batch runs on anywhere (every process
+        and pod of the store), so online requests of a process that runs none still prefer the reserve."""
+        while not self._closing:
+            try:
+                self._watched = frozenset(await self.store.running_models())
+            except Exception:  # the store is unreachable: keep the last view, try again next round
+                log.warning("batch: reading the running batches failed", exc_info=True)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._closed.wait(), self.cfg.poll_s)
+
+    def _plan(self, rec: BatchRecord, path: Path, lines: list[InputLine], replicas: list[str]) -> Plan:
         assert rec.model is not None
         model, kind = rec.model, ENDPOINTS[rec.endpoint]
         routing, tokenizer = self.fleet.routing(model), self.fleet.tokenizer(model)
@@ -409,7 +448,7 @@ class BatchService:
         ]
         return plan(
             prefixes,
-            list(self.fleet.replicas(model)),
+            replicas,
             block_size=routing.block_size,
             warm_tokens=self.cfg.warm_prefix_tokens,
             tolerance=self.cfg.balance_tolerance,

@@ -84,6 +84,10 @@ class JobStore(Protocol):
         """Batches (of every tenant) per status; statuses without one may be left out."""
         ...
 
+    async def running_models(self) -> set[str]:
+        """Models of the batches ``in_progress`` under a live lease: a process somewhere runs them."""
+        ...
+
     async def close(self) -> None: ...
 
 

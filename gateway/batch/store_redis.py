@@ -188,15 +188,23 @@ class RedisJobStore:
     async def release(self, batch_id: str, owner: str) -> None:
         await self._release(keys=[self._k(batch_id, "l")], args=[owner])
 
-    async def runnable(self) -> list[str]:
-        ids = [i.decode() for i in await self.client.zrange(self._active, 0, -1)]  # oldest first
+    async def _active_leased(self) -> list[tuple[str, bool]]:
+        """The batches that have not ended, oldest first, and whether a live lease holds each."""
+        ids = [i.decode() for i in await self.client.zrange(self._active, 0, -1)]
         if not ids:
             return []
         async with self.client.pipeline(transaction=False) as pipe:
             for i in ids:
                 pipe.exists(self._k(i, "l"))
             held = await pipe.execute()
-        return [i for i, h in zip(ids, held, strict=True) if not h]
+        return [(i, bool(h)) for i, h in zip(ids, held, strict=True)]
+
+    async def runnable(self) -> list[str]:
+        return [i for i, held in await self._active_leased() if not held]
+
+    async def running_models(self) -> set[str]:
+        running = await self._many([i for i, held in await self._active_leased() if held])
+        return {r.model for r in running if r.status == "in_progress" and r.model}
 
     async def count_by_status(self) -> dict[str, int]:
         counts = await self.client.hgetall(self._status)

@@ -217,6 +217,13 @@ class SqliteJobStore:
     async def count_by_status(self) -> dict[str, int]:
         return dict(await self._q("SELECT status, COUNT(*) FROM batches GROUP BY status"))
 
+    async def running_models(self) -> set[str]:
+        rows = await self._q(
+            "SELECT obj FROM batches WHERE status = 'in_progress' AND owner IS NOT NULL AND lease_until_ms >= ?",
+            (self._now_ms(),),
+        )
+        return {m for (obj,) in rows if (m := BatchRecord.from_dict(orjson.loads(obj)).model)}
+
     async def close(self) -> None:
         if self._conn is None:
             return

@@ -30,7 +30,7 @@ from gateway.pipeline.protocols.base import replica_error
 from gateway.pipeline.relay import Relay, relay
 from gateway.pipeline.tenant import Tenant
 from gateway.upstream.client import UpstreamFailure
-from router.types import Decision, NoReplicaAvailable, ReplicasBusy, RouteRequest
+from router.types import Decision, NoReplicaAvailable, OnlineReserve, ReplicasBusy, RouteRequest
 
 
 class AttemptFailed(Exception):
@@ -61,6 +61,14 @@ def upstream_body(payload: dict[str, Any], pool: Pool, tenant: Tenant, adapter: 
     return orjson.dumps(body)
 
 
+def _online_reserve(ctx: RequestContext) -> OnlineReserve | None:
+    """The replicas a batch running on the request's pool leaves to online traffic (``batch.online_replicas``)."""
+    batch = ctx.process.batch
+    if batch is None or ctx.placement is not None or ctx.pool is None:
+        return None
+    return batch.online_reserve(ctx.pool.name)
+
+
 def _backoff(attempt: int, base: float, cap: float) -> float:
     return random.uniform(0, min(cap, base * (2**attempt)))
 
@@ -85,6 +93,7 @@ async def dispatch(ctx: RequestContext, payload: dict[str, Any], how: Relay) -> 
         ctx.placement,
         adapter=ctx.adapter,
         load_adapter=_adapter_path(ctx) is not None,
+        online_reserve=_online_reserve(ctx),
     )
     deadline = time.monotonic() + retries.deadline_s
     tried: set[str] = set()

@@ -97,6 +97,7 @@ class Process:
     shutdown_hooks: list[ShutdownHook] = field(default_factory=list)
     _retired: list[tuple[asyncio.Task[Any], Callable[[], Awaitable[Any]]]] = field(default_factory=list)
     _batch_loop: asyncio.Task[None] | None = None
+    _batch_watch: asyncio.Task[None] | None = None
     _stack: contextlib.AsyncExitStack = field(default_factory=contextlib.AsyncExitStack)
 
     def __post_init__(self) -> None:
@@ -170,6 +171,8 @@ class Process:
         stack.callback(self.metrics.registry.unregister, collector)
         if self.worker == 0:  # one slot pool for each replica's batch share (see workers)
             self._batch_loop = asyncio.ensure_future(self.batch.run())
+        if self.batch.watches():  # batch.online_replicas: every process learns where batches run
+            self._batch_watch = asyncio.ensure_future(self.batch.watch())
         stack.push_async_callback(self.stop_batches)
 
     async def stop_batches(self) -> None:
@@ -180,6 +183,8 @@ class Process:
         await self.batch.close()
         if self._batch_loop is not None:
             await self._batch_loop
+        if self._batch_watch is not None:
+            await self._batch_watch
 
     async def close(self) -> None:
         await self._stack.aclose()

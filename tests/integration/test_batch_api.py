@@ -27,6 +27,8 @@ from cache.billing.pricing import (
 )
 from gateway.batch.bridge import PoolFleet
 from gateway.batch.objects import line_id
+from router.batch_plan import online_reserve
+from router.types import OnlineReserve
 from tests.support.batch import KEYS, MODEL, SLOW, batch_policy, small_batch, with_a_bad_line
 from tests.support.stack import Gateway, gateway, policy_for, sim_fleet
 
@@ -407,3 +409,47 @@ async def test_the_backoff_signal_is_each_replicas_scraped_queue(tmp_path: Path)
         assert fleet.waiting(MODEL, "nope") is None and fleet.waiting("other", "r0") is None
         r0.healthy = False
         assert list(fleet.replicas(MODEL)) == ["r1"]  # the plan uses the replicas that take requests now
+
+
+async def test_a_running_batch_leaves_its_online_replicas_to_online_traffic(tmp_path: Path) -> None:
+    """``batch.online_replicas: 1`` on three replicas: no batch line runs on the reserved one, and online
+    requests made while the batch runs go there, even those whose prompt the router knows cached on a
+    replica the batch runs on; once it ends the reserve is lifted."""
+    wl = small_batch(requests=160)
+    reserve = online_reserve(["r0", "r1", "r2"], 1, MODEL)
+    async with batch_gateway(tmp_path, n=3, sim=SLOW, online_replicas=1) as (fleet, gw):
+        assert gw.process.batch is not None
+        c = client(gw)
+
+        async def ask(i: int) -> None:
+            content = f"question {i % 12} " * 30
+            await c.chat.completions.create(
+                model=MODEL, messages=[{"role": "user", "content": content}], max_tokens=4
+            )
+
+        def counts() -> dict[str, int]:
+            return {f"r{i}": r.counters.requests for i, r in enumerate(fleet.replicas)}
+
+        for i in range(12):  # before the batch: the router learns where each of 12 prompts is cached
+            await ask(i)
+        before = counts()
+        (kept,) = reserve
+        assert before[kept] < 12  # the prefix policy spread them: some are cached elsewhere
+        up = await c.files.create(file=("in.jsonl", wl.jsonl()), purpose="batch")
+        created = await c.batches.create(input_file_id=up.id, endpoint=URL, completion_window="24h")
+        online = 0
+        # One at a time (a burst beyond the bounded load spills: unit-tested), while a quarter of the
+        # batch is still to run: each answer takes far less than that quarter.
+        while (await c.batches.retrieve(created.id)).request_counts.completed < 120:
+            if gw.process.batch.online_reserve(MODEL):
+                assert gw.process.batch.online_reserve(MODEL) == OnlineReserve(reserve, 8)
+                await ask(online)  # the same 12 prompts again, in turn
+                online += 1
+            await asyncio.sleep(0.01)
+        assert online >= 3
+        done = await wait(c, created.id, "completed")
+        assert done.request_counts.completed == 160
+        assert gw.process.batch.online_reserve(MODEL) is None
+        sent = {r: n - before[r] for r, n in counts().items()}
+        assert sent[kept] == online
+        assert sum(sent.values()) - online == 160 + gw.process.batch.stats.retried

@@ -30,6 +30,8 @@ from gateway.batch.store import JobStore
 from gateway.batch.store_redis import RedisJobStore
 from gateway.batch.store_sqlite import SqliteJobStore
 from gateway.errors import GatewayError
+from router.batch_plan import online_reserve
+from router.types import OnlineReserve
 from tests.support.batch import StaticFleet, chunks, http_send, small_batch, with_a_bad_line
 
 MODEL = "sim-llama"
@@ -353,5 +355,45 @@ async def test_a_restarted_service_resumes_without_redoing_answered_lines(tmp_pa
             assert env.sim_requests() == 50  # the 15 answered lines were not sent again
             priorities = Counter(b.get("priority") for r in sim.replicas for b in r.requests_log)
             assert priorities == {None: 15, 7: 35}  # the resumed run sends the pool's engine priority
+    finally:
+        await sim.stop()
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "redis"])
+async def test_a_process_that_runs_no_batch_learns_the_online_reserve_from_the_store(
+    tmp_path: Path, kind: str, request: pytest.FixtureRequest
+) -> None:
+    """Two processes on one store (the workers of --workers N, or pods): A runs the batch, B only serves
+    online traffic; B's online requests prefer the same reserve while the batch runs, and stop after."""
+    redis_url = request.getfixturevalue("redis_url") if kind == "redis" else None
+    sim = await start_replicas([SimConfig(speed=0.0) for _ in range(3)], base_port=0)
+    reserve = online_reserve(["r0", "r1", "r2"], 1, MODEL)
+    gate = Gate(free=10)
+    try:
+        async with (
+            batch_env(tmp_path, kind, redis_url, wrap=gate, sim=sim, online_replicas=1) as a,
+            batch_env(tmp_path, kind, redis_url, sim=sim, run=False, online_replicas=1) as b,
+        ):
+            assert b.service.watches()
+            watch = asyncio.create_task(b.service.watch())
+            assert b.service.online_reserve(MODEL) is None
+            created = await a.create("acme", await a.upload("acme", small_batch(requests=30).jsonl()))
+            while not gate.held:
+                await asyncio.sleep(0.01)
+            assert a.service.online_reserve(MODEL) == OnlineReserve(reserve, 8)
+            deadline = time.monotonic() + 5
+            while b.service.online_reserve(MODEL) != OnlineReserve(reserve, 8):  # B's next read of the store
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.02)
+            assert b.service.online_reserve("other-model") is None
+            (kept,) = reserve
+            assert sim.replicas[int(kept[1:])].counters.requests == 0  # no line ran on the reserve
+            gate.event.set()
+            await a.wait("acme", created["id"], "completed")
+            while b.service.online_reserve(MODEL):  # lifted once the batch has left in_progress
+                assert time.monotonic() < deadline + 10
+                await asyncio.sleep(0.02)
+            assert a.service.online_reserve(MODEL) is None
+        await watch
     finally:
         await sim.stop()

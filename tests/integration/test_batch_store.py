@@ -4,6 +4,7 @@ leases. Each test opens two stores on the same state, as two processes or pods w
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -150,6 +151,24 @@ async def test_leases_one_holder_renewal_expiry_release(pods: Callable) -> None:
     assert not await a.claim("batch_1", "pod-a", 30)
     await b.release("batch_1", "pod-b")
     assert await a.claim("batch_1", "pod-a", 30)
+
+
+async def test_running_models_are_those_of_leased_batches_in_progress(pods: Callable) -> None:
+    a, b = await pods(), await pods()
+    for batch_id, model in (("batch_1", "m1"), ("batch_2", "m2"), ("batch_3", "m1")):
+        await a.create(dataclasses.replace(rec(batch_id), model=model))
+    assert await b.running_models() == set()
+    assert await a.claim("batch_1", "pod-a", 30)  # validating under a lease: not running yet
+    assert await b.running_models() == set()
+    assert await a.move("batch_1", "in_progress", 101) is not None
+    assert await a.move("batch_2", "in_progress", 101) is not None  # in progress, no lease: nobody runs it
+    assert await b.running_models() == {"m1"}
+    assert await a.claim("batch_2", "pod-a", 0.3)
+    assert await b.running_models() == {"m1", "m2"}
+    await asyncio.sleep(0.5)  # batch_2's holder died: its lease ran out
+    assert await b.running_models() == {"m1"}
+    assert await a.move("batch_1", "finalizing", 102) is not None
+    assert await b.running_models() == set()
 
 
 def test_result_lines_have_openai_shapes() -> None:

@@ -77,7 +77,14 @@ class Fleet:
 
 
 def runner(
-    p: Plan, send: Fleet, results: list[LineResult], *, load=lambda r: None, slots=None, **cfg: Any
+    p: Plan,
+    send: Fleet,
+    results: list[LineResult],
+    *,
+    load=lambda r: None,
+    slots=None,
+    reserve: frozenset[str] = frozenset(),
+    **cfg: Any,
 ) -> Runner:
     cfg.setdefault("share", 0.25)
     cfg.setdefault("replica_slots", 16)
@@ -92,6 +99,7 @@ def runner(
         backoff_s=0.001,
         backoff_max_s=0.002,
         poll_s=0.01,
+        reserve=reserve,
     )
 
 
@@ -109,6 +117,22 @@ async def test_every_line_runs_once_on_its_planned_replica_within_the_share() ->
     assert set(fleet.peak) == {"a", "b", "c"}
     assert max(fleet.peak.values()) == 4  # share 0.25 of 16 slots: reached, never exceeded
     assert (r.stats.sent, r.stats.completed, r.stats.prompt_tokens) == (120, 120, 1200)
+
+
+async def test_no_line_may_move_to_the_online_reserve() -> None:
+    """The router may move a line to any replica whose share has room, never to the online reserve."""
+    p, fleet = make_plan(["a", "b"]), Fleet()
+    rooms: list[tuple[bool, bool]] = []
+
+    async def send(line: BatchLine, slot: Slot) -> tuple[int, Any]:
+        other = "b" if slot.replica == "a" else "a"
+        rooms.append((slot.has_room("c"), slot.has_room(other)))
+        return await fleet(line, slot)
+
+    r = runner(p, send, [], reserve=frozenset({"c"}))  # type: ignore[arg-type]
+    assert await r.run() == "done"
+    assert len(rooms) == 120 and not any(c for c, _ in rooms) and any(o for _, o in rooms)
+    assert {rep for _, rep in fleet.calls} == {"a", "b"}
 
 
 async def test_two_batches_together_stay_within_one_share() -> None:

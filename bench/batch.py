@@ -511,7 +511,9 @@ def findings(prefixes: list[Result], base: Result, s: Settings, wl: BatchWorkloa
         if reserve:
             lines.append(
                 f"- **An online reserve removes all three, and concentrates the stream.** {vs} With "
-                f"`batch.online_replicas: {reserve}` the batch runs on {s.replicas - reserve} replicas and "
+                f"`batch.online_replicas: {reserve}`"
+                + (f" and `batch.share: {share}`" if share is not None else "")
+                + f" the batch runs on {s.replicas - reserve} replicas and "
                 f"the online requests go to the other {reserve}, which carry no batch decode, no template "
                 "prefill and no batch churn through their LRU; what is left is the whole stream on fewer "
                 "replicas than it had alone (more of its own prefills in each step)."

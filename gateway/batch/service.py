@@ -52,7 +52,7 @@ from gateway.batch.runner import BatchLine, Runner, RunStats, Send, SlotPool
 from gateway.batch.store import JobStore
 from gateway.batch.validate import InputLine, Validated, read_bodies, read_body, validate_input
 from gateway.errors import GatewayError
-from router.batch_plan import Plan, line_prefix, online_reserve, plan
+from router.batch_plan import Plan, line_prefix, plan, reserved_for_online
 from router.tokenizers import Tokenizer
 from router.types import OnlineReserve
 
@@ -344,7 +344,7 @@ class BatchService:
         todo = {line.number: line for line in v.lines if line.custom_id not in done}
         params = self.cfg.pool(rec.model)
         replicas = self.fleet.replicas(rec.model)
-        reserve = online_reserve(replicas, params.online_replicas, rec.model)
+        reserve = reserved_for_online(replicas, params.online_replicas, rec.model)
         runs_on = [r for r in replicas if r not in reserve]
         the_plan = await asyncio.to_thread(self._plan, rec, path, list(todo.values()), runs_on)
         if self._closing:
@@ -412,7 +412,7 @@ class BatchService:
         if mine:
             replicas = frozenset().union(*mine)
         else:
-            replicas = online_reserve(self.fleet.replicas(model), params.online_replicas, model)
+            replicas = reserved_for_online(self.fleet.replicas(model), params.online_replicas, model)
         return OnlineReserve(replicas, params.replica_slots) if replicas else None
 
     def watches(self) -> bool:

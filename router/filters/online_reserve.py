@@ -1,7 +1,7 @@
 """Online requests prefer the replicas a running batch leaves alone (``batch.online_replicas``).
 
 While a batch runs on the pool, ``RouteRequest.online_reserve`` names the replicas its plan does not
-use (``router.batch_plan.online_reserve``: why they exist). An online request's candidates narrow to
+use (``router.batch_plan.reserved_for_online``: why they exist). An online request's candidates narrow to
 those of them that take it within the bounded load among the reserve (so a reserve of several stays
 balanced), below ``slots`` requests in flight each (what a replica runs well at once: beyond it the
 engine queues) and under the prefill-queue cap. A full reserve leaves the candidates as they were: the

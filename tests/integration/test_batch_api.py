@@ -27,7 +27,7 @@ from cache.billing.pricing import (
 )
 from gateway.batch.bridge import PoolFleet
 from gateway.batch.objects import line_id
-from router.batch_plan import online_reserve
+from router.batch_plan import reserved_for_online
 from router.types import OnlineReserve
 from tests.support.batch import KEYS, MODEL, SLOW, batch_policy, small_batch, with_a_bad_line
 from tests.support.stack import Gateway, gateway, policy_for, sim_fleet
@@ -416,7 +416,7 @@ async def test_a_running_batch_leaves_its_online_replicas_to_online_traffic(tmp_
     requests made while the batch runs go there, even those whose prompt the router knows cached on a
     replica the batch runs on; once it ends the reserve is lifted."""
     wl = small_batch(requests=160)
-    reserve = online_reserve(["r0", "r1", "r2"], 1, MODEL)
+    reserve = reserved_for_online(["r0", "r1", "r2"], 1, MODEL)
     async with batch_gateway(tmp_path, n=3, sim=SLOW, online_replicas=1) as (fleet, gw):
         assert gw.process.batch is not None
         c = client(gw)

@@ -30,7 +30,7 @@ from gateway.batch.store import JobStore
 from gateway.batch.store_redis import RedisJobStore
 from gateway.batch.store_sqlite import SqliteJobStore
 from gateway.errors import GatewayError
-from router.batch_plan import online_reserve
+from router.batch_plan import reserved_for_online
 from router.types import OnlineReserve
 from tests.support.batch import StaticFleet, chunks, http_send, small_batch, with_a_bad_line
 
@@ -367,7 +367,7 @@ async def test_a_process_that_runs_no_batch_learns_the_online_reserve_from_the_s
     online traffic; B's online requests prefer the same reserve while the batch runs, and stop after."""
     redis_url = request.getfixturevalue("redis_url") if kind == "redis" else None
     sim = await start_replicas([SimConfig(speed=0.0) for _ in range(3)], base_port=0)
-    reserve = online_reserve(["r0", "r1", "r2"], 1, MODEL)
+    reserve = reserved_for_online(["r0", "r1", "r2"], 1, MODEL)
     gate = Gate(free=10)
     try:
         async with (

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from config.batch import BatchConfig
 from config.routing import RoutingConfig
 from gateway.batch.runner import Slot, SlotPool
-from router.batch_plan import online_reserve
+from router.batch_plan import reserved_for_online
 from router.pool import PoolRouter
 from router.replica import ReplicaState
 from router.types import OnlineReserve, RouteRequest
@@ -21,21 +21,21 @@ ids = st.lists(st.text("abcdefgh0123456789", min_size=1, max_size=6), min_size=1
 def test_the_reserve_is_a_stable_choice_that_always_leaves_the_batch_a_replica(
     replicas: list[str], n: int, data: st.DataObject
 ) -> None:
-    reserve = online_reserve(replicas, n, "m")
+    reserve = reserved_for_online(replicas, n, "m")
     assert len(reserve) == max(0, min(n, len(replicas) - 1)) and reserve <= set(replicas)
-    assert online_reserve(list(reversed(replicas)), n, "m") == reserve  # order does not matter
+    assert reserved_for_online(list(reversed(replicas)), n, "m") == reserve  # order does not matter
     # A replica outside the reserve leaving (or one joining that ranks below it) moves nothing.
     others = [r for r in replicas if r not in reserve]
     if len(others) > 1:
         gone = data.draw(st.sampled_from(others))
-        assert online_reserve([r for r in replicas if r != gone], n, "m") == reserve
+        assert reserved_for_online([r for r in replicas if r != gone], n, "m") == reserve
     # The reserve grows by one when asked for one more: every process agrees on the order.
-    assert reserve <= online_reserve(replicas, n + 1, "m")
+    assert reserve <= reserved_for_online(replicas, n + 1, "m")
 
 
 def test_pools_reserve_different_replicas() -> None:
     replicas = [f"r{i}" for i in range(8)]
-    assert len({online_reserve(replicas, 1, f"model-{k}") for k in range(40)}) > 3
+    assert len({reserved_for_online(replicas, 1, f"model-{k}") for k in range(40)}) > 3
 
 
 def fleet(n: int) -> list[ReplicaState]:

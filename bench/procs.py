@@ -138,7 +138,8 @@ def start_gateway(
     head = ["serve", "--host", "127.0.0.1", "--port", str(port)]
     metrics_url = None
     if checkout is None or Path(checkout, "gateway", "process", "exposition.py").exists():
-        metrics_port = free_port()
+        # worker i of --workers N listens on metrics_port + i: every one of those must be free
+        metrics_port = free_ports(_workers(args))[0]
         head += ["--metrics-port", str(metrics_port)]
         metrics_url = f"http://127.0.0.1:{metrics_port}"
     popen, workdir = _spawn([*head, *args], env, log_path, checkout)
@@ -146,6 +147,14 @@ def start_gateway(
     proc = Proc(popen, url, metrics_url, workdir)
     _wait_or_stop(proc, [url + "/health"])
     return proc
+
+
+def _workers(args: list[str]) -> int:
+    """The worker processes ``prefix-gateway serve args`` starts (``--workers N``, ``auto``: one a CPU)."""
+    if "--workers" not in args:
+        return 1
+    given = args[args.index("--workers") + 1]
+    return int(given) if given.isdigit() else os.cpu_count() or 1
 
 
 def _wait_or_stop(proc: Proc, health_urls: list[str]) -> None:

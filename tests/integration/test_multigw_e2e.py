@@ -152,13 +152,16 @@ def test_workers_on_one_port_share_placements_without_redis(tmp_path: Path) -> N
     sockets = tmp_path / "sockets"
     shared = {"enabled": True, "flush_interval_s": 0.02, "local_dir": str(sockets)}
     cfg = write_policy(tmp_path, urls, "workers", shared_index=shared)
-    gw = start_gateway(["--config", str(cfg), "--workers", "2"], env=ENV, port=free_port())
+    log = tmp_path / "gateway.log"
+    gw = start_gateway(["--config", str(cfg), "--workers", "2"], env=ENV, port=free_port(), log_path=str(log))
     with running(gw, sim):
         # /health answers once one worker listens; a worker that starts later learns only what the
         # others send after it (the local transport keeps no history), so wait for both.
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60
         while len(list(sockets.glob("*.sock"))) < 2:
-            assert time.monotonic() < deadline, "the second worker never opened its socket"
+            assert time.monotonic() < deadline, (
+                "the second worker never opened its socket:\n" + log.read_text()[-4000:]
+            )
             time.sleep(0.05)
         with httpx.Client(timeout=10) as warm:
             warm_unevenly(warm, gw.url)

@@ -176,7 +176,13 @@ async def test_hung_replica_costs_only_its_own_requests_their_timeout() -> None:
             # least load: of 4 concurrent requests some land on r0 and hang there; while they do, r0's
             # in-flight count sends every other request to r1
             pinned = [asyncio.create_task(hung(i)) for i in range(4)]
-            await asyncio.sleep(0.05)
+            router = gw.process.state.pools["sim-llama"].router
+            r0, r1 = router.replica("r0"), router.replica("r1")
+            assert r0 is not None and r1 is not None
+            deadline = time.monotonic() + 5
+            while not (r0.in_flight and not r1.in_flight):  # r0 holds some, r1 has answered its own
+                assert time.monotonic() < deadline, (r0.in_flight, r1.in_flight)
+                await asyncio.sleep(0.005)
             bg = asyncio.create_task(others())
             results = await asyncio.gather(*pinned)
             hung_done.set()

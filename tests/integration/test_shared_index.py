@@ -130,6 +130,28 @@ async def test_redis_killed_mid_run_then_back_the_picture_recovers() -> None:
         server.stop()
 
 
+async def test_the_first_placement_after_a_redis_restart_is_sent_not_dropped() -> None:
+    """A writer that had nothing to send while Redis restarted still holds the old connection; its
+    next flush must reopen it and send, not drop the batch (it did: the shared index's client took
+    redis-py's synchronous Retry, which an asyncio connection never runs, and 0 retries)."""
+    server = RedisServer()
+    server.start()
+    try:
+        policy = shared_policy(retry_s=0.1, read_block_ms=100)
+        policy.redis.url = server.url
+        async with process(policy) as (a, ra), process(policy) as (_b, rb):
+            rid, hashes = place(a, ra, "before")
+            await until(lambda: rb.index.match(hashes).get(rid) == len(hashes))
+            server.stop()
+            server.start()  # back, empty, on the same port; A sent nothing meanwhile
+            rid2, hashes2 = place(a, ra, "after")
+            await until(lambda: a.metrics.shared_placements.labels("sent")._value.get() == 2)
+            assert a.metrics.shared_placements.labels("dropped")._value.get() == 0
+            await until(lambda: rb.index.match(hashes2).get(rid2) == len(hashes2))
+    finally:
+        server.stop()
+
+
 async def test_a_new_process_joins_with_the_streams_recent_placements(redis_url: str) -> None:
     policy = shared_policy()
     policy.redis.url = redis_url

@@ -9,7 +9,8 @@ recent picture. Every command names one key: Redis Cluster serves it from one sl
 
 Two single-connection clients of their own, apart from the request path's pool: the reader's blocks
 for ``read_block_ms`` at a time, and neither ever queues behind, or holds, a connection a request
-needs. Their socket timeout is the policy's ``redis.socket_timeout_s`` (plus the block for the reader).
+needs. Their socket timeout is the policy's ``redis.socket_timeout_s`` (plus the block for the reader); a
+closed connection is reopened once per command, a timeout is not retried.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
-from redis.retry import Retry
 
 from config.policy import Policy
 from gateway.fleet.sharing.core import TransportError
@@ -42,7 +44,10 @@ def _client(url: str, socket_timeout_s: float) -> aioredis.Redis:
         timeout=socket_timeout_s,
         socket_timeout=socket_timeout_s,
         socket_connect_timeout=socket_timeout_s,
-        retry=Retry(NoBackoff(), 0),
+        # A connection the server closed (a restart) is made again once, at once: without it the first
+        # flush after every Redis restart was lost (tests/integration/test_multigw_e2e.py, the stalled
+        # Redis test). A timeout is never retried: a stalled Redis costs one socket timeout, not two.
+        retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
         decode_responses=False,
     )
     return aioredis.Redis.from_pool(pool)

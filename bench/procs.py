@@ -8,6 +8,7 @@ and two gateways never share it."""
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -23,29 +24,53 @@ from pathlib import Path
 import httpx
 
 
-def free_port() -> int:
+def _port_block() -> range:
+    """The ports this process hands out: below the kernel's ephemeral range (an outgoing connection
+    never takes one between our check and a child's bind), one slice per pytest-xdist worker (two
+    workers never hand out the same port), started at a random offset (two runs at once rarely meet)."""
+    try:
+        low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])  # noqa: SIM115
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    top = min(low, 28_000)  # under the policy's default metrics port (29000) and its workers' ports
+    base = 10_000
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    slices = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1))
+    index = int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else 0
+    size = max(64, (top - base) // max(slices, 1))
+    start = base + (index % slices) * size
+    return range(start, min(start + size, top))
+
+
+_BLOCK = _port_block()
+_next = random.randrange(len(_BLOCK))
+
+
+def _bindable(port: int) -> bool:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def free_ports(n: int) -> list[int]:
-    """``n`` consecutive free ports (best effort: checked one by one)."""
-    for _ in range(50):
-        base = free_port()
-        if base + n >= 65535:
-            continue
-        ok = True
-        for p in range(base, base + n):
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", p))
-                except OSError:
-                    ok = False
-                    break
-        if ok:
-            return list(range(base, base + n))
-    raise RuntimeError("no run of free ports found")
+    """``n`` consecutive ports that bind now, never handed out before by this process (until its block
+    of ports wraps): each test's servers get ports no other test of the run is given."""
+    global _next
+    for _ in range(len(_BLOCK)):
+        if _next + n > len(_BLOCK):
+            _next = 0
+        ports = [_BLOCK[_next + k] for k in range(n)]
+        _next += n
+        if all(_bindable(p) for p in ports):
+            return ports
+    raise RuntimeError(f"no run of {n} free ports in {_BLOCK}")
+
+
+def free_port() -> int:
+    return free_ports(1)[0]
 
 
 @dataclass

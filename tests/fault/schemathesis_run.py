@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     with running(sim), tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "policy.yaml"
         policy = {
-            "server": {"host": "127.0.0.1", "port": 0, "access_log": False},
+            "server": {"host": "127.0.0.1", "port": 0, "metrics_port": 0, "access_log": False},
             "billing": {"ledger": {"path": ":memory:"}},
             "models": [{"name": "sim-llama", "replicas": [{"url": urls[0]}]}],
         }

@@ -15,7 +15,7 @@ from tests.support.stack import sim_fleet
 def discovery_policy(port: int, interval_s: float = 0.05, static: list[str] | None = None) -> Policy:
     return Policy.model_validate(
         {
-            "server": {"host": "127.0.0.1", "port": 0, "access_log": False},
+            "server": {"host": "127.0.0.1", "port": 0, "metrics_port": 0, "access_log": False},
             "health": {"interval_s": 0.1, "fails_to_eject": 1},
             "cache": {"enabled": False},
             "billing": {"ledger": {"path": ":memory:"}},

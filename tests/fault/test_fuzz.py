@@ -33,7 +33,7 @@ def gateway_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     sim, urls = start_sim(1)
     path: Path = tmp_path_factory.mktemp("fuzz") / "policy.yaml"
     policy = {
-        "server": {"host": "127.0.0.1", "port": 0, "access_log": False},
+        "server": {"host": "127.0.0.1", "port": 0, "metrics_port": 0, "access_log": False},
         "limits": {"max_body_bytes": 65536},
         "billing": {"ledger": {"path": ":memory:"}},
         "models": [

@@ -22,7 +22,13 @@ ENV = {"PREFIX_GATEWAY_ADMIN_TOKEN": ADMIN_TOKEN, "PREFIX_GATEWAY_SECRET": "life
 
 def write_policy(path: Path, urls: list[str], **sections: object) -> None:
     raw: dict[str, object] = {
-        "server": {"host": "127.0.0.1", "port": 0, "access_log": False, "drain_timeout_s": 15},
+        "server": {
+            "host": "127.0.0.1",
+            "port": 0,
+            "metrics_port": 0,
+            "access_log": False,
+            "drain_timeout_s": 15,
+        },
         "cache": {"enabled": False},
         "billing": {"ledger": {"path": ":memory:"}},
         "models": [

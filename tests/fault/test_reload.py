@@ -15,7 +15,7 @@ from tests.support.stack import policy_for, sim_fleet
 
 def policy_yaml(urls: list[str], routing: str = "prefix_affinity", **sections: object) -> str:
     raw: dict[str, object] = {
-        "server": {"host": "127.0.0.1", "port": 0, "access_log": False},
+        "server": {"host": "127.0.0.1", "port": 0, "metrics_port": 0, "access_log": False},
         "health": {"interval_s": 0.2},
         "cache": {"enabled": False},
         "billing": {"ledger": {"path": ":memory:"}},

@@ -23,7 +23,7 @@ ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 
 def policy(urls: list[str], *, names: tuple[str, ...] = ("sim-llama",), **sections: object) -> dict:
     raw: dict[str, object] = {
-        "server": {"host": "127.0.0.1", "port": 0, "access_log": False},
+        "server": {"host": "127.0.0.1", "port": 0, "metrics_port": 0, "access_log": False},
         "cache": {"enabled": False},
         "billing": {"ledger": {"path": ":memory:"}},
         "models": [{"name": n, "replicas": [{"url": u} for u in urls]} for n in names],

@@ -342,8 +342,9 @@ async def test_expiry_keeps_the_answered_lines_and_marks_the_rest(tmp_path: Path
 
 
 async def test_a_batch_never_holds_more_than_its_share_of_a_replica(tmp_path: Path) -> None:
-    """r1 is four times slower: r0 runs out of planned work, lines are placed off the plan (bounded load)
-    and stolen; the simulator's own counts of requests in the replica never exceed the share (4)."""
+    """r1 is four times slower: r0 runs out of planned work and steals r1's lines (and may place some
+    off the plan, past the bounded load); the simulator's own counts of requests in the replica never
+    exceed the share (4)."""
     wl = small_batch(requests=120, templates=6)
     async with batch_gateway(tmp_path, sim=SLOW) as (fleet, gw):
         fleet.replicas[1].cfg.faults.slow_factor = 4.0
@@ -375,7 +376,11 @@ async def test_a_batch_never_holds_more_than_its_share_of_a_replica(tmp_path: Pa
             for line in text.splitlines()
             if line.startswith("prefix_gateway_routing_decisions_total")
         }
-        assert "batch_plan" in placed and len(placed) > 1  # the plan's replica, and placements off it
+        # The plan's replica took lines. Whether one is also placed off its plan (its planned replica past
+        # the bounded load at that instant) is a scheduling outcome here, so it is not asserted:
+        # tests/unit/test_router_pool.py::test_a_batch_lines_plan_is_a_soft_pin_within_the_share causes
+        # one and checks its slot moves; this run checks the share holds wherever lines went (peaks).
+        assert "batch_plan" in placed
         assert 'prefix_gateway_batch_in_flight{model="sim-llama",replica="r0"} 0.0' in text
 
 

@@ -41,7 +41,13 @@ async def test_the_ledger_keeps_the_client_when_a_reload_rebuilds_the_cache(
             "cache": {"store": "redis"},
             "billing": {"ledger": {"kind": "redis"}},
             "admin": {"token_env": "PREFIX_GATEWAY_ADMIN_TOKEN"},
-            "server": {"host": "127.0.0.1", "port": 0, "access_log": False, "drain_timeout_s": 1},
+            "server": {
+                "host": "127.0.0.1",
+                "port": 0,
+                "metrics_port": 0,
+                "access_log": False,
+                "drain_timeout_s": 1,
+            },
         }
         policy = policy_for(fleet.urls, **sections)
         async with gateway(policy) as gw, aiohttp.ClientSession() as s:

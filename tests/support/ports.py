@@ -1,11 +1,8 @@
-"""Free loopback ports for servers started by tests."""
+"""Free loopback ports for servers started by tests: one allocator for the whole suite (bench.procs),
+a slice of ports per pytest-xdist worker below the kernel's ephemeral range."""
 
 from __future__ import annotations
 
-import socket
+from bench.procs import free_port, free_ports
 
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+__all__ = ["free_port", "free_ports"]

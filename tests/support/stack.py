@@ -42,7 +42,9 @@ def policy_for(
     """A policy in front of ``urls``; ``sections`` override top-level sections (dicts).
 
     The response cache is off unless a test passes ``cache=...``: proxy tests repeat identical
-    deterministic requests and mean every one of them to reach a replica."""
+    deterministic requests and mean every one of them to reach a replica. ``server=...`` is merged
+    into the default server section: the metrics listener stays on a port of the kernel's choosing
+    (the policy's default, 29000, is one port for the four workers of the suite)."""
     raw: dict[str, Any] = {
         "server": {"host": "127.0.0.1", "port": 0, "metrics_port": 0, "access_log": False},
         "health": {"interval_s": 0.2, "timeout_s": 0.5, "fails_to_eject": 2},
@@ -58,6 +60,7 @@ def policy_for(
     }
     raw["cache"] = {"enabled": False}
     raw["billing"] = {"ledger": {"path": ":memory:"}}
+    raw["server"].update(sections.pop("server", {}))
     raw.update(sections)
     return Policy.model_validate(raw)
 

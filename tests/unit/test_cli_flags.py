@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 from config.loader import example_path
+from gateway.cli.batch import cmd_batch
 from gateway.cli.main import build_parser, policy_for_serve
 
 
@@ -33,3 +37,18 @@ def test_flags_override_a_file_and_leave_the_rest() -> None:
     assert plain.cache.enabled is True and flagged.cache.enabled is False
     assert flagged.server.log_level == "error"
     assert flagged.redis == plain.redis and flagged.models == plain.models
+
+
+def test_a_batch_command_without_the_batch_extra_says_how_to_install_it(monkeypatch, capsys) -> None:
+    """The openai client is loaded when a batch command runs (not at every start of the CLI); without
+    the extra the command explains, exit code 2."""
+    monkeypatch.setitem(sys.modules, "openai", None)  # import openai now raises ImportError
+    args = build_parser().parse_args(["batch", "status", "batch_x"])
+    assert cmd_batch(args) == 2
+    assert "pip install 'prefix-gateway[batch]'" in capsys.readouterr().err
+
+
+def test_starting_the_cli_does_not_load_the_batch_client() -> None:
+    code = "import sys, gateway.cli.main; print('openai' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

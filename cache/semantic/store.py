@@ -114,23 +114,30 @@ async def get_current(
     epochs: Callable[[Sequence[TagRef]], Awaitable[Epochs | None]],
     stats: SemanticStats,
     key: str,
-    untied: bool = False,
 ) -> Entry | None:
     """The entry for ``key`` if its epochs are still the current ones; a stale entry is deleted and
-    counted, an entry whose epochs cannot be read (backend error) is a miss and kept. ``untied``: an
-    entry without tags is served (an exact entry nothing ties to an entity) instead of refused."""
+    counted, an entry whose epochs cannot be read (backend error) is a miss and kept."""
     entry = await entries.get(key)
+    if entry is not None:
+        entry = await _if_current(entries, epochs, stats, key, entry)
     if entry is None:
         stats.misses += 1
-        return None
-    if untied and "refs" not in entry.meta:
-        return entry
+    else:
+        stats.hits += 1
+    return entry
+
+
+async def _if_current(
+    entries: ResponseStore,
+    epochs: Callable[[Sequence[TagRef]], Awaitable[Epochs | None]],
+    stats: SemanticStats,
+    key: str,
+    entry: Entry,
+) -> Entry | None:
     refs = entry_refs(entry)
     now = await epochs(refs) if refs is not None else None
     if refs is not None and is_current(entry, now):
-        stats.hits += 1
         return entry
-    stats.misses += 1
     if refs is None or now is not None:
         stats.stale += 1
         await entries.delete(key)
@@ -151,7 +158,10 @@ class EntityCheckedStore:
         return self.inner.stats
 
     async def get(self, key: str) -> Entry | None:
-        return await get_current(self.inner, self.semantic.epochs, self.semantic.stats, key, untied=True)
+        entry = await self.inner.get(key)
+        if entry is None or "refs" not in entry.meta:
+            return entry
+        return await _if_current(self.inner, self.semantic.epochs, self.semantic.stats, key, entry)
 
     async def set(self, key: str, entry: Entry, ttl_s: float) -> bool:
         return await self.inner.set(key, entry, ttl_s)

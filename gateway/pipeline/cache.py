@@ -127,8 +127,6 @@ async def serve(ctx: RequestContext) -> web.StreamResponse:
         payload, mapping = mask_request(payload)
     key = cache_key(parsed.endpoint, payload, ctx.tenant.salt)  # type: ignore[union-attr]
 
-    semantic: Lookup | None = None
-    analysis: Analysis | None = None
     if not control.no_cache:
         t0 = time.perf_counter()
         entry = await rt.store.get(key)
@@ -136,17 +134,19 @@ async def serve(ctx: RequestContext) -> web.StreamResponse:
         if entry is not None and control.accepts_age(entry.age_s()):
             ctx.source, ctx.age_s = "response_cache", entry.age_s()
             return await _answer_from(ctx, entry.response, mapping, "hit")
-    if rt.semantic is not None:
-        analysis = rt.semantic.analyse(ctx.pool.name, parsed.endpoint, payload)
-    if analysis is not None and not control.no_cache:
-        assert rt.semantic is not None
-        semantic = await _semantic_lookup(ctx, rt.semantic, analysis)
-        found = semantic.entry
-        if found is not None and control.accepts_age(found.age_s()):
-            ctx.source, ctx.age_s = "semantic_cache", found.age_s()
-            return await _answer_from(ctx, found.response, mapping, "semantic-hit")
-    # Read before the answer is generated: an event after this point keeps the answer out of the cache.
-    tie = await rt.semantic.tie(ctx.pool.name, analysis, semantic) if analysis is not None else None  # type: ignore[union-attr]
+    semantic: Lookup | None = None
+    tie: Tie | None = None
+    layer = rt.semantic
+    analysis = layer.analyse(ctx.pool.name, parsed.endpoint, payload) if layer is not None else None
+    if layer is not None and analysis is not None:
+        if not control.no_cache:
+            semantic = await _semantic_lookup(ctx, layer, analysis)
+            found = semantic.entry
+            if found is not None and control.accepts_age(found.age_s()):
+                ctx.source, ctx.age_s = "semantic_cache", found.age_s()
+                return await _answer_from(ctx, found.response, mapping, "semantic-hit")
+        # Read before the answer is generated: an event after this keeps the answer out of the cache.
+        tie = await layer.tie(ctx.pool.name, analysis, semantic)
 
     if cfg.fill_breaker.enabled:
         tripped = await rt.gate.breaker_check(key)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,13 @@ def store_sections(request: pytest.FixtureRequest) -> dict[str, Any]:
         "cache": {"enabled": True, "store": "redis", "semantic": semantic_section()},
         "redis": {"url": request.getfixturevalue("redis_url")},
     }
+
+
+async def until(condition: Callable[[], bool], limit_s: float = 10.0) -> None:
+    deadline = time.monotonic() + limit_s
+    while not condition():
+        assert time.monotonic() < deadline, "the condition never held"
+        await asyncio.sleep(0.01)
 
 
 class Client:
@@ -128,13 +136,16 @@ async def test_a_generation_in_flight_during_an_event_never_fills_the_cache_or_a
             async with s.post(gw.url + "/v1/chat/completions", json={**heavy, "stream": True}) as lead:
                 assert lead.headers["x-cache"] == "miss"
                 await lead.content.readline()  # the leader's first event: it is generating
-                assert coalescer.in_flight() == 1
+                early = asyncio.create_task(c.post(heavy))  # joins the flight before the event
+                await until(lambda: coalescer.stats.followers == 1)
                 result = await c.event(WEIGHT_EVENT)
                 assert coalescer.in_flight() == 1  # still generating: the next request comes during it
                 later = asyncio.create_task(c.post(heavy))
+                await until(lambda: coalescer.stats.followers == 2)  # it found the flight, then left it
                 await lead.read()
             status, cache, _ = await later
             assert status == 200 and cache == "miss", "a request after the event got the leader's answer"
+            assert (await early)[:2] == (200, "coalesced")  # it asked before the event
             assert await c.upstream() == 2
             assert result["removed_by_layer"] == {"semantic": 0, "exact": 0, "in_flight": 1}, result
             # The leader's (pre-event) answer was refused; the later request's (post-event) was stored.
@@ -148,6 +159,7 @@ async def test_a_generation_in_flight_during_an_event_never_fills_the_cache_or_a
                     break
                 assert time.monotonic() < deadline, "the leader's fill was never refused"
                 await asyncio.sleep(0.05)
+    assert 'prefix_gateway_cache_bypass_total{reason="leader_outdated"} 1.0' in metrics
 
 
 # --- two gateway processes sharing one real Redis -----------------------------------------------------
@@ -193,6 +205,50 @@ def test_an_event_sent_to_one_pod_reaches_the_other(tmp_path: Path, redis_url: s
             assert r.json()["removed_by_layer"] == {"semantic": 1, "exact": 1, "in_flight": 0}
             assert cache_of(pod_a, "What is the weight of the iPhone 15?") == "semantic-hit"  # stored anew
             assert cache_of(pod_a, "What is the screen size of the iPhone 15?") == "hit"
+    finally:
+        for p in reversed(procs):
+            p.stop()
+
+
+async def test_a_generation_in_flight_on_one_pod_during_an_event_sent_to_the_other(
+    tmp_path: Path, redis_url: str
+) -> None:
+    """Pod B generates; the event goes to pod A; then the same question reaches B (a local follower of
+    B's leader) and A (which waits for B's entry through Redis): neither gets B's pre-event answer,
+    and B's answer is not stored."""
+    env = {"PREFIX_GATEWAY_SECRET": "one-secret-for-every-pod", "PREFIX_GATEWAY_ADMIN_TOKEN": ADMIN_TOKEN}
+    procs: list[Proc] = []
+    try:
+        # 4 tokens at 0.5 s: B's leader is still generating when the later requests join it (the
+        # leader_outdated count below fails the test if a slow machine let it finish first).
+        sim, urls = start_sim(
+            1, extra=["--mode", "simple", "--decode-s-per-token", "0.5", "--overhead-s", "0"]
+        )
+        procs.append(sim)
+        policy = write_policy(tmp_path / "p.yaml", urls, redis_url)
+        pod_a = start_gateway(["--config", str(policy)], env=env)
+        procs.append(pod_a)
+        pod_b = start_gateway(["--config", str(policy)], env=env)
+        procs.append(pod_b)
+        heavy = ask("How heavy is the iPhone 15?")
+        async with aiohttp.ClientSession() as s:
+            on_a, on_b = Client(s, pod_a.url, sim.url), Client(s, pod_b.url, sim.url)
+            async with s.post(pod_b.url + "/v1/chat/completions", json={**heavy, "stream": True}) as lead:
+                assert lead.headers["x-cache"] == "miss"
+                await lead.content.readline()  # B's leader is generating
+                result = await on_a.event(WEIGHT_EVENT)
+                later_b = asyncio.create_task(on_b.post(heavy))
+                later_a = asyncio.create_task(on_a.post(heavy))
+                await lead.read()
+            assert (await later_b)[:2] == (200, "miss")
+            assert (await later_a)[:2] == (200, "miss")
+            assert await on_a.upstream() == 3  # B's leader, and each later request on its own
+            assert result["removed_by_layer"] == {"semantic": 0, "exact": 0, "in_flight": 0}  # not A's
+            assert (await on_a.post(heavy))[1] == "hit"  # B's later request stored its own answer
+            async with s.get(f"{pod_b.metrics_url}/metrics") as r:
+                metrics = await r.text()
+        assert 'prefix_gateway_cache_bypass_total{reason="leader_outdated"} 1.0' in metrics
+        assert 'prefix_gateway_cache_not_stored_total{reason="stale_basis"} 1.0' in metrics
     finally:
         for p in reversed(procs):
             p.stop()

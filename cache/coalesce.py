@@ -29,6 +29,12 @@ Usage by the gateway (after a cache miss for ``key``)::
 
 Chunks published by a leader should be the parsed upstream chunks before any per-request rewriting
 (PII unmasking), so that each follower can apply its own.
+
+``acquire(key, meta)`` attaches the caller's ``meta`` to a flight it creates; a local follower sees
+the creator's as ``flight.meta`` and may refuse to follow (the gateway passes the entity epochs its
+answer was generated under: a follower that read newer ones, because a business event came in
+between, must not be handed the leader's answer). ``leading()`` lists the metas of this process's
+leaders still in flight.
 """
 
 from __future__ import annotations
@@ -86,6 +92,8 @@ class _Shared:
     error: FlightFailed | None = None
     closed: bool = False
     participants: int = 0
+    meta: Any = None  # what the request that created this flight passed to acquire()
+    leading: bool = True  # False: this pod waits for another pod's leader
     task: asyncio.Task[None] | None = None  # the remote wait of this pod, if any
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -110,6 +118,11 @@ class Flight:
     _coalescer: Coalescer
     _lease_token: bytes | None = None
     _renew_task: asyncio.Task[None] | None = None
+
+    @property
+    def meta(self) -> Any:
+        """The ``meta`` of the request that created this flight in this process (a follower's leader)."""
+        return self._shared.meta
 
     # --- leader side ----------------------------------------------------------------------------------
     def publish(self, chunk: Any) -> None:
@@ -214,6 +227,10 @@ class Coalescer:
     def in_flight(self) -> int:
         return len(self._flights)
 
+    def leading(self) -> list[Any]:
+        """The ``meta`` of every leader of this process still in flight."""
+        return [s.meta for s in self._flights.values() if s.leading and not s.closed]
+
     def _failed(self, op: str, exc: BaseException) -> None:
         if self.on_error is not None:
             self.on_error(op, exc)
@@ -225,8 +242,8 @@ class Coalescer:
         return task
 
     @contextlib.asynccontextmanager
-    async def acquire(self, key: str) -> AsyncIterator[Flight]:
-        flight = await self._enter(key)
+    async def acquire(self, key: str, meta: Any = None) -> AsyncIterator[Flight]:
+        flight = await self._enter(key, meta)
         shared = flight._shared
         reason = "abandoned"
         try:
@@ -243,13 +260,13 @@ class Coalescer:
                 shared.close(None, FlightFailed("abandoned"))
                 self._forget(shared)
 
-    async def _enter(self, key: str) -> Flight:
+    async def _enter(self, key: str, meta: Any = None) -> Flight:
         shared = self._flights.get(key)
         if shared is not None and not shared.closed:
             shared.participants += 1
             self.stats.followers += 1
             return Flight(key, "follower", False, shared, self)
-        shared = _Shared(key)
+        shared = _Shared(key, meta=meta)
         shared.participants = 1
         self._flights[key] = shared
         if self.redis is None:
@@ -269,6 +286,7 @@ class Coalescer:
             flight._renew_task = self._spawn(self._renew_loop(flight))
             return flight
         self.stats.remote_followers += 1
+        shared.leading = False
         shared.task = self._spawn(self._wait_remote(shared))
         return Flight(key, "remote_follower", False, shared, self)
 

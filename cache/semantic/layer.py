@@ -7,6 +7,14 @@
     await layer.fill(found, response)                              # only for a complete answer
     await layer.apply_event({"type": "ProductSpecUpdated", ...})   # POST /admin/cache/events
 
+``tie(model, analysis, found)`` is what ties the request's *exact* cache entry to the entities its
+question names: the same tags an entry of its fingerprint would have (intent and slot values; with
+no intent when the fingerprint is incomplete, so any event about those values reaches it), and their
+epochs read before the answer is generated. The gateway stores the exact entry through
+``store.put`` with it, and coalesced followers compare their tie with their leader's. A request
+whose question the route cannot read, or in which no rule finds an intent or a slot value, has no
+tie: an event cannot reach its exact entry (TTL is then the only bound).
+
 ``Lookup.outcome`` is ``hit``, ``miss`` or ``bypass``; ``Lookup.reason`` the label of a bypass (an
 admission reason, a question-shape reason, a fingerprint's missing part, ``embedder_<reason>``).
 Nothing here raises on a backend failure: a store or embedder error is a bypass or a miss.
@@ -15,7 +23,7 @@ Nothing here raises on a backend failure: a store or embedder error is a bypass 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -26,7 +34,7 @@ from cache.semantic.fingerprint import question_key
 from cache.semantic.guards import veto
 from cache.semantic.invalidation import EventError, Removal
 from cache.semantic.route import Analysis, SemanticRoute
-from cache.semantic.store import Epochs, SemanticStore
+from cache.semantic.store import Epochs, Removed, SemanticStore
 from cache.semantic.tags import TagRef
 
 
@@ -48,11 +56,24 @@ class Lookup:
     candidate: Candidate | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Tie:
+    """The entity tags of one request and their epochs when it was read (``basis`` None: unreadable)."""
+
+    refs: tuple[TagRef, ...]
+    basis: Epochs | None
+
+    def touched(self, bumped: frozenset[tuple[str, str]]) -> bool:
+        """Whether an event that bumped these (tag, field) epochs invalidates this request's answer."""
+        return any((r.tag, r.field) in bumped for r in self.refs)
+
+
 @dataclass(slots=True)
 class EventResult:
-    removed: int
+    removed: int  # every layer's; -1: the store was unreachable
     tags: int
     ignored_fields: list[str]
+    by_layer: dict[str, int] = field(default_factory=dict)  # semantic, exact, in_flight
 
 
 def _bypass(reason: str, mode: str = "off") -> Lookup:
@@ -164,8 +185,21 @@ class SemanticLayer:
             self.indexes[found.model].add(found.partition, found.candidate)
         return result
 
-    async def apply_event(self, event: Mapping[str, Any]) -> EventResult:
-        """Remove the entries a business event makes wrong; ``EventError`` for an event no route maps."""
+    async def tie(self, model: str, analysis: Analysis, found: Lookup | None = None) -> Tie | None:
+        """The tie of this request's exact entry (see the module docstring); a semantic miss already
+        read it, anything else reads the epochs now. None: nothing ties the request to an entity."""
+        if found is not None and found.outcome == "miss" and found.basis is not None:
+            return Tie(found.refs, found.basis) if found.refs else None
+        fp = analysis.fingerprint
+        refs = self.routes[model].refs(fp) if fp is not None else ()
+        if not refs:
+            return None
+        return Tie(refs, await self.store.epochs(refs))
+
+    async def apply_event(self, event: Mapping[str, Any], in_flight: Iterable[Tie] = ()) -> EventResult:
+        """Remove the entries a business event makes wrong; ``EventError`` for an event no route maps.
+        ``in_flight``: the ties of this process's generations in flight, of which the result counts
+        those the event keeps out of the cache (their basis is outdated now)."""
         if not isinstance(event, Mapping):
             raise EventError("an event is a JSON object")
         kind = event.get("type")
@@ -181,5 +215,11 @@ class SemanticLayer:
             ignored |= plan.ignored_fields
             for rm in plan.removals:
                 removals.setdefault((rm.tag, rm.intents), rm)
-        removed = await self.store.remove(list(removals.values())) if removals else 0
-        return EventResult(removed, len({t for t, _ in removals}), sorted(ignored))
+        done = await self.store.remove(list(removals.values())) if removals else Removed()
+        tags = len({t for t, _ in removals})
+        if done is None:
+            return EventResult(-1, tags, sorted(ignored))
+        bumped = frozenset((rm.tag, f) for rm in removals.values() for f in rm.bump)
+        flying = sum(1 for t in in_flight if t.touched(bumped))
+        by_layer = {"semantic": done.semantic, "exact": done.exact, "in_flight": flying}
+        return EventResult(done.semantic + done.exact, tags, sorted(ignored), by_layer)

@@ -82,8 +82,8 @@ class SemanticRoute:
             return Analysis(Decision("bypass", q))
         text = self.normalize(q.raw)
         decision = self.admission.decide(text)
-        if not decision.allowed:
-            return Analysis(decision, q, text)
+        # A bypassed question still gets its fingerprint: it never keys a semantic entry (``key`` is
+        # None), but the entities it names tie the request's exact entry to their events.
         fp = fingerprint(
             text,
             lang="zh" if has_cjk(q.raw) else "en",
@@ -93,8 +93,9 @@ class SemanticRoute:
             fillers=self.fillers,
             max_residual_words=self.cfg.max_residual_words,
         )
-        guards = guard_features(q.raw, text, fp, self.negations) if self.negations is not None else None
-        return Analysis(decision, q, text, fp, guards)
+        if not decision.allowed or self.negations is None:
+            return Analysis(decision, q, text, fp)
+        return Analysis(decision, q, text, fp, guard_features(q.raw, text, fp, self.negations))
 
     def refs(self, fp: Fingerprint) -> tuple[TagRef, ...]:
         """The invalidation tags of an entry stored for this fingerprint."""

@@ -7,6 +7,10 @@ Layout (``{prefix}`` is the policy's ``redis.key_prefix``):
 * ``{prefix}:sc:t:{<tag>}``: the tag index, a hash entry key → intent;
 * ``{prefix}:sc:e:{<tag>}``: the tag's epochs, a hash intent → counter.
 
+Exact response-cache entries the policy's rules tie to an entity (``v1:`` keys) are put here as well:
+they land in the same ``{prefix}:rc:`` keyspace the exact cache's ``RedisStore`` reads, and their keys
+join the tag index beside the semantic ones, so one event removes both (counted apart by key shape).
+
 The two keys of one tag share a hash tag, so an event updates both in one Lua script on one Cluster
 slot; an entry's own key is alone in its slot, and everything that spans tags or entries is a pipeline
 of single-slot commands (which a Cluster client splits per node). Tag ids are HMACs: no slot value
@@ -14,7 +18,7 @@ of single-slot commands (which a Cluster client splits per node). Tag ids are HM
 ``epoch_ttl_s`` (longer than any entry can live, so a counter never resets under a live entry).
 
 Failures: a failed read is a miss (never a hit whose epochs could not be checked); a failed write is
-"not stored"; a failed removal returns -1 and the epoch check still refuses what it should have removed
+"not stored"; a failed removal returns None and the epoch check still refuses what it should have removed
 if the epoch bump went through (it runs first, in the same script).
 """
 
@@ -26,13 +30,15 @@ import redis.asyncio as aioredis
 
 from cache.entry import Entry
 from cache.semantic.invalidation import Removal
-from cache.semantic.store import Epochs, SemanticStats, get_current, stamp
+from cache.semantic.store import Epochs, Removed, SemanticStats, get_current, stamp
 from cache.semantic.tags import TagRef
 from cache.store import ErrorHook
 from cache.store_redis import REDIS_ERRORS, RedisStore, entry_key
 
-# KEYS[1] index. ARGV: entry key, intent, max members, ttl ms. 1 added, 0 full.
+# KEYS[1] index, KEYS[2] epochs. ARGV: entry key, intent, max members, ttl ms, the epoch the answer was
+# generated under. 1 added, 0 full, -1 stale (the epoch moved since: an event came during generation).
 _ADD = """
+if tonumber(redis.call('HGET', KEYS[2], ARGV[2]) or '0') ~= tonumber(ARGV[5]) then return -1 end
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 and redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[3]) then
   return 0
 end
@@ -114,10 +120,10 @@ class RedisSemanticStore:
         ttl_ms = max(1, int(ttl_s * 1000))
         try:
             async with self.redis.pipeline(transaction=False) as pipe:
-                for r in refs:
+                for r, epoch in zip(refs, basis[1:], strict=True):
                     await self._add(
-                        keys=[self._index_key(r.tag)],
-                        args=[key, r.field, self.max_entries_per_tag, ttl_ms],
+                        keys=[self._index_key(r.tag), self._epoch_key(r.tag)],
+                        args=[key, r.field, self.max_entries_per_tag, ttl_ms, epoch],
                         client=pipe,
                     )
                 added = await pipe.execute()
@@ -125,10 +131,10 @@ class RedisSemanticStore:
             self._failed("index", exc)
             self.stats.not_stored += 1
             return "error"
-        if not all(added):
-            await self._unindex(key, [r for r, ok in zip(refs, added, strict=True) if ok])
+        if not all(a == 1 for a in added):
+            await self._unindex(key, [r for r, a in zip(refs, added, strict=True) if a == 1])
             self.stats.not_stored += 1
-            return "tag_full"
+            return "stale_basis" if -1 in added else "tag_full"
         if not await self.entries.set(key, stamp(entry, refs, basis), ttl_s):
             self.stats.not_stored += 1
             return "too_large_or_error"
@@ -149,7 +155,8 @@ class RedisSemanticStore:
         except REDIS_ERRORS as exc:
             self._failed("unindex", exc)
 
-    async def remove(self, removals: Sequence[Removal]) -> int:
+    async def remove(self, removals: Sequence[Removal]) -> Removed | None:
+        """The entries ``removals`` reach, removed (semantic and exact apart); None when Redis failed."""
         try:
             doomed: list[bytes] = []
             for rm in removals:
@@ -158,14 +165,19 @@ class RedisSemanticStore:
                     keys=[self._index_key(rm.tag), self._epoch_key(rm.tag)],
                     args=[self.epoch_ttl_ms, len(rm.bump), *rm.bump, *wanted],
                 )
+            keys = [k.decode() for k in dict.fromkeys(doomed)]
             async with self.redis.pipeline(transaction=False) as pipe:
-                for k in dict.fromkeys(doomed):
-                    pipe.unlink(entry_key(self.prefix, k.decode()))
-                removed = sum(await pipe.execute())
+                for k in keys:
+                    pipe.unlink(entry_key(self.prefix, k))
+                gone = await pipe.execute()
         except REDIS_ERRORS as exc:
             self._failed("remove", exc)
-            return -1
-        self.stats.removed += removed
+            return None
+        removed = Removed()
+        for k, n in zip(keys, gone, strict=True):
+            if n:
+                removed.count(k)
+        self.stats.removed += removed.semantic + removed.exact
         return removed
 
     async def close(self) -> None:

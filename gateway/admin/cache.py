@@ -1,6 +1,7 @@
 """The response cache's admin endpoints: ``POST /admin/cache/purge`` drops one tenant's entries or one
-key; ``POST /admin/cache/events`` applies a business event to the semantic cache (removes exactly the
-entries whose fingerprints it touches, in every tenant)."""
+key; ``POST /admin/cache/events`` applies a business event to every cache layer (removes exactly the
+semantic entries whose fingerprints it touches and the exact entries the policy's rules tie to the
+same entities, in every tenant, and keeps the generations in flight out of the cache)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from aiohttp import web
 
 from cache.keys import tenant_tag
 from cache.semantic.invalidation import EventError
+from cache.semantic.layer import Tie
 from gateway.errors import GatewayError
 from gateway.process.process import PROCESS
 
@@ -45,7 +47,10 @@ MAX_EVENT_BYTES = 64 * 1024  # a business event is a small JSON object
 async def events(request: web.Request) -> web.Response:
     """Body: one event, e.g. ``{"type": "ProductSpecUpdated", "product_id": "...", "changed_fields":
     [...]}``; the policy's ``cache.semantic.events`` map its fields to slots and intents. Answers
-    ``{"removed", "tags", "ignored_fields"}``; 503 when the store is unreachable (resending is safe)."""
+    ``{"removed", "removed_by_layer", "tags", "ignored_fields"}`` (``removed``: the entries of every
+    layer; ``removed_by_layer``: ``semantic`` and ``exact`` entries, and ``in_flight``, this process's
+    coalesced generations that started before the event and will not be stored); 503 when the store
+    is unreachable (resending is safe)."""
     cache = request.app[PROCESS].state.cache
     if cache is None or cache.semantic is None:
         raise GatewayError(
@@ -61,7 +66,8 @@ async def events(request: web.Request) -> web.Response:
     except orjson.JSONDecodeError:
         raise GatewayError(400, "body must be a JSON event object", code="invalid_json") from None
     try:
-        result = await cache.semantic.apply_event(event)
+        flying = [t for t in cache.coalescer.leading() if isinstance(t, Tie)]
+        result = await cache.semantic.apply_event(event, flying)
     except EventError as exc:
         raise GatewayError(400, str(exc), param=exc.param, code="invalid_event") from None
     if result.removed < 0:
@@ -73,6 +79,12 @@ async def events(request: web.Request) -> web.Response:
         )
     metrics = request.app[PROCESS].metrics
     metrics.child(metrics.semantic_events, event["type"]).inc()
-    metrics.semantic_invalidated.inc(result.removed)
-    body = {"removed": result.removed, "tags": result.tags, "ignored_fields": result.ignored_fields}
+    for layer, n in result.by_layer.items():
+        metrics.child(metrics.semantic_invalidated, layer).inc(n)
+    body = {
+        "removed": result.removed,
+        "removed_by_layer": result.by_layer,
+        "tags": result.tags,
+        "ignored_fields": result.ignored_fields,
+    }
     return web.Response(body=orjson.dumps(body), content_type="application/json")

@@ -125,7 +125,8 @@ _SPECS: tuple[tuple[Any, ...], ...] = (
      "process started (stale serves are impossible by construction: docs/semantic-cache.md).", ()),
     ("semantic_events", Counter, "semantic_events_total", "Business events applied, by type.", ("type",)),
     ("semantic_invalidated", Counter, "semantic_invalidated_entries_total",
-     "Entries removed by business events.", ()),
+     "Answers business events invalidated, by layer: semantic and exact entries removed, and "
+     "in_flight generations kept out of the cache.", ("layer",)),
     ("semantic_similarity", Histogram, "semantic_similarity", "Cosine similarity of embedding-mode hits.",
      (), FRACTION_BUCKETS),
     # -- offline batches: the store's count (set at each scrape); the runner's counters are read from its

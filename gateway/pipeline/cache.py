@@ -13,10 +13,14 @@
    billed as a response-cache hit (ledger source ``semantic_cache``).
 4. A miss joins the key's flight: the leader goes upstream (within the key's bucket), followers get the
    leader's answer (streaming followers get its chunks as they arrive): ``x-cache: coalesced``. A failed
-   leader sends its followers upstream themselves.
+   leader sends its followers upstream themselves, and so does a leader whose entity epochs differ
+   from the follower's (a business event came in between: its answer predates the event).
 5. The leader stores the answer only if it completed normally, is small enough, and (bypass mode)
-   carries no PII, under its exact key and, when the semantic lookup missed, under its semantic key
-   (refused when a business event came while it was being generated). Errors are never stored.
+   carries no PII, under its exact key and, when the semantic lookup missed, under its semantic key.
+   When the semantic layer ties the request to entities (``SemanticLayer.tie``), the exact entry is
+   stored through the semantic store, indexed under those entities and stamped with the epochs read
+   before generation: refused when a business event came while it was being generated, removed by
+   the next event about them, refused at read if one came since. Errors are never stored.
 """
 
 from __future__ import annotations
@@ -49,7 +53,8 @@ from gateway.pipeline.relay import Relay
 from gateway.pipeline.stream_tap import StreamTap, is_usage_only
 
 if TYPE_CHECKING:
-    from cache.semantic.layer import Lookup, SemanticLayer
+    from cache.semantic.layer import Lookup, SemanticLayer, Tie
+    from cache.semantic.route import Analysis
     from gateway.process.cache_runtime import CacheRuntime
 
 
@@ -122,7 +127,6 @@ async def serve(ctx: RequestContext) -> web.StreamResponse:
         payload, mapping = mask_request(payload)
     key = cache_key(parsed.endpoint, payload, ctx.tenant.salt)  # type: ignore[union-attr]
 
-    semantic: Lookup | None = None
     if not control.no_cache:
         t0 = time.perf_counter()
         entry = await rt.store.get(key)
@@ -130,12 +134,19 @@ async def serve(ctx: RequestContext) -> web.StreamResponse:
         if entry is not None and control.accepts_age(entry.age_s()):
             ctx.source, ctx.age_s = "response_cache", entry.age_s()
             return await _answer_from(ctx, entry.response, mapping, "hit")
-        if rt.semantic is not None:
-            semantic = await _semantic_lookup(ctx, rt.semantic, payload)
-            found = semantic.entry if semantic is not None else None
+    semantic: Lookup | None = None
+    tie: Tie | None = None
+    layer = rt.semantic
+    analysis = layer.analyse(ctx.pool.name, parsed.endpoint, payload) if layer is not None else None
+    if layer is not None and analysis is not None:
+        if not control.no_cache:
+            semantic = await _semantic_lookup(ctx, layer, analysis)
+            found = semantic.entry
             if found is not None and control.accepts_age(found.age_s()):
                 ctx.source, ctx.age_s = "semantic_cache", found.age_s()
                 return await _answer_from(ctx, found.response, mapping, "semantic-hit")
+        # Read before the answer is generated: an event after this keeps the answer out of the cache.
+        tie = await layer.tie(ctx.pool.name, analysis, semantic)
 
     if cfg.fill_breaker.enabled:
         tripped = await rt.gate.breaker_check(key)
@@ -143,29 +154,30 @@ async def serve(ctx: RequestContext) -> web.StreamResponse:
             return await _fallback(ctx, cfg)
 
     if not cfg.coalescing.enabled:
-        return await _lead(ctx, rt, payload, mapping, key, cfg, control, None, semantic)
-    async with rt.coalescer.acquire(key) as flight:
+        return await _lead(ctx, rt, payload, mapping, key, cfg, control, None, semantic, tie)
+    async with rt.coalescer.acquire(key, tie) as flight:
         if flight.role == "leader":
-            return await _lead(ctx, rt, payload, mapping, key, cfg, control, flight, semantic)
-        try:
-            return await _follow(ctx, flight, mapping)
-        except FlightFailed:
-            pass
+            return await _lead(ctx, rt, payload, mapping, key, cfg, control, flight, semantic, tie)
+        outdated = flight.meta != tie
+        if not outdated:
+            try:
+                return await _follow(ctx, flight, mapping)
+            except FlightFailed:
+                pass
+    metrics = ctx.process.metrics
+    if outdated:
+        # A business event came between the leader's basis and ours: generate (and store) our own.
+        metrics.child(metrics.cache_bypass, "leader_outdated").inc()
+        return await _lead(ctx, rt, payload, mapping, key, cfg, control, None, semantic, tie)
     # The leader failed (its error is its own): go upstream ourselves, uncoalesced.
     ctx.cache = "miss"
-    metrics = ctx.process.metrics
     metrics.child(metrics.cache_bypass, "leader_failed").inc()
     return await forward(ctx, payload, mapping=mapping)
 
 
-async def _semantic_lookup(
-    ctx: RequestContext, layer: SemanticLayer, payload: dict[str, Any]
-) -> Lookup | None:
-    """The semantic layer's lookup for this request (None: no semantic cache for its model), counted."""
-    assert ctx.pool is not None and ctx.parsed is not None and ctx.tenant is not None
-    analysis = layer.analyse(ctx.pool.name, ctx.parsed.endpoint, payload)
-    if analysis is None:
-        return None
+async def _semantic_lookup(ctx: RequestContext, layer: SemanticLayer, analysis: Analysis) -> Lookup:
+    """The semantic layer's lookup for this request, counted."""
+    assert ctx.pool is not None and ctx.tenant is not None
     found = await layer.lookup(ctx.pool.name, analysis, ctx.tenant.salt)
     m = ctx.process.metrics
     m.child(m.semantic_requests, found.mode, found.outcome).inc()
@@ -193,6 +205,7 @@ async def _lead(
     control: CacheControl,
     flight: Flight | None,
     semantic: Lookup | None,
+    tie: Tie | None,
 ) -> web.StreamResponse:
     if cfg.key_bucket.enabled:
         admitted = await rt.gate.admit(key)
@@ -212,7 +225,7 @@ async def _lead(
     answer = await forward(ctx, payload, mapping=mapping, assemble=True, flight=flight)
     response = ctx.response if ctx.status == 200 else None
     if response is not None:
-        await _fill(ctx, rt, key, response, cfg, control, semantic)
+        await _fill(ctx, rt, key, response, cfg, control, semantic, tie)
     if flight is not None:
         if response is not None:
             await flight.finish(response)
@@ -229,6 +242,7 @@ async def _fill(
     cfg: CacheConfig,
     control: CacheControl,
     semantic: Lookup | None,
+    tie: Tie | None,
 ) -> bool:
     metrics = ctx.process.metrics
     ok, why = storable(response)
@@ -239,10 +253,17 @@ async def _fill(
         return False
     ttl = cfg.ttl_s if control.ttl_s is None else min(cfg.ttl_s, max(1, control.ttl_s))
     t0 = time.perf_counter()
-    stored = await rt.store.set(key, make_entry(response), ttl)
+    if tie is None or rt.semantic is None:
+        stored = await rt.store.set(key, make_entry(response), ttl)
+        why = "too_large_or_store_error"
+    elif tie.basis is None:  # the entity epochs were unreadable: an event could not reach the entry
+        stored, why = False, "store_error"
+    else:  # indexed under its entities and stamped with the epochs read before generation
+        why = await rt.semantic.store.put(key, make_entry(response), ttl, tie.refs, tie.basis)
+        stored = why == "stored"
     _store_seconds(ctx, "set", t0)
     if not stored:
-        metrics.child(metrics.cache_not_stored, "too_large_or_store_error").inc()
+        metrics.child(metrics.cache_not_stored, why).inc()
     if semantic is not None and semantic.outcome == "miss" and rt.semantic is not None:
         result = await rt.semantic.fill(semantic, response, control.ttl_s)
         if result != "stored":

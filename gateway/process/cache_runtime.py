@@ -26,7 +26,7 @@ from cache.coalesce import Coalescer
 from cache.semantic.embedder import Embedder
 from cache.semantic.layer import SemanticLayer
 from cache.semantic.route import SemanticRoute
-from cache.semantic.store import MemorySemanticStore, SemanticStore
+from cache.semantic.store import EntityCheckedStore, MemorySemanticStore, SemanticStore
 from cache.semantic.store_redis import RedisSemanticStore
 from cache.store import MemoryStore, ResponseStore
 from cache.store_redis import RedisStore
@@ -108,9 +108,11 @@ def build_semantic(
     redis: aioredis.Redis | None,
     errors: RedisErrorLog,
     pools: Callable[[], Mapping[str, Pool]],
+    exact: ResponseStore | None = None,
 ) -> tuple[SemanticLayer | None, aiohttp.ClientSession | None]:
     """The semantic layer of the models that have one (``None`` when none has), and the client
-    session its embedders share."""
+    session its embedders share. ``exact`` is the exact cache's store: the memory semantic store
+    keeps the exact entries it ties to entities there (in Redis both share one keyspace)."""
     sem = {m: c.semantic for m, c in configs.items() if c.enabled and c.semantic.mode != "off"}
     if not sem:
         return None, None
@@ -120,7 +122,8 @@ def build_semantic(
     cache = policy.cache
     store: SemanticStore
     if redis is not None and cache.store != "memory":
-        max_ttl = max(cfg.ttl_s or cache.ttl_s for cfg in sem.values())
+        # An epoch counter must outlive every entry stamped with it, the exact ones included.
+        max_ttl = max(*(cfg.ttl_s or cache.ttl_s for cfg in sem.values()), *(configs[m].ttl_s for m in sem))
         store = RedisSemanticStore(
             redis,
             key_prefix=policy.redis.key_prefix,
@@ -134,6 +137,7 @@ def build_semantic(
             max_bytes=cache.memory_max_bytes,
             max_entry_bytes=cache.max_entry_bytes,
             max_entries_per_tag=per_tag,
+            exact=exact if isinstance(exact, MemoryStore) else None,
         )
     session: aiohttp.ClientSession | None = None
     embedders: dict[str, Embedder] = {}
@@ -174,6 +178,7 @@ def build_cache_runtime(
     store: ResponseStore
     buckets: Buckets
     limiter_buckets: Buckets
+    configs = {m.name: cfg.for_model(m.name) for m in policy.models}
     if redis_client is not None:
         store = RedisStore(
             client=redis_client,
@@ -181,6 +186,12 @@ def build_cache_runtime(
             max_entry_bytes=cfg.max_entry_bytes,
             on_error=errors.hook("store"),
         )
+    else:
+        store = MemoryStore(max_bytes=cfg.memory_max_bytes, max_entry_bytes=cfg.max_entry_bytes)
+    semantic, session = build_semantic(policy, configs, secret, redis_client, errors, pools, store)
+    if semantic is not None:  # exact entries tied to entities are refused at read once an event came
+        store = EntityCheckedStore(store, semantic.store)
+    if redis_client is not None:
         coalescer = Coalescer(
             redis=redis_client,
             store=store,
@@ -199,7 +210,6 @@ def build_cache_runtime(
             on_error=errors.hook("limiter"),
         )
     else:
-        store = MemoryStore(max_bytes=cfg.memory_max_bytes, max_entry_bytes=cfg.max_entry_bytes)
         coalescer = Coalescer(follower_timeout_s=cfg.coalescing.follower_timeout_s)
         buckets = limiter_buckets = MemoryBuckets()
     gate = KeyGate(
@@ -215,6 +225,4 @@ def build_cache_runtime(
         request_burst=limits.request_burst,
         tokens_per_min=limits.tokens_per_min,
     )
-    configs = {m.name: cfg.for_model(m.name) for m in policy.models}
-    semantic, session = build_semantic(policy, configs, secret, redis_client, errors, pools)
     return CacheRuntime(configs, store, coalescer, gate, limiter, semantic, session)

@@ -109,7 +109,10 @@ async def test_paraphrases_hit_events_invalidate_tenants_stay_apart(
             async with s.post(gw.url + "/admin/cache/events", json=event, headers=admin) as r:
                 assert r.status == 200, await r.text()
                 result = await r.json()
-            assert result["removed"] == 2  # shop-a's and shop-b's iPhone 15 battery entries
+            # shop-a's and shop-b's iPhone 15 battery entries, and the exact entries of the requests
+            # that named the iPhone 15: both first questions and the comparison (which bypassed)
+            assert result["removed_by_layer"] == {"semantic": 2, "exact": 3, "in_flight": 0}
+            assert result["removed"] == 5
             async with s.post(gw.url + "/admin/cache/events", json={"type": "Nope"}, headers=admin) as r:
                 assert r.status == 400 and (await r.json())["error"]["param"] == "type"
             _, headers, _ = await post(ask("iPhone 15 battery life in hours?"))
@@ -125,6 +128,7 @@ async def test_paraphrases_hit_events_invalidate_tenants_stay_apart(
     assert 'prefix_gateway_semantic_bypass_total{reason="comparative"} 1.0' in metrics
     assert 'prefix_gateway_semantic_bypass_total{reason="missing_slot"} 1.0' in metrics
     assert 'prefix_gateway_semantic_events_total{type="ProductSpecUpdated"} 1.0' in metrics
-    assert "prefix_gateway_semantic_invalidated_entries_total 2.0" in metrics
+    assert 'prefix_gateway_semantic_invalidated_entries_total{layer="semantic"} 2.0' in metrics
+    assert 'prefix_gateway_semantic_invalidated_entries_total{layer="exact"} 3.0' in metrics
     assert rows["semantic_cache"].requests == 4  # billed as cache hits, under their own source
     assert rows["semantic_cache"].tokens.served_input > 0 and rows["semantic_cache"].cost_micros == 0

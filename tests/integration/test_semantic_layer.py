@@ -10,12 +10,15 @@ import pytest
 from aiohttp import web
 
 from bench.sim import SimConfig, start_replicas
+from cache.entry import make_entry
+from cache.keys import cache_key
 from cache.semantic.embedder import Embedder, EmbedderError
 from cache.semantic.layer import SemanticLayer
 from cache.semantic.route import SemanticRoute
-from cache.semantic.store import MemorySemanticStore, SemanticStore
+from cache.semantic.store import EntityCheckedStore, MemorySemanticStore, SemanticStore, stamp
 from cache.semantic.store_redis import RedisSemanticStore
-from cache.store_redis import connect
+from cache.store import MemoryStore
+from cache.store_redis import RedisStore, connect
 from config import load_policy
 from config.loader import example_path
 from config.semantic import EmbeddingConfig
@@ -115,6 +118,60 @@ async def test_an_answer_begun_before_an_event_is_never_served(store: SemanticSt
     )
     assert await layer.fill(found, answer("old spec")) == "stale_basis"
     assert (await ask(layer, QUESTIONS["iphone screen"])).outcome == "miss"
+
+
+@pytest.fixture(params=["memory", "redis"])
+async def stores(request: pytest.FixtureRequest) -> AsyncIterator[tuple[SemanticStore, EntityCheckedStore]]:
+    """A semantic store and the exact cache's store seen through it, as the cache runtime pairs them."""
+    if request.param == "memory":
+        exact = MemoryStore()
+        sem: SemanticStore = MemorySemanticStore(exact=exact)
+        yield sem, EntityCheckedStore(exact, sem)
+        return
+    client = connect(request.getfixturevalue("redis_url"))
+    sem = RedisSemanticStore(client, key_prefix="t")
+    yield sem, EntityCheckedStore(RedisStore(client=client, key_prefix="t"), sem)
+    await client.aclose()
+
+
+async def test_exact_entries_tied_to_an_entity_go_with_its_event(
+    stores: tuple[SemanticStore, EntityCheckedStore],
+) -> None:
+    sem, exact = stores
+    layer = SemanticLayer({MODEL: SemanticRoute(CFG, b"tags")}, sem)
+
+    async def tie_of(text: str) -> Any:
+        analysis = layer.analyse(MODEL, "chat", body(text))
+        assert analysis is not None
+        return await layer.tie(MODEL, analysis)
+
+    heavy, screen = "How heavy is the iPhone 15?", QUESTIONS["iphone screen"]
+    keys = {q: cache_key("chat", body(q), "salt-a") for q in (heavy, screen, "Tell me a joke.")}
+    assert await tie_of("Tell me a joke.") is None  # no rule finds anything: an untied entry
+    assert await exact.set(keys["Tell me a joke."], make_entry(answer("joke")), 60)
+    tied = {q: await tie_of(q) for q in (heavy, screen)}
+    for q, t in tied.items():
+        assert t is not None and t.refs and t.basis is not None
+        assert await sem.put(keys[q], make_entry(answer(q)), 60, t.refs, t.basis) == "stored"
+        assert (await exact.get(keys[q])) is not None
+    in_flight = await tie_of("What is the weight of the iPhone 15?")  # a generation under way
+
+    event = {"type": "ProductSpecUpdated", "product_id": "iphone15", "changed_fields": ["weight"]}
+    result = await layer.apply_event(event, [in_flight, tied[screen]])
+    assert result.by_layer == {"semantic": 0, "exact": 1, "in_flight": 1} and result.removed == 1
+    assert await exact.get(keys[heavy]) is None
+    assert await exact.get(keys[screen]) is not None and await exact.get(keys["Tell me a joke."]) is not None
+    # The generation under way may not store its answer, and an entry written with its outdated
+    # stamp anyway (the moment between a Redis fill's write and its own check) is refused at read.
+    assert await sem.put(keys[heavy], make_entry(answer("old")), 60, in_flight.refs, in_flight.basis) == (
+        "stale_basis"
+    )
+    assert await exact.inner.set(
+        keys[heavy], stamp(make_entry(answer("old")), in_flight.refs, in_flight.basis), 60
+    )
+    assert await exact.get(keys[heavy]) is None
+    assert sem.stats.stale == 1
+    assert await exact.inner.get(keys[heavy]) is None  # and dropped
 
 
 async def test_an_entry_the_index_lost_is_refused_once_its_event_comes(store: SemanticStore) -> None:

@@ -1,11 +1,20 @@
 """What a valid policy may still get wrong: warnings an operator should read before serving it.
 
-Pure: the policy only (the files it names are checked by ``gateway.process.preflight``).
+Pure: the policy (and, for the secret, the environment mapping given), never the files it names (checked
+by ``gateway.process.preflight``).
+
+The server secret: tenant salts, and through them every block hash, response-cache key and the
+``cache_salt`` sent to vLLM, derive from it. Processes with different secrets hash one prompt
+differently, so what they share (the Redis index stream, the Redis response cache) never matches: on
+the Mooncake conversation trace two ``--workers`` without one secret reached 0.179 hit against one
+process's 0.263 (0.68x; 0.263 against 0.266 with it). ``--workers N`` draws one for its workers; pods
+sharing Redis cannot, so ``serve`` refuses them and ``check-config`` warns.
 """
 
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Mapping
 
 from config.policy import Policy
 
@@ -34,3 +43,31 @@ def policy_warnings(policy: Policy) -> list[tuple[str, str]]:
             )
         )
     return out
+
+
+def shares_salted_state(policy: Policy) -> bool:
+    """True when processes of this policy share state through Redis (any ``redis.url``: the response
+    cache's keys and the shared index's hashes are salted): then they must share the server secret."""
+    return policy.redis.url is not None
+
+
+def secret_problem(policy: Policy, environ: Mapping[str, str]) -> tuple[str, str] | None:
+    """(path, message) when the policy shares Redis between pods and ``environ`` holds no server secret;
+    the message names the variable, never a value."""
+    name = policy.tenancy.secret_env
+    if not shares_salted_state(policy) or environ.get(name):
+        return None
+    index = policy.shared_index.enabled is True and policy.shared_index.transport != "local"
+    shared = [
+        what
+        for what, on in (("the response cache", policy.cache.enabled), ("the shared prefix index", index))
+        if on
+    ]
+    what = f": {' and '.join(shared)}" if shared else ""
+    return (
+        "tenancy.secret_env",
+        f"{name} is not set, and the policy shares state between pods through Redis (redis.url{what}): "
+        f"every pod must hash prompts with one "
+        f"server secret, or nothing one pod writes matches another's; serve refuses to start without it "
+        f"(export {name} with the same value in every pod)",
+    )

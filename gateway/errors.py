@@ -56,9 +56,19 @@ def error_body(message: str, type: str, param: str | None = None, code: str | No
 
 
 def error_response(err: GatewayError) -> web.Response:
+    try:
+        body = orjson.dumps(err.body())
+    except TypeError:  # a lone surrogate (a client's non-UTF-8 byte kept by surrogateescape) in the text
+        body = orjson.dumps(
+            error_body(_encodable(err.message), err.type, err.param and _encodable(err.param), err.code)
+        )
     return web.Response(
         status=err.status,
-        body=orjson.dumps(err.body()),
+        body=body,
         content_type="application/json",
         headers=err.headers,
     )
+
+
+def _encodable(text: str) -> str:
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")

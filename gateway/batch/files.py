@@ -22,6 +22,7 @@ import hashlib
 import os
 import re
 import time
+import unicodedata
 from collections.abc import AsyncIterable, Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -36,6 +37,14 @@ from gateway.errors import GatewayError
 UPLOAD_PURPOSES = frozenset({"batch"})
 RESULT_PURPOSE = "batch_output"
 _FILE_ID = re.compile(r"^file-[0-9a-f]{32}$")
+# Not in a filename: controls (C0, DEL, C1), format characters (bidi overrides that disguise a name),
+# surrogates (a non-UTF-8 byte aiohttp kept as one: unencodable in the JSON of the file object),
+# private use, line and paragraph separators.
+_NOT_IN_FILENAMES = frozenset({"Cc", "Cf", "Cs", "Co", "Zl", "Zp"})
+
+
+def printable(name: str) -> bool:
+    return not any(unicodedata.category(c) in _NOT_IN_FILENAMES for c in name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +104,7 @@ class FileStore:
                 param="purpose",
                 code="invalid_purpose",
             )
-        if not filename or len(filename) > lim.max_filename_chars or any(ord(c) < 32 for c in filename):
+        if not filename or len(filename) > lim.max_filename_chars or not printable(filename):
             raise GatewayError(
                 400,
                 f"filename must be 1 to {lim.max_filename_chars} printable characters",

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from bench.sim import SimConfig, start_replicas
 from bench.sim import cli as sim_cli
 from config import PolicyError, load_policy, parse_policy
-from config.checks import policy_warnings
+from config.checks import policy_warnings, secret_problem
 from config.loader import example_path
 from config.policy import ModelPoolConfig, Policy
 from config.routing import PolicyName
@@ -98,6 +98,8 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     try:
         policy = load_policy(args.file)
         warnings = check_files(policy, args.file, create=False) + policy_warnings(policy)
+        if (problem := secret_problem(policy, os.environ)) is not None:
+            warnings.append(problem)
     except PolicyError as err:
         print(err.render(), file=sys.stderr)
         return 1
@@ -170,6 +172,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except PolicyError as err:
         print(err.render(), file=sys.stderr)
         return 1
+    if (problem := secret_problem(policy, os.environ)) is not None:
+        print(f"error: {problem[0]}: {problem[1]}", file=sys.stderr)  # before any worker starts
+        return 1
     configure_logging(policy.server.log_level)
     for path, message in warnings + policy_warnings(policy):
         log.warning("policy warning", extra={"event": "policy_warning", "path": path, "warning": message})
@@ -177,7 +182,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if workers > 1:
         if policy.server.port == 0:
             raise SystemExit("--workers needs a fixed --port (every worker listens on it)")
-        return supervise(worker_argv(args._argv), workers)
+        return supervise(worker_argv(args._argv), workers, policy.tenancy.secret_env)
     worker = int(os.environ.get(WORKER_ENV, "0")) if args.reuse_port else 0
     return run_async(
         lambda: serve_until_signal(

@@ -165,10 +165,10 @@ async def attempt_once(
     try:
         try:
             await _with_adapter(ctx, decision)
-            url = decision.replica.url + ENDPOINTS[ctx.parsed.endpoint].path
-            resp = await ctx.state.upstream.open(url, body, {**headers, **ctx.propagate})
+            path = ENDPOINTS[ctx.parsed.endpoint].path
+            resp = await ctx.state.upstream.send(decision.replica, path, body, {**headers, **ctx.propagate})
             if resp.status in retries.on_status and not last:
-                raise AttemptFailed(f"status_{resp.status}", await _error_from_status(ctx, resp))
+                raise AttemptFailed(f"status_{resp.status}", await _error_from_status(ctx, decision, resp))
             return await relay(ctx, resp, how)
         except UpstreamFailure as failure:  # nothing reached the client yet
             failed = AttemptFailed(failure.kind, failure.to_gateway_error())
@@ -213,10 +213,12 @@ async def _with_adapter(ctx: RequestContext, decision: Decision) -> None:
         )
 
 
-async def _error_from_status(ctx: RequestContext, resp: aiohttp.ClientResponse) -> GatewayError:
+async def _error_from_status(
+    ctx: RequestContext, decision: Decision, resp: aiohttp.ClientResponse
+) -> GatewayError:
     """A retryable status: what the client gets if no other replica does better."""
     try:
-        data, _ = await ctx.state.upstream.read_answer(resp)
+        data, _ = await ctx.state.upstream.read_answer(decision.replica, resp)
     except UpstreamFailure:
         data = b""
     return replica_error(resp.status, data)

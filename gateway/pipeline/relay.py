@@ -78,7 +78,8 @@ async def _whole(
     resp: aiohttp.ClientResponse,
     rewrite: Callable[[dict[str, Any]], dict[str, Any]] | None,
 ) -> web.Response:
-    data, parsed = await ctx.state.upstream.read_answer(resp)
+    assert ctx.decision is not None
+    data, parsed = await ctx.state.upstream.read_answer(ctx.decision.replica, resp)
     await ctx.process.hooks.emit(Event.FIRST_BYTE, ctx)
     headers = relayed_headers(resp, ctx)
     if parsed is not None:
@@ -93,7 +94,8 @@ async def _whole(
 async def _stream(
     ctx: RequestContext, resp: aiohttp.ClientResponse, tap: StreamTap | None
 ) -> web.StreamResponse:
-    chunks = ctx.state.upstream.iter_chunks(resp)
+    assert ctx.decision is not None
+    chunks = ctx.state.upstream.stream(ctx.decision.replica, resp)
     # Read the first chunk before answering: until then a failure can still be retried elsewhere.
     first = await anext(chunks, b"")
     await ctx.process.hooks.emit(Event.FIRST_BYTE, ctx)

@@ -40,8 +40,14 @@ def derive_salt(secret: bytes, group_id: str) -> str:
     return base64.urlsafe_b64encode(mac).rstrip(b"=").decode("ascii")
 
 
+WORKERS_SECRET_ENV = "PREFIX_GATEWAY_WORKERS_SECRET"  # drawn by the --workers supervisor when the operator
+# set no secret: one for all its workers (their block hashes and cache salts must agree, or the placements
+# they share never match); never a pod's secret for state shared through Redis (each pod draws its own)
+
+
 def server_secret(cfg: TenancyConfig, *, required: bool) -> bytes:
-    """The salt secret from the environment; a random per-process one when allowed (single process)."""
+    """The salt secret from the environment. Unset: the one the ``--workers`` supervisor drew for its
+    workers, else a random one for this process, unless ``required`` (pods sharing Redis)."""
     value = os.environ.get(cfg.secret_env)
     if value:
         return value.encode("utf-8")
@@ -49,6 +55,13 @@ def server_secret(cfg: TenancyConfig, *, required: bool) -> bytes:
         raise RuntimeError(
             f"{cfg.secret_env} is not set: gateway pods sharing state (Redis) must share one server secret"
         )
+    drawn = os.environ.get(WORKERS_SECRET_ENV)
+    if drawn:
+        log.info(
+            "server secret not set; using the one the supervisor drew for its workers",
+            extra={"event": "secret_shared_by_workers", "env": cfg.secret_env},
+        )
+        return drawn.encode("utf-8")
     log.warning(
         "server secret not set; using a random one for this process",
         extra={"event": "secret_missing", "env": cfg.secret_env},

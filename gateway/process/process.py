@@ -31,6 +31,7 @@ from aiohttp import web
 from cache.advisor.advisor import Advisor
 from cache.redis_guard import BreakerState, RedisGuard
 from cache.store_redis import connect
+from config.checks import shares_salted_state
 from config.policy import Policy
 from gateway.batch.bridge import PoolFleet, request_path
 from gateway.batch.files import FileStore
@@ -110,7 +111,7 @@ class Process:
     async def open(self) -> None:
         policy, stack = self.initial, self._stack
         if self.secret is None:
-            self.secret = server_secret(policy.tenancy, required=policy.redis.url is not None)
+            self.secret = server_secret(policy.tenancy, required=shares_salted_state(policy))
         if policy.redis.url is not None:
             r = policy.redis
             guard = RedisGuard(

@@ -9,6 +9,12 @@ The kernel spreads new connections over the listening workers. State per worker:
 prefix index, breakers, admission; shared through Redis (when configured): response cache, coalescing,
 buckets, billing ledger; with ``shared_index.enabled``, placements (through Redis, or without it through
 the Unix sockets of a directory the supervisor creates for its workers, ``PREFIX_GATEWAY_SHARED_DIR``).
+The workers hash prompts with one server secret: the operator's (``tenancy.secret_env``), or when it is
+unset one the supervisor draws at start and hands every worker (a restarted one too) in
+``PREFIX_GATEWAY_WORKERS_SECRET``, never logged. Each worker drawing its own made their block hashes
+differ, so the placements they shared never matched: on the Mooncake conversation trace two workers
+reached 0.179 hit against one process's 0.263 (0.68x), and 0.263 with one secret. A drawn secret lives as
+long as the supervisor; pods sharing Redis need the operator's (``serve`` refuses them without it).
 Every worker serves the Files and Batches API (one job store on the host, or Redis); only worker 0
 runs batches, so one slot pool holds each replica's batch share (``Process.worker``).
 See docs/operations.md.
@@ -19,6 +25,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -29,6 +36,7 @@ from collections import deque
 from pathlib import Path
 
 from gateway.fleet.sharing.unix import ENV_DIR
+from gateway.pipeline.tenant import WORKERS_SECRET_ENV
 
 log = logging.getLogger("prefix_gateway")
 
@@ -75,23 +83,37 @@ def _die_with_parent() -> None:
         pass
 
 
-def _spawn(argv: list[str], index: int, shared_dir: str) -> subprocess.Popen[bytes]:
-    env = {ENV_DIR: shared_dir, **os.environ, WORKER_ENV: str(index)}
+def _spawn(argv: list[str], index: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    env = {**env, WORKER_ENV: str(index)}
     return subprocess.Popen([sys.executable, "-m", "gateway", *argv], env=env, preexec_fn=_die_with_parent)
 
 
-def supervise(argv: list[str], workers: int) -> int:
-    """Run ``workers`` workers until they all exit; the directory of their shared-index sockets lives
-    as long as this supervisor."""
+def workers_env(secret_env: str, shared_dir: str) -> dict[str, str]:
+    """The environment of every worker: this one, the shared-index directory, and when ``secret_env``
+    is unset one secret drawn here for all of them (the operator's, when set, is theirs already)."""
+    env = {ENV_DIR: shared_dir, **os.environ}
+    env.pop(WORKERS_SECRET_ENV, None)
+    if not os.environ.get(secret_env):
+        env[WORKERS_SECRET_ENV] = secrets.token_urlsafe(32)
+        log.warning(
+            "server secret not set; the workers share one drawn for this run",
+            extra={"event": "secret_drawn", "env": secret_env},
+        )
+    return env
+
+
+def supervise(argv: list[str], workers: int, secret_env: str) -> int:
+    """Run ``workers`` workers until they all exit; the directory of their shared-index sockets and a
+    secret drawn for them (``secret_env`` unset) live as long as this supervisor."""
     shared_dir = tempfile.mkdtemp(prefix="pgw-workers-")
     try:
-        return _supervise(argv, workers, shared_dir)
+        return _supervise(argv, workers, workers_env(secret_env, shared_dir))
     finally:
         shutil.rmtree(shared_dir, ignore_errors=True)
 
 
-def _supervise(argv: list[str], workers: int, shared_dir: str) -> int:
-    procs: list[subprocess.Popen[bytes]] = [_spawn(argv, i, shared_dir) for i in range(workers)]
+def _supervise(argv: list[str], workers: int, env: dict[str, str]) -> int:
+    procs: list[subprocess.Popen[bytes]] = [_spawn(argv, i, env) for i in range(workers)]
     restarts: list[deque[float]] = [deque(maxlen=MAX_RESTARTS) for _ in range(workers)]
     stopping = False
     pending: list[int] = []
@@ -131,7 +153,7 @@ def _supervise(argv: list[str], workers: int, shared_dir: str) -> int:
                 log.warning(
                     "worker died; restarting", extra={"event": "worker_restart", "worker": i, "code": code}
                 )
-                procs[i] = _spawn(argv, i, shared_dir)
+                procs[i] = _spawn(argv, i, env)
         time.sleep(POLL_S)
     codes = [p.returncode for p in procs]
     return 0 if all(c == 0 for c in codes) else 1

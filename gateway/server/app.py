@@ -6,8 +6,9 @@ layout advisor's observation, billing, tenant refunds, metrics and the access lo
 (``gateway.server.endpoints``) and the admin API (``gateway.admin``).
 
 One middleware does what every request needs, in this order: errors in the format of the API the path
-speaks (OpenAI's, Anthropic's on ``/v1/messages``) for anything that escapes (404, 405, an unexpected
-exception: never a crash); a POST body read within ``limits.body_timeout_s`` (but for file uploads,
+speaks (OpenAI's, Anthropic's on ``/v1/messages``) for anything that escapes (404, 405, a malformed
+body aiohttp refused while a handler read it: a 400 in fixed words, logged nowhere, since aiohttp's message
+holds the client's bytes; an unexpected exception: a 500, never a crash); a POST body read within ``limits.body_timeout_s`` (but for file uploads,
 which the handler streams); process admission for inference requests (at most
 ``limits.max_concurrent_requests`` at once, others queued, bounded).
 
@@ -21,6 +22,7 @@ import asyncio
 from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import BadHttpMessage
 
 from config.policy import Policy
 from gateway.admin.routes import add_admin_routes
@@ -29,7 +31,7 @@ from gateway.observability.metrics import GatewayMetrics
 from gateway.pipeline import advise, billing, dispatch, limits, observe
 from gateway.pipeline.protocols.openai import FRONTEND as OPENAI
 from gateway.process.process import PROCESS, Process, process_context
-from gateway.server.batch_api import STREAMED_PATHS
+from gateway.server.batch_api import STREAMED_PATHS, quiet_multipart_warnings
 from gateway.server.conn_guard import GatewayRunner, read_body_within
 from gateway.server.endpoints import FRONTEND_BY_PATH, INFERENCE_PATHS, add_public_routes
 
@@ -66,6 +68,8 @@ async def gateway_middleware(request: web.Request, handler):  # type: ignore[no-
         }.get(exc.status, exc.reason)
         headers = {"Allow": exc.headers["Allow"]} if "Allow" in exc.headers else None
         return error_response(GatewayError(exc.status, message, code=code, headers=headers))
+    except BadHttpMessage:  # a malformed body a handler read (its message holds the client's bytes)
+        return error_response(GatewayError(400, "malformed request body", code="invalid_request"))
     except asyncio.CancelledError:
         raise
     except Exception:
@@ -95,6 +99,7 @@ def create_app(
     )
     for install in HOOKS:
         install(process.hooks)
+    quiet_multipart_warnings()
     app = web.Application(middlewares=[gateway_middleware], client_max_size=policy.limits.max_body_bytes)
     app[PROCESS] = process
     add_public_routes(app, process)

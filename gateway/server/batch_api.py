@@ -19,15 +19,28 @@ the parts are read chunk by chunk, each within ``limits.body_timeout_s`` (a stal
 not a held connection), and the file store cuts it off at ``batch.limits.max_file_bytes`` and the
 tenant's quota. The ``openai`` client (httpx) writes the form fields before the file; a ``file`` part
 before ``purpose``, a part after ``file``, or an unknown field is a 400 and leaves nothing stored.
+
+A malformed body is a 400 ``invalid_multipart`` whatever is wrong with it: a part header line without a
+colon, a control character or a non-UTF-8 byte in a header, a header line over aiohttp's 16 KiB, too many
+headers in a part, no closing boundary. aiohttp raises ``BadHttpMessage`` (``InvalidHeader``,
+``LineTooLong``) or ``ValueError`` for these, with the client's bytes in the message: the answer names the
+fault in fixed words, and nothing is logged (it was once a 500 and a traceback holding those bytes). A
+bad ``Content-Disposition`` makes aiohttp warn with the raw header (a ``RuntimeWarning`` on stderr, once
+per distinct text: the client's bytes, and a warnings registry growing with each); those two warnings are
+ignored (``quiet_multipart_warnings``), the part is refused on its own terms (no name: 400).
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
+import warnings
 from collections.abc import AsyncIterator
 
 import orjson
 from aiohttp import BodyPartReader, web
+from aiohttp.http_exceptions import BadHttpMessage, LineTooLong
+from aiohttp.multipart import BadContentDispositionHeader, BadContentDispositionParam
 
 from gateway.batch.service import BatchService
 from gateway.errors import GatewayError, error_response
@@ -41,6 +54,41 @@ _CHUNK = 1 << 16
 _FIELD_BYTES = 256  # a form field (purpose) longer than this is not one we know
 _MULTIPART_SLACK = 64 * 1024  # part headers and boundaries beyond the file's own bytes
 _MAX_FILES_LISTED, _MAX_BATCHES_LISTED = 10_000, 100
+_FIELD_NAME = re.compile(r"^[A-Za-z0-9_.\-\[\]]{1,64}$")  # a form field name we may echo back as ``param``
+
+
+def quiet_multipart_warnings() -> None:
+    """Ignore aiohttp's warnings about a bad ``Content-Disposition`` (their text is the client's header)."""
+    warnings.filterwarnings("ignore", category=BadContentDispositionHeader)
+    warnings.filterwarnings("ignore", category=BadContentDispositionParam)
+
+
+def _malformed(exc: Exception) -> GatewayError:
+    """A 400 for what aiohttp's multipart reader refused, in fixed words (its message holds the bytes)."""
+    if isinstance(exc, LineTooLong):
+        message = "malformed multipart body: a part header line is too long"
+    elif isinstance(exc, BadHttpMessage):
+        message = (
+            "malformed multipart body: a part header is invalid (a line without a colon, a control "
+            "character, too many headers)"
+        )
+    else:
+        message = "malformed multipart body"
+    return _bad(message, code="invalid_multipart")
+
+
+def _unknown_field(name: str | None) -> GatewayError:
+    if name is None:
+        return _bad(
+            "a form part without a name (Content-Disposition: form-data; name=...)",
+            code="invalid_multipart",
+        )
+    shown = name if _FIELD_NAME.match(name) else None
+    return _bad(
+        f"unsupported form field {shown!r}" if shown else "unsupported form field",
+        shown,
+        "unknown_parameter",
+    )
 
 
 def _service(request: web.Request) -> tuple[BatchService, str]:
@@ -88,6 +136,8 @@ async def _chunks(part: BodyPartReader, idle_s: float) -> AsyncIterator[bytes]:
                 chunk = await part.read_chunk(_CHUNK)
         except TimeoutError:
             raise GatewayError(408, "upload not received in time", code="request_timeout") from None
+        except (BadHttpMessage, ValueError) as exc:
+            raise _malformed(exc) from None
         if not chunk:
             return
         yield chunk
@@ -132,16 +182,16 @@ async def _upload(request: web.Request) -> web.Response:
         )
     try:
         reader = await request.multipart()
-    except (AssertionError, ValueError):
-        raise _bad("malformed multipart body", code="invalid_multipart") from None
+    except (AssertionError, ValueError) as exc:
+        raise _malformed(exc) from None
     purpose: str | None = None
     stored = None
     try:
         while True:
             try:
                 part = await reader.next()
-            except ValueError:
-                raise _bad("malformed multipart body", code="invalid_multipart") from None
+            except (BadHttpMessage, ValueError) as exc:
+                raise _malformed(exc) from None
             if part is None:
                 break
             if stored is not None or not isinstance(part, BodyPartReader):
@@ -153,7 +203,7 @@ async def _upload(request: web.Request) -> web.Response:
                     raise _bad("'purpose' must come before 'file' in the form", "purpose")
                 stored = await service.files.upload(tenant, part.filename or "", purpose, _chunks(part, idle))
             else:
-                raise _bad(f"unsupported form field {part.name!r}", part.name, "unknown_parameter")
+                raise _unknown_field(part.name)
     except BaseException:
         if stored is not None:
             await service.files.delete(tenant, stored.id)

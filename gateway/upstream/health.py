@@ -15,7 +15,11 @@ would be wrong; they are re-registered (empty) when it comes back, the precise o
 next event batch. A drained replica keeps them: it is alive, only taking no new work.
 
 Records are keyed by the replica's base URL (one physical server may serve several pools), and
-labelled in metrics by replica id. The ``FleetHealth`` object outlives reloads: the new state's pools
+labelled in metrics by replica id. An attempt finds its record from the routing decision's replica
+(``ObservedUpstream`` takes the ``ReplicaState``, whose URL is the key), never from the request URL: a
+lookup by parsing the path before ``/v1/`` missed every endpoint without that prefix (``/tokenize``,
+``/detokenize``, ``/pooling``, ``/classify``), whose attempts then neither fed nor obeyed the breaker
+[``test_the_breaker_counts_and_stops_every_endpoint``]. The ``FleetHealth`` object outlives reloads: the new state's pools
 are attached to the same records, so a reload does not reset breakers or drains.
 """
 
@@ -61,12 +65,6 @@ class ReplicaHealth:
     @property
     def routable(self) -> bool:
         return self.active_ok and not self.drained and self.breaker.allows_routing
-
-
-def base_url_of(url: str) -> str:
-    """The replica base URL of a request URL (``base + /v1/...``)."""
-    head, sep, _ = url.rpartition("/v1/")
-    return head if sep else url
 
 
 class FleetHealth:
@@ -274,42 +272,48 @@ class ObservedUpstream(Upstream):
 
     Sits where failures are seen, so the proxy's attempt loop needs no breaker code: a refused
     attempt raises ``UpstreamFailure("breaker_open")`` before any byte is sent, which the loop retries
-    on another replica like any failure before the first byte.
+    on another replica like any failure before the first byte. Every method takes the decision's
+    replica: its record is found by that, whatever the endpoint's path.
     """
 
     fleet: FleetHealth | None = None
 
-    async def open(self, url: str, body: bytes, headers: dict[str, str]) -> aiohttp.ClientResponse:
-        fleet = self.fleet
+    async def send(
+        self, replica: ReplicaState, path: str, body: bytes, headers: dict[str, str]
+    ) -> aiohttp.ClientResponse:
+        """POST ``path`` to ``replica`` (``Upstream.open``), behind its breaker."""
+        url = replica.url + path
+        fleet, key = self.fleet, replica.url
         if fleet is None:
             return await Upstream.open(self, url, body, headers)
-        base = base_url_of(url)
-        if not fleet.before_send(base):
+        if not fleet.before_send(key):
             raise UpstreamFailure("breaker_open", "the replica's circuit breaker is open")
         try:
             resp = await Upstream.open(self, url, body, headers)
         except UpstreamFailure:
-            fleet.failed(base, "transport")
+            fleet.failed(key, "transport")
             raise
         except BaseException:
-            fleet.abandoned(base)  # cancelled (client went away): no verdict, but free a probe slot
+            fleet.abandoned(key)  # cancelled (client went away): no verdict, but free a probe slot
             raise
         if resp.status >= 500:
-            fleet.failed(base, "status")
+            fleet.failed(key, "status")
         else:
-            fleet.answered(base)
+            fleet.answered(key)
         return resp
 
-    async def read_answer(self, resp: aiohttp.ClientResponse) -> tuple[bytes, dict[str, Any] | None]:
+    async def read_answer(
+        self, replica: ReplicaState, resp: aiohttp.ClientResponse
+    ) -> tuple[bytes, dict[str, Any] | None]:
         """The whole body, and the answer parsed (the one parse of a whole answer) when it is a 200
         JSON object. A 200 JSON answer that does not parse is a failure of the replica (retried
         elsewhere by the attempt loop, since nothing reached the client yet)."""
-        url = base_url_of(str(resp.url))
+        key = replica.url
         try:
             data = await self.read_all(resp)
         except UpstreamFailure:
             if self.fleet is not None:
-                self.fleet.failed(url, "transport")
+                self.fleet.failed(key, "transport")
             raise
         parsed: dict[str, Any] | None = None
         declared = resp.content_type == "application/json"
@@ -319,21 +323,22 @@ class ObservedUpstream(Upstream):
             except orjson.JSONDecodeError:
                 if declared:
                     if self.fleet is not None:
-                        self.fleet.failed(url, "transport")
+                        self.fleet.failed(key, "transport")
                     raise UpstreamFailure("protocol", "the replica answered invalid JSON") from None
                 value = None
             parsed = value if isinstance(value, dict) else None
         if self.fleet is not None and resp.status < 500:
-            self.fleet.completed(url)
+            self.fleet.completed(key)
         return data, parsed
 
-    async def iter_chunks(self, resp: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
+    async def stream(self, replica: ReplicaState, resp: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
+        """``Upstream.iter_chunks``, a broken or silent stream counted against ``replica``."""
         try:
             async for chunk in Upstream.iter_chunks(self, resp):
                 yield chunk
         except UpstreamFailure:
             if self.fleet is not None:
-                self.fleet.failed(base_url_of(str(resp.url)), "transport")
+                self.fleet.failed(replica.url, "transport")
             raise
         if self.fleet is not None:
-            self.fleet.completed(base_url_of(str(resp.url)))
+            self.fleet.completed(replica.url)

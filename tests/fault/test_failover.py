@@ -8,12 +8,13 @@ import time
 
 import aiohttp
 import orjson
+import pytest
 
 from bench.procs import free_port
 from bench.sim import SimConfig
 from bench.sim.fleet import start_replica
 from tests.fault.support import ADMIN_TOKEN, admin_replicas, chat, gateway_with, post, wait_for
-from tests.support.stack import policy_for, sim_faults, sim_fleet
+from tests.support.stack import policy_for, sim_faults, sim_fleet, sim_requests
 
 NO_HEALTH = {"enabled": False}
 
@@ -318,3 +319,33 @@ async def test_ready_does_not_count_a_half_open_breaker_before_an_active_check_p
                     return r.status == 200
 
             await wait_for(ready, timeout=3)
+
+
+PASSTHROUGH = {  # every endpoint that is not generation, with a body the simulator answers
+    "/tokenize": {"prompt": "hello world"},
+    "/detokenize": {"tokens": [1, 2, 3]},
+    "/pooling": {"input": ["x", "y"]},
+    "/classify": {"input": "great"},
+    "/v1/rerank": {"query": "q", "documents": ["a", "b"]},
+    "/v1/score": {"text_1": "q", "text_2": ["a"]},
+    "/v1/embeddings": {"input": "x"},
+}
+
+
+@pytest.mark.parametrize("path", list(PASSTHROUGH))
+async def test_the_breaker_counts_and_stops_every_endpoint(path: str) -> None:
+    """r0 answers 503 to everything: its breaker opens after ``status_failures`` answers of this
+    endpoint alone (health checks off, nothing else sent), and no request of it reaches r0 after that;
+    every client is answered by r1 (503 is retried)."""
+    async with sim_fleet(2) as fleet:
+        await sim_faults(fleet.urls[0], {"fail_status": 503})
+        policy = policy_for(
+            fleet.urls, health=NO_HEALTH, breaker={"status_failures": 2, "open_s": 60.0, "max_open_s": 60.0}
+        )
+        async with gateway_with(policy) as gw, aiohttp.ClientSession() as s:
+            for _ in range(8):  # round robin: r0 gets every other first attempt while it may
+                async with s.post(gw.url + path, json={"model": "sim-llama", **PASSTHROUGH[path]}) as r:
+                    assert r.status == 200, await r.text()
+            record = gw.process.fleet.get(fleet.urls[0])
+            assert record is not None and record.breaker.state == "open"
+            assert len(await sim_requests(fleet.urls[0])) == 2  # the two that opened it, then none

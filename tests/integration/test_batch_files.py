@@ -1,13 +1,18 @@
-"""The batch file store on a real directory: OpenAI file objects, tenant isolation, named limits."""
+"""The batch file store on a real directory: OpenAI file objects, tenant isolation, named limits; and\nmalformed multipart uploads sent byte for byte to a real gateway process."""
 
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import httpx
+import orjson
 import pytest
+import yaml
 
+from bench.procs import running, start_gateway, start_sim
 from config.batch import BatchLimitsConfig
 from gateway.batch.files import FileStore
 from gateway.batch.objects import result_file_id
@@ -96,7 +101,7 @@ async def test_limits_cut_an_upload_off_and_leave_nothing_behind(tmp_path: Path)
     with pytest.raises(GatewayError) as err:
         await store.upload("globex", "x.jsonl", "fine-tune", chunks(b"x"))
     assert (err.value.status, err.value.param) == (400, "purpose")
-    for name in ("", "a\nb", "n" * 256):
+    for name in ("", "a\nb", "n" * 256, "a\x7fb", "a\x85b", "a\u202egpj.exe", "a\udcffb"):
         with pytest.raises(GatewayError) as err:
             await store.upload("globex", name, "batch", chunks(b"x"))
         assert (err.value.status, err.value.code) == (400, "invalid_filename")
@@ -141,3 +146,107 @@ async def test_a_failed_upload_stream_leaves_no_file(tmp_path: Path) -> None:
         await store.upload("acme", "in.jsonl", "batch", broken())
     assert (await store.list("acme"))[0] == [] and leftovers(tmp_path) == []
     assert os.listdir(tmp_path)  # the tenant directory exists, empty of files
+
+
+# -- malformed multipart over a real socket, against a real gateway process ---------------------------------
+
+BOUNDARY = b"pgw-boundary"
+
+
+def _part(headers: bytes, content: bytes) -> bytes:
+    return b"--" + BOUNDARY + b"\r\n" + headers + b"\r\n\r\n" + content + b"\r\n"
+
+
+_PURPOSE = _part(b'Content-Disposition: form-data; name="purpose"', b"batch")
+_END = b"--" + BOUNDARY + b"--\r\n"
+
+
+def _file(disposition: bytes) -> bytes:
+    return _PURPOSE + _part(b"Content-Disposition: form-data; " + disposition, b"{}\n") + _END
+
+
+# Each carries a marker (CLIENTBYTES0, ...) where the client's bytes are: no log line may hold one.
+MALFORMED: dict[str, bytes] = {
+    "a header line without a colon": _part(b'Content-Disposition form-data; name="CLIENTBYTES0"', b"batch")
+    + _END,
+    "a filename with \\x01": _file(b'name="file"; filename="CLIENTBYTES1-\x01.jsonl"'),
+    "a field name with \\x7f": _part(b'Content-Disposition: form-data; name="CLIENTBYTES2\x7f"', b"batch")
+    + _END,
+    "a 200 KB part header": _part(
+        b'Content-Disposition: form-data; name="purpose"\r\nX-CLIENTBYTES3: ' + b"A" * 200_000, b"batch"
+    )
+    + _END,
+    "a 200 KB Content-Disposition": _file(
+        b'name="file"; filename="CLIENTBYTES4' + b"A" * 200_000 + b'.jsonl"'
+    ),
+    "a NUL in a filename": _file(b'name="file"; filename="CLIENTBYTES5\x00.jsonl"'),
+    "5,000 part headers": _part(
+        b'Content-Disposition: form-data; name="purpose"\r\n'
+        + b"\r\n".join(b"X-CLIENTBYTES6-%d: y" % i for i in range(5000)),
+        b"batch",
+    )
+    + _END,
+    "a filename that is not UTF-8": _file(b'name="file"; filename="CLIENTBYTES7-\xff.jsonl"'),
+    "a field name that is not UTF-8": _part(
+        b'Content-Disposition: form-data; name="CLIENTBYTES8\xff"', b"batch"
+    )
+    + _END,
+    "a DEL in an encoded filename": _file(b"name=\"file\"; filename*=utf-8''CLIENTBYTES9%7f.jsonl"),
+    "a C1 control in an encoded filename": _file(
+        b"name=\"file\"; filename*=utf-8''CLIENTBYTES10%c2%85.jsonl"
+    ),
+    "a broken encoded filename": _file(b"name=\"file\"; filename*=utf-8''CLIENTBYTES11%01%ff.jsonl"),
+    "a broken Content-Disposition": _part(b'Content-Disposition: ;;;"CLIENTBYTES12', b"batch") + _END,
+    "a part without Content-Disposition": _part(b"X-CLIENTBYTES13: b", b"batch") + _END,
+    "no closing boundary": _PURPOSE
+    + _part(b'Content-Disposition: form-data; name="file"; filename="CLIENTBYTES14"', b"{}")[:-2],
+}
+
+
+def _raw_upload(url: str, body: bytes) -> tuple[int, bytes]:
+    """POST /v1/files with exactly these bytes (no client library in between); (status, body)."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    head = (
+        b"POST /v1/files HTTP/1.1\r\nHost: gw\r\nConnection: close\r\n"
+        b"Content-Type: multipart/form-data; boundary=" + BOUNDARY + b"\r\n"
+        b"Content-Length: %d\r\n\r\n" % len(body)
+    )
+    with socket.create_connection((host, int(port)), timeout=20) as s:
+        s.sendall(head + body)
+        answer = b""
+        while chunk := s.recv(1 << 16):
+            answer += chunk
+    status_line, _, rest = answer.partition(b"\r\n")
+    return int(status_line.split()[1]), rest.partition(b"\r\n\r\n")[2]
+
+
+def test_every_malformed_upload_is_a_400_in_openais_shape_and_no_log_holds_its_bytes(tmp_path: Path) -> None:
+    sim, urls = start_sim(1)
+    policy = {
+        "models": [{"name": "sim-llama", "replicas": [{"url": urls[0]}]}],
+        "billing": {"ledger": {"path": ":memory:"}},
+        "batch": {"enabled": True, "dir": str(tmp_path / "files"), "sqlite_path": str(tmp_path / "jobs.db")},
+        "server": {"access_log": True, "log_level": "debug"},
+    }
+    path = tmp_path / "policy.yaml"
+    path.write_text(yaml.safe_dump(policy))
+    log = tmp_path / "gateway.log"
+    with running(sim):
+        gw = start_gateway(["--config", str(path)], log_path=str(log))
+        with running(gw):
+            answers = {name: _raw_upload(gw.url, body) for name, body in MALFORMED.items()}
+            assert {name: a for name, a in answers.items() if a[0] != 400} == {}
+            for name, (_, answer) in answers.items():
+                error = orjson.loads(answer)["error"]
+                assert set(error) == {"message", "type", "param", "code"}, name
+                assert error["type"] == "invalid_request_error" and error["code"], (name, error)
+            # The gateway still serves a well-formed upload, and kept none of the malformed ones.
+            status, answer = _raw_upload(gw.url, _file(b'name="file"; filename="good.jsonl"'))
+            assert status == 200 and orjson.loads(answer)["filename"] == "good.jsonl", answer
+            listed = httpx.get(gw.url + "/v1/files").json()["data"]
+            assert [f["filename"] for f in listed] == ["good.jsonl"]
+            assert gw.popen.poll() is None
+    text = log.read_text(errors="replace")
+    assert "Traceback" not in text and "internal_error" not in text
+    for marker in ("CLIENTBYTES", "A" * 64):
+        assert marker not in text, f"the log holds the client's bytes:\n{text[-3000:]}"

@@ -3,16 +3,19 @@ the simulator's replicas, real sockets."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
 from pathlib import Path
 
 import httpx
+import pytest
 import redis
 import yaml
 
-from bench.procs import Proc, free_port, running, start_gateway, start_sim
+from bench.procs import Proc, free_port, running, start_gateway, start_sim, wait_http
+from gateway.pipeline.tenant import WORKERS_SECRET_ENV
 from tests.support.redis_server import RedisServer
 
 ENV = {"PREFIX_GATEWAY_SECRET": "one-secret-for-every-pod"}
@@ -195,3 +198,98 @@ def test_workers_on_one_port_share_placements_without_redis(tmp_path: Path) -> N
             with httpx.Client(timeout=10) as client:
                 seen.add(sent(client, gw.url, {**follow, "max_tokens": 1}))
         assert {(replica, matched > 400) for replica, matched in seen} == {(first, True)}
+
+
+def served(client: httpx.Client, metrics_urls: list[str]) -> list[float]:
+    """Requests each worker answered so far (its own metrics listener: worker i on metrics_port + i)."""
+    out = []
+    for url in metrics_urls:
+        text = client.get(url + "/metrics").text
+        out.append(
+            sum(
+                float(x.split()[-1])
+                for x in text.splitlines()
+                if x.startswith("prefix_gateway_requests_total{")
+            )
+        )
+    return out
+
+
+def sent_by_worker(
+    client: httpx.Client, url: str, metrics_urls: list[str], body: dict
+) -> tuple[int, str, int]:
+    """(worker, replica, matched tokens) of one request on a new connection: the worker whose request
+    count rose (requests are sent one at a time; bounded wait for the count, written after the answer)."""
+    before = served(client, metrics_urls)
+    with httpx.Client(timeout=10) as fresh:  # a new connection: the kernel picks the worker
+        replica, matched = sent(fresh, url, body)
+    deadline = time.monotonic() + 10
+    while True:
+        after = served(client, metrics_urls)
+        rose = [i for i, (a, b) in enumerate(zip(after, before, strict=True)) if a > b]
+        if len(rose) == 1 and sum(after) == sum(before) + 1:
+            return rose[0], replica, matched
+        assert time.monotonic() < deadline, (before, after)
+        time.sleep(0.02)
+
+
+def test_workers_without_a_secret_share_one_so_a_placement_of_one_is_used_by_the_other(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The README's quick start (``--replica`` flags, no PREFIX_GATEWAY_SECRET) with ``--workers 2``:
+    the supervisor draws one secret for its workers, so their block hashes agree and a conversation's
+    first turn through one worker is a prefix hit through the other."""
+    monkeypatch.delenv("PREFIX_GATEWAY_SECRET", raising=False)  # the gateway inherits this environment
+    sim, urls = start_sim(4, extra=["--speed", "0"])
+    replicas = [a for u in urls for a in ("--replica", u)]
+    log = tmp_path / "gateway.log"
+    # TMPDIR: the supervisor's socket directory (pgw-workers-*) lands where the test can see both sockets
+    gw = start_gateway(
+        [*replicas, "--no-cache", "--workers", "2"], env={"TMPDIR": str(tmp_path)}, log_path=str(log)
+    )
+    with running(gw, sim):
+        assert gw.metrics_url is not None
+        port = int(gw.metrics_url.rsplit(":", 1)[1])
+        metrics_urls = [f"http://127.0.0.1:{port + i}" for i in range(2)]
+        deadline = time.monotonic() + 60
+        while len(list(tmp_path.glob("pgw-workers-*/*.sock"))) < 2:
+            assert time.monotonic() < deadline, (
+                "a worker never opened its socket:\n" + log.read_text()[-4000:]
+            )
+            time.sleep(0.05)
+        with httpx.Client(timeout=10) as client:
+            for url in metrics_urls:
+                wait_http(url + "/metrics", proc=gw.popen)
+            warm_unevenly(client, gw.url)
+            first_worker, first, matched = sent_by_worker(
+                client, gw.url, metrics_urls, chat("Workers, no secret: the first day?")
+            )
+            assert matched == 0
+            follow = {**chat("Workers, no secret: the first day?", "And the second?"), "max_tokens": 1}
+            other: list[tuple[str, int]] = []
+            for _ in range(60):  # until the other worker answered three follow-ups (2^-60: never all one)
+                worker, replica, matched = sent_by_worker(client, gw.url, metrics_urls, follow)
+                if worker != first_worker:
+                    other.append((replica, matched))
+                if len(other) == 3:
+                    break
+            assert len(other) == 3, "the kernel never chose the other worker"
+            # Within a flush and a datagram (about 20 ms) the other worker knows the placement: every
+            # one of its follow-ups lands on the first turn's replica with the prefix matched.
+            assert {(replica, matched > 400) for replica, matched in other} == {(first, True)}, other
+            drawn = {worker_env(pid).get(WORKERS_SECRET_ENV) for pid in worker_pids(log)}
+        assert len(drawn) == 1 and None not in drawn, "the workers were not given one secret"
+    text = log.read_text()
+    assert "secret_missing" not in text  # no worker fell back to a random secret of its own
+    assert "secret_drawn" in text and drawn.pop() not in text  # the supervisor says so, never the value
+
+
+def worker_pids(log: Path) -> list[int]:
+    """The workers' pids from the supervisor's ``workers`` log line."""
+    lines = [json.loads(x) for x in log.read_text().splitlines() if x.startswith("{")]
+    return next(x["pids"] for x in lines if x.get("event") == "workers")
+
+
+def worker_env(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes().decode("utf-8", "replace")
+    return dict(kv.split("=", 1) for kv in raw.split("\0") if "=" in kv)

@@ -7,7 +7,7 @@ from prometheus_client import CollectorRegistry
 from config.policy import BreakerConfig, RoutingConfig
 from gateway.observability.metrics import GatewayMetrics
 from gateway.upstream.breaker import Breaker
-from gateway.upstream.health import FleetHealth, base_url_of
+from gateway.upstream.health import FleetHealth
 from router.exact_index import ExactIndex
 from router.pool import PoolRouter
 from router.replica import ReplicaState
@@ -143,11 +143,6 @@ def test_half_open_admits_one_probe_then_closes() -> None:
     assert fleet.before_send(r0.url)
     fleet.answered(r0.url)
     assert fleet.get(r0.url).breaker.state == "closed"  # type: ignore[union-attr]
-
-
-def test_base_url_of() -> None:
-    assert base_url_of("http://h:1/v1/chat/completions") == "http://h:1"
-    assert base_url_of("http://h:1/v1/v1/completions") == "http://h:1/v1"
 
 
 def test_ejection_purges_the_precise_index_as_it_drops_the_approximate_one() -> None:

@@ -11,10 +11,16 @@ import pytest
 
 from config import PolicyError, load_policy, parse_policy
 from config.loader import EXAMPLES_DIR
+from tests.support.ports import free_port
 
 EXAMPLES = sorted(EXAMPLES_DIR.glob("*.yaml"))
 # What an operator exports before using the examples (no example carries a credential of its own).
-EXAMPLE_ENV = {"TEAM_SEARCH_KEY_SHA256": "a" * 64, "TEAM_ADS_KEY_SHA256": "b" * 64}
+# PREFIX_GATEWAY_SECRET: the one server secret of every pod (vllm-fleet shares Redis between pods).
+EXAMPLE_ENV = {
+    "TEAM_SEARCH_KEY_SHA256": "a" * 64,
+    "TEAM_ADS_KEY_SHA256": "b" * 64,
+    "PREFIX_GATEWAY_SECRET": "one-secret-for-every-pod",
+}
 
 MINIMAL = """
 models:
@@ -69,6 +75,47 @@ def test_check_config_on_the_examples_warns_about_anonymous_access_off_loopback(
     assert "warning" not in results["vllm-fleet"].stderr  # 0.0.0.0, but keys only
     unset = _check_config(EXAMPLES_DIR / "vllm-fleet.yaml")  # the digests not exported: no default key
     assert unset.returncode == 1 and "TEAM_SEARCH_KEY_SHA256 is not set" in unset.stderr
+
+
+def test_check_config_warns_and_serve_refuses_pods_sharing_redis_without_a_secret(tmp_path: Path) -> None:
+    """Pods sharing Redis hash prompts with their secret: without one each would draw its own and the
+    shared index and response cache would never match. check-config warns; serve (and ``--workers``,
+    before any worker starts) refuses with the variable's name, never a traceback."""
+    path = tmp_path / "p.yaml"
+    redis_url = "redis://127.0.0.1:1/0"  # never reached: the check comes first
+    path.write_text(MINIMAL + f"redis: {{url: '{redis_url}'}}\nshared_index: {{enabled: true}}\n")
+    result = _check_config(path)
+    assert result.returncode == 0, result.stderr
+    assert "warning: tenancy.secret_env: PREFIX_GATEWAY_SECRET is not set" in result.stderr
+    assert "the response cache and the shared prefix index" in result.stderr
+    assert "warning" not in _check_config(path, {"PREFIX_GATEWAY_SECRET": "s3cret"}).stderr
+    base = {k: v for k, v in os.environ.items() if k not in EXAMPLE_ENV}
+    for workers in ("1", "2"):
+        port = str(free_port())
+        served = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "gateway",
+                "serve",
+                "--config",
+                str(path),
+                "--port",
+                port,
+                "--workers",
+                workers,
+            ],
+            capture_output=True,
+            text=True,
+            env=base,
+            timeout=60,
+        )
+        assert served.returncode == 1, served.stderr
+        assert "error: tenancy.secret_env: PREFIX_GATEWAY_SECRET is not set" in served.stderr
+        assert "Traceback" not in served.stderr and "workers started" not in served.stderr
+    # Without Redis nothing is shared between pods: no warning (--workers draws one for its workers).
+    path.write_text(MINIMAL)
+    assert "warning" not in _check_config(path).stderr
 
 
 def test_check_config_refuses_a_trusted_header_without_trusted_proxies(tmp_path: Path) -> None:

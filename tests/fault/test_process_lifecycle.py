@@ -64,6 +64,33 @@ async def _one(s: aiohttp.ClientSession, url: str, i: int) -> tuple[int, bool]:
     return r.status, complete
 
 
+async def _in_replicas(s: aiohttp.ClientSession, urls: list[str], n: int, limit_s: float) -> None:
+    """Until the simulator's replicas received ``n`` requests (its monotonic count), bounded."""
+    deadline = time.monotonic() + limit_s
+    while True:
+        got = 0
+        for u in urls:
+            async with s.get(u + "/sim/stats") as r:
+                got += (await r.json())["requests"]
+        if got >= n:
+            return
+        assert time.monotonic() < deadline, f"{got} of {n} requests reached the replicas"
+        await asyncio.sleep(0.02)
+
+
+async def _refused_within(url: str, limit_s: float) -> bool:
+    """Whether a new connection to ``url`` is refused within ``limit_s`` (the listener closed)."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        try:
+            async with aiohttp.ClientSession() as fresh, fresh.get(url + "/health") as r:
+                await r.read()
+        except aiohttp.ClientConnectionError:
+            return True
+        await asyncio.sleep(0.02)
+    return False
+
+
 def test_sigterm_under_load_finishes_every_request_and_exits_0(tmp_path: Path) -> None:
     sim, urls = start_sim(
         2, extra=["--mode", "simple", "--speed", "1", "--decode-s-per-token", "0.05", "--overhead-s", "0"]
@@ -77,16 +104,12 @@ def test_sigterm_under_load_finishes_every_request_and_exits_0(tmp_path: Path) -
             async def scenario() -> tuple[list[tuple[int, bool]], bool, float]:
                 async with aiohttp.ClientSession() as s:
                     tasks = [asyncio.create_task(_one(s, gw.url, i)) for i in range(32)]
-                    await asyncio.sleep(0.4)  # all in flight (each takes about 1 s)
+                    # All 32 reached the replicas (each takes about 1 s) before the signal: a request still
+                    # connecting when the listener closes would be refused, which is not what is tested.
+                    await _in_replicas(s, urls, 32, limit_s=20)
                     t0 = time.monotonic()
                     gw.popen.send_signal(signal.SIGTERM)
-                    await asyncio.sleep(0.2)
-                    refused = False
-                    try:
-                        async with aiohttp.ClientSession() as fresh, fresh.get(gw.url + "/health") as r:
-                            await r.read()
-                    except aiohttp.ClientConnectionError:
-                        refused = True
+                    refused = await _refused_within(gw.url, limit_s=5)
                     results = await asyncio.gather(*tasks)
                     return results, refused, time.monotonic() - t0
 

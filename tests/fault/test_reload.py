@@ -119,7 +119,12 @@ async def test_file_watch_reloads_and_survives_a_broken_file(tmp_path: Path) -> 
         async with gateway_with(load_policy(path), policy_path=str(path)) as gw:
             assert [r.id for r in gw.state.pools["sim-llama"].router.replicas] == ["r0"]
             path.write_text("models: [this is: not valid")
-            await asyncio.sleep(0.3)
+            invalid = 'prefix_gateway_config_reloads_total{result="invalid"}'
+            async with aiohttp.ClientSession() as s:
+                deadline = asyncio.get_running_loop().time() + 10
+                while await _metric(s, gw.metrics_url, invalid) < 1:  # the watch read the broken file
+                    assert asyncio.get_running_loop().time() < deadline, "the watch never read the file"
+                    await asyncio.sleep(0.02)
             assert [r.id for r in gw.state.pools["sim-llama"].router.replicas] == ["r0"]  # old one serves
             path.write_text(policy_yaml(fleet.urls, reload=watch))
             await wait_for(lambda: len(gw.state.pools["sim-llama"].router.replicas) == 2, 3.0)

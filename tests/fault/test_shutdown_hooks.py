@@ -47,7 +47,9 @@ async def test_hooks_run_after_the_drain_in_order() -> None:
                     return r.status
 
             task = asyncio.create_task(request())
-            await asyncio.sleep(0.2)  # in flight (it takes about 0.8 s)
+            while fleet.replicas[0].counters.requests < 1:  # in flight (it takes about 0.8 s)
+                assert not task.done(), "the request ended before it reached the replica"
+                await asyncio.sleep(0.005)
             app[PROCESS].draining = True
             async with s.get(url + "/ready") as r:
                 assert r.status == 503 and await r.json() == {"ready": False}

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
+import tempfile
 import time
 from pathlib import Path
 
@@ -59,10 +61,11 @@ def sent(client: httpx.Client, url: str, body: dict) -> tuple[str, int]:
     return r.headers["x-gateway-replica"], int(r.headers["x-gateway-prefix-match"].split("/")[0])
 
 
-def counted(client: httpx.Client, gw: Proc, outcome: str) -> float:
-    """This gateway's shared-index placements with ``outcome`` (its metrics listener)."""
+def counted(client: httpx.Client, gw: Proc | str, outcome: str) -> float:
+    """A gateway's (or one worker's metrics listener's) shared-index placements with ``outcome``."""
+    url = gw if isinstance(gw, str) else gw.metrics_url or gw.url
     prefix = f'prefix_gateway_shared_index_placements_total{{outcome="{outcome}"}}'
-    for line in client.get((gw.metrics_url or gw.url) + "/metrics").text.splitlines():
+    for line in client.get(url + "/metrics").text.splitlines():
         if line.startswith(prefix):
             return float(line.split()[-1])
     return 0.0
@@ -90,10 +93,21 @@ def learn(client: httpx.Client, gw: Proc, count: float, limit_s: float = 10.0) -
         time.sleep(0.02)
 
 
+def learnt_by_workers(client: httpx.Client, metrics_urls: list[str], count: int, limit_s: float = 20) -> None:
+    """Until the workers applied ``count`` placements of each other in all (bounded)."""
+    deadline = time.monotonic() + limit_s
+    while (done := sum(counted(client, u, "applied") for u in metrics_urls)) < count:
+        assert time.monotonic() < deadline, f"the workers applied {done} of {count} placements"
+        time.sleep(0.02)
+
+
+WARM = 6  # conversations warm_unevenly sends: each a placement the other processes apply
+
+
 def warm_unevenly(client: httpx.Client, url: str) -> None:
     """Other conversations through one gateway: its placement of a cold prompt (most room first) now
     differs from what an empty index (the ring) would choose."""
-    for k in range(6):
+    for k in range(WARM):
         client.post(url + "/v1/chat/completions", json={**chat(f"warm {k}"), "messages": [
             {"role": "system", "content": f"Unrelated conversation {k}. " * (40 + 30 * k)},
             {"role": "user", "content": "hi"},
@@ -171,9 +185,19 @@ def test_a_stalled_redis_never_delays_a_decision_and_routing_recovers(tmp_path: 
         server.stop()
 
 
-def test_workers_on_one_port_share_placements_without_redis(tmp_path: Path) -> None:
+def short_dir(request: pytest.FixtureRequest) -> Path:
+    """A directory for Unix sockets, removed after the test: a socket's path has at most 107 bytes,
+    which a pytest-xdist ``tmp_path`` can exceed."""
+    path = Path(tempfile.mkdtemp(prefix="pgw-t-", dir="/tmp"))
+    request.addfinalizer(lambda: shutil.rmtree(path, ignore_errors=True))
+    return path
+
+
+def test_workers_on_one_port_share_placements_without_redis(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     sim, urls = start_sim(4, extra=["--speed", "0"])
-    sockets = tmp_path / "sockets"
+    sockets = short_dir(request) / "sockets"
     shared = {"enabled": True, "flush_interval_s": 0.02, "local_dir": str(sockets)}
     cfg = write_policy(tmp_path, urls, "workers", shared_index=shared)
     log = tmp_path / "gateway.log"
@@ -189,15 +213,25 @@ def test_workers_on_one_port_share_placements_without_redis(tmp_path: Path) -> N
             time.sleep(0.05)
         with httpx.Client(timeout=10) as warm:
             warm_unevenly(warm, gw.url)
+        metrics_urls = [gw.metrics_url, _next_port(gw.metrics_url)]
+        for url in metrics_urls:
+            wait_http(url + "/metrics", proc=gw.popen)
         with httpx.Client(timeout=10) as client:
             first, _ = sent(client, gw.url, chat("Workers: the first day?"))
-        time.sleep(0.5)  # about 20 ms are enough: a flush and a datagram
+            learnt_by_workers(client, metrics_urls, WARM + 1)  # about 20 ms: a flush and a datagram
         follow = chat("Workers: the first day?", "And the second?")
         seen = set()
         for _ in range(12):  # a new connection each time: the kernel spreads them over both workers
             with httpx.Client(timeout=10) as client:
                 seen.add(sent(client, gw.url, {**follow, "max_tokens": 1}))
         assert {(replica, matched > 400) for replica, matched in seen} == {(first, True)}
+
+
+def _next_port(url: str | None) -> str:
+    """Worker 1's metrics listener: worker i of --workers N listens on metrics_port + i."""
+    assert url is not None
+    base, port = url.rsplit(":", 1)
+    return f"{base}:{int(port) + 1}"
 
 
 def served(client: httpx.Client, metrics_urls: list[str]) -> list[float]:
@@ -234,7 +268,7 @@ def sent_by_worker(
 
 
 def test_workers_without_a_secret_share_one_so_a_placement_of_one_is_used_by_the_other(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
 ) -> None:
     """The README's quick start (``--replica`` flags, no PREFIX_GATEWAY_SECRET) with ``--workers 2``:
     the supervisor draws one secret for its workers, so their block hashes agree and a conversation's
@@ -243,16 +277,17 @@ def test_workers_without_a_secret_share_one_so_a_placement_of_one_is_used_by_the
     sim, urls = start_sim(4, extra=["--speed", "0"])
     replicas = [a for u in urls for a in ("--replica", u)]
     log = tmp_path / "gateway.log"
-    # TMPDIR: the supervisor's socket directory (pgw-workers-*) lands where the test can see both sockets
+    # TMPDIR: the supervisor's socket directory (pgw-workers-*) lands where the test can see both sockets;
+    tmp = short_dir(request)
     gw = start_gateway(
-        [*replicas, "--no-cache", "--workers", "2"], env={"TMPDIR": str(tmp_path)}, log_path=str(log)
+        [*replicas, "--no-cache", "--workers", "2"], env={"TMPDIR": str(tmp)}, log_path=str(log)
     )
     with running(gw, sim):
         assert gw.metrics_url is not None
         port = int(gw.metrics_url.rsplit(":", 1)[1])
         metrics_urls = [f"http://127.0.0.1:{port + i}" for i in range(2)]
         deadline = time.monotonic() + 60
-        while len(list(tmp_path.glob("pgw-workers-*/*.sock"))) < 2:
+        while len(list(tmp.glob("pgw-workers-*/*.sock"))) < 2:
             assert time.monotonic() < deadline, (
                 "a worker never opened its socket:\n" + log.read_text()[-4000:]
             )
@@ -265,6 +300,7 @@ def test_workers_without_a_secret_share_one_so_a_placement_of_one_is_used_by_the
                 client, gw.url, metrics_urls, chat("Workers, no secret: the first day?")
             )
             assert matched == 0
+            learnt_by_workers(client, metrics_urls, WARM + 1)  # about 20 ms: a flush and a datagram
             follow = {**chat("Workers, no secret: the first day?", "And the second?"), "max_tokens": 1}
             other: list[tuple[str, int]] = []
             for _ in range(60):  # until the other worker answered three follow-ups (2^-60: never all one)
@@ -274,8 +310,8 @@ def test_workers_without_a_secret_share_one_so_a_placement_of_one_is_used_by_the
                 if len(other) == 3:
                     break
             assert len(other) == 3, "the kernel never chose the other worker"
-            # Within a flush and a datagram (about 20 ms) the other worker knows the placement: every
-            # one of its follow-ups lands on the first turn's replica with the prefix matched.
+            # The other worker applied the placement: every one of its follow-ups lands on the first
+            # turn's replica with the prefix matched (with hashes of another secret, none would).
             assert {(replica, matched > 400) for replica, matched in other} == {(first, True)}, other
             drawn = {worker_env(pid).get(WORKERS_SECRET_ENV) for pid in worker_pids(log)}
         assert len(drawn) == 1 and None not in drawn, "the workers were not given one secret"

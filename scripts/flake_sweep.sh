@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Flake sweep: run tests many times while every core is kept busy, and count each test's failures.
+#
+#   scripts/flake_sweep.sh                      # 20 runs of the process-level suites (below), CPU hog on
+#   scripts/flake_sweep.sh -n 5 tests           # 5 runs of the whole suite (the issue-32 acceptance run)
+#   scripts/flake_sweep.sh -n 20 -k stalled tests/integration/test_multigw_e2e.py
+#   scripts/flake_sweep.sh --no-hog -n 3 tests/fault
+#
+# Default selection: tests/integration tests/fault tests/durability tests/load, the tests that start
+# real processes, sockets and Redis servers and so can depend on scheduling. The hog is one busy
+# Python loop per core (nproc), started before the first run and killed when the sweep ends.
+# Each run is the README's test command on the selection (pyproject's addopts: four xdist workers), so
+# the sweep sees the same parallelism CI does. Logs go to $FLAKE_DIR (default .flake/<timestamp>/):
+# run-N.log per run, failures.txt (test id, times failed), summary.txt. Exit status: 0 when no test
+# failed in any run, 1 otherwise. See docs/testing.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+runs=20
+hog=1
+args=()
+while [ $# -gt 0 ]; do
+    case "$1" in
+        -n) runs="$2"; shift 2 ;;
+        --no-hog) hog=0; shift ;;
+        -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+        *) args+=("$1"); shift ;;
+    esac
+done
+if [ ${#args[@]} -eq 0 ] || [ "${args[-1]:0:1}" = "-" ]; then
+    args+=(tests/integration tests/fault tests/durability tests/load)
+fi
+
+py=.venv/bin/python
+[ -x "$py" ] || { echo "no .venv: run the README's test set-up first" >&2; exit 2; }
+dir="${FLAKE_DIR:-.flake/$(date +%Y%m%d-%H%M%S)}"
+mkdir -p "$dir"
+
+hogs=()
+stop_hogs() { for p in "${hogs[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done; }
+trap stop_hogs EXIT INT TERM
+if [ "$hog" = 1 ]; then
+    for _ in $(seq "$(nproc)"); do
+        "$py" -c "while True: pass" &
+        hogs+=($!)
+    done
+fi
+
+echo "flake sweep: $runs runs of ${args[*]} (hog: $([ "$hog" = 1 ] && echo "$(nproc) busy loops" || echo off)); logs in $dir"
+: > "$dir/failed-ids.txt"
+for i in $(seq "$runs"); do
+    start=$(date +%s)
+    set +e
+    "$py" -m pytest -q -p no:cacheprovider -rfE "${args[@]}" > "$dir/run-$i.log" 2>&1
+    rc=$?
+    set -e
+    wall=$(( $(date +%s) - start ))
+    grep -E '^(FAILED|ERROR) ' "$dir/run-$i.log" | sed -E 's/^(FAILED|ERROR) ([^ ]+).*/\2/' >> "$dir/failed-ids.txt" || true
+    echo "run $i/$runs: exit $rc in ${wall}s: $(tail -n 1 "$dir/run-$i.log")" | tee -a "$dir/summary.txt"
+done
+sort "$dir/failed-ids.txt" | uniq -c | sort -rn > "$dir/failures.txt"
+if [ -s "$dir/failures.txt" ]; then
+    echo "failures (times failed, test):"
+    cat "$dir/failures.txt"
+    exit 1
+fi
+echo "no failure in $runs runs"

@@ -16,7 +16,9 @@
     respond   the end of the answer, after the ledger row               pipeline.respond
 
 Billing, tenant refunds, routing feedback, metrics and the access log run as hooks on the lifecycle's
-events (``pipeline.lifecycle``), emitted where they happen.
+events (``pipeline.lifecycle``), emitted where they happen. ``ctx.status`` is what the client saw (499
+when it went away, for the access log); the ledger row is decided from what happened upstream
+(``pipeline.billing.row_source``), never from it.
 
 ``call`` runs the same stages for a body that did not come over HTTP: a line of an offline batch
 (``gateway.batch``), as the tenant that created the batch, under the line's own request id (derived from
@@ -151,8 +153,10 @@ async def _run(ctx: RequestContext, read: Awaitable[None]) -> web.StreamResponse
         resp = respond.error(ctx, err)
         await hooks.emit(Event.FAILED, ctx)
         return resp
-    except asyncio.CancelledError:
-        ctx.status = 499  # client closed the connection (a batch line: its run was stopped)
+    except (asyncio.CancelledError, ConnectionResetError):
+        # The client closed the connection (cancelled, or a write to it failed first; a batch line: its
+        # run was stopped). A generation it started is still billed (the ``finished`` hook).
+        ctx.status = 499
         await hooks.emit(Event.CANCELLED, ctx)
         raise
     finally:

@@ -390,11 +390,18 @@ async def test_no_row_for_what_never_reached_a_replica_and_cache_hits_keep_their
         await sim_faults(fleet.urls[0], {"fail_status": 400})
         with pytest.raises(openai.BadRequestError):  # the replica refused it: no generation
             await c.chat.completions.create(model=MODEL, messages=messages(0), max_tokens=3)
+        # Every attempt started on the replica and broke off before its first byte: the client gets
+        # the gateway's 502; the replica never delivered a generation, so none is billed.
+        await sim_faults(fleet.urls[0], {"drop_mid_stream_after": 0})
+        with pytest.raises(openai.InternalServerError):
+            await c.chat.completions.create(model=MODEL, messages=messages(0), max_tokens=3)
+        dropped = await sim_generations(fleet.urls[0])
+        assert [g["outcome"] for g in dropped] == ["dropped"]  # no other replica to retry on
         await sim_faults(fleet.urls[0], {})
         for _ in range(2):  # a miss, then a hit
             await c.chat.completions.create(model=MODEL, messages=messages(1), max_tokens=3, temperature=0)
         rows = await eventually(lambda: rows_of(gw), lambda r: len(r) == 2)
         assert sorted(r.source for r in rows.values()) == ["response_cache", "upstream"]
         assert not any(r.estimated for r in rows.values())
-        (gen,) = await sim_generations(fleet.urls[0])
+        (gen,) = [g for g in await sim_generations(fleet.urls[0]) if g["outcome"] == "completed"]
         assert rows[gen["request_id"]].source == "upstream"

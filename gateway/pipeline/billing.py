@@ -132,6 +132,8 @@ def row_source(ctx: RequestContext, *, completed: bool) -> str | None:
     if not ENDPOINTS[ctx.parsed.endpoint].billed:
         return None
     if ctx.generation_started:
+        if ctx.resent:  # cut, to be sent again under its request id: that run's row
+            return None
         return "batch" if ctx.batch_id is not None else "upstream"
     if completed and ctx.source in SERVED and ctx.usage is not None:
         return ctx.source

@@ -31,6 +31,13 @@ if TYPE_CHECKING:
     from router.types import Decision, Placement
 
 
+RESENT = "resent"
+"""The message of a cancel after which the same request, under the same request id, will be sent again
+(a batch line whose run stopped for a shutdown or a lost lease: the next holder re-runs it). Its
+generation is billed by that run: the ledger keeps the first row of a request id, and the cut run's
+estimate would stand for the whole answer."""
+
+
 @dataclass(slots=True, eq=False)
 class RequestContext:
     process: Process
@@ -66,6 +73,7 @@ class RequestContext:
     # given up before its first byte (a retry's, or the request's error): a generation the replica
     # started, which is a ledger row whatever ends the request (``pipeline.billing.row_source``).
     generation_started: bool = False
+    resent: bool = False  # cancelled with ``RESENT``: billed by the run that sends it again
     upstream_error: str | None = None
     # -- the answer (relay, cache, respond)
     cache: str | None = None  # hit | miss | bypass | coalesced | refresh | fallback (x-cache)

@@ -45,7 +45,7 @@ from aiohttp import web
 from gateway.errors import GatewayError
 from gateway.fleet.pools import find_pool
 from gateway.pipeline import billing, cache, limits, respond
-from gateway.pipeline.context import RequestContext
+from gateway.pipeline.context import RESENT, RequestContext
 from gateway.pipeline.lifecycle import Event
 from gateway.pipeline.parse import ENDPOINTS, parse_request, validate
 from gateway.pipeline.protocols import FRONTENDS
@@ -153,10 +153,12 @@ async def _run(ctx: RequestContext, read: Awaitable[None]) -> web.StreamResponse
         resp = respond.error(ctx, err)
         await hooks.emit(Event.FAILED, ctx)
         return resp
-    except (asyncio.CancelledError, ConnectionResetError):
+    except (asyncio.CancelledError, ConnectionResetError) as exc:
         # The client closed the connection (cancelled, or a write to it failed first; a batch line: its
-        # run was stopped). A generation it started is still billed (the ``finished`` hook).
+        # run was stopped). A generation it started is still billed (the ``finished`` hook), unless the
+        # same request is sent again (``RESENT``).
         ctx.status = 499
+        ctx.resent = exc.args[:1] == (RESENT,)
         await hooks.emit(Event.CANCELLED, ctx)
         raise
     finally:

@@ -32,6 +32,7 @@ from cache.billing.ledger_redis import RedisLedger
 from cache.billing.ledger_sqlite import SqliteLedger
 from cache.billing.pricing import LineItem
 from cache.billing.report import render_table, report
+from config.billing import LedgerConfig
 from tests.support.batch import SLOW, batch_policy
 from tests.support.stack import Gateway, gateway, policy_for, sim_faults, sim_fleet, sim_generations
 
@@ -214,6 +215,11 @@ async def test_a_client_that_times_out_before_the_first_byte_is_one_row_and_an_a
         row = rows[gen["request_id"]]
         assert row.estimated and row.completion == 0 == gen["completion_tokens"]
         assert gen["prompt_tokens"] - 10 <= row.prompt <= gen["prompt_tokens"]
+
+
+def ledger_at(tmp_path: Path) -> LedgerConfig:
+    """A SQLite ledger file under ``tmp_path``, as the policy's ledger section."""
+    return LedgerConfig(path=str(tmp_path / "ledger.db"))
 
 
 def policy_sections(tmp_path: Path) -> dict[str, Any]:
@@ -405,3 +411,53 @@ async def test_no_row_for_what_never_reached_a_replica_and_cache_hits_keep_their
         assert not any(r.estimated for r in rows.values())
         (gen,) = [g for g in await sim_generations(fleet.urls[0]) if g["outcome"] == "completed"]
         assert rows[gen["request_id"]].source == "upstream"
+
+
+async def test_a_batch_cut_by_a_shutdown_is_billed_once_by_the_run_that_resumes_it(
+    tmp_path: Path, clients: list[AsyncOpenAI]
+) -> None:
+    """A stop after which the cut lines are sent again (a shutdown, a lost lease) bills them once, by
+    the run that answers them: the ledger keeps the first row of a request id, and an estimated row
+    of the cut run would have stood for the whole answer."""
+    wl = make_batch(
+        seed=6,
+        requests=24,
+        templates=3,
+        system_tokens=(300, 600),
+        preambles=1,
+        preamble_tokens=(100, 150),
+        user_tokens=(5, 30),
+        max_tokens=(20, 30),
+    )
+    async with sim_fleet(2, **SLOW) as fleet:
+        base = batch_policy(fleet.urls, tmp_path)
+        policy = base.model_copy(
+            update={"billing": base.billing.model_copy(update={"ledger": ledger_at(tmp_path)})}
+        )
+        async with gateway(policy) as gw:
+            c = client_of(gw)
+            clients.append(c)
+            up = await c.files.create(file=("in.jsonl", wl.jsonl()), purpose="batch")
+            created = await c.batches.create(input_file_id=up.id, endpoint=URL, completion_window="24h")
+            await eventually(
+                lambda: c.batches.retrieve(created.id), lambda b: b.request_counts.completed >= 4
+            )
+        cut = {g["request_id"] for g in await generations(fleet.urls) if g["outcome"] == "aborted"}
+        assert cut, "no line was in flight at the shutdown"
+        async with gateway(policy) as gw:
+            c = client_of(gw)
+            clients.append(c)
+            await eventually(
+                lambda: c.batches.retrieve(created.id), lambda b: b.status == "completed", timeout=30.0
+            )
+            rows = await eventually(lambda: rows_of(gw), lambda r: len(r) == len(wl.lines))
+            answered = {
+                g["request_id"]: g for g in await generations(fleet.urls) if g["outcome"] == "completed"
+            }
+            assert set(answered) == set(rows) and cut <= set(rows)  # the cut lines were answered later
+            assert not any(r.estimated for r in rows.values())
+            for rid, row in rows.items():
+                assert (row.prompt, row.completion) == (
+                    answered[rid]["prompt_tokens"],
+                    answered[rid]["completion_tokens"],
+                )

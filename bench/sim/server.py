@@ -88,7 +88,7 @@ class _Job:
 
     __slots__ = (
         "body", "chat", "data", "hashes", "include_usage", "max_tokens", "model", "prompt_tokens",
-        "rid", "seed", "shape", "stream", "temperature",
+        "record", "rid", "seed", "shape", "stream", "temperature",
     )  # fmt: skip
 
     def __init__(
@@ -123,6 +123,18 @@ class _Job:
         opts = body.get("stream_options")
         self.include_usage = self.stream and isinstance(opts, dict) and bool(opts.get("include_usage"))
         self.rid = ("chatcmpl-" if chat else "cmpl-") + os.urandom(16).hex()
+        self.record: dict[str, Any] = {}  # the replica's record of this generation (``start_generation``)
+
+    def generated(self, rep: Replica, n: int) -> None:
+        """``n`` more tokens went out: the replica's counter and this generation's record."""
+        rep.counters.generation_tokens += n
+        self.record["completion_tokens"] = self.record.get("completion_tokens", 0) + n
+
+    def admitted(self, rep: Replica, cached: int) -> None:
+        """The engine took the prompt, ``cached`` of its tokens from the prefix cache."""
+        rep.counters.prompt_tokens += self.prompt_tokens
+        rep.counters.cached_tokens += cached
+        self.record["cached_tokens"] = cached
 
     def answer_tokens(self, rep: Replica) -> list[str]:
         nonce = 0
@@ -269,7 +281,7 @@ async def _send_stream(
     if drop_after is None and per_token_s == 0.0:
         rep.ttft.observe(time.perf_counter() - t0)
         await resp.write(b"".join(events))
-        rep.counters.generation_tokens += len(toks)
+        job.generated(rep, len(toks))
     else:
         for i, event in enumerate(events):
             if drop_after is not None and i >= drop_after:
@@ -281,7 +293,7 @@ async def _send_stream(
             if i == 0:
                 rep.ttft.observe(time.perf_counter() - t0)
             if 0 <= i - job.lead < len(toks):
-                rep.counters.generation_tokens += 1  # counted as sent, so a cut stream counts less
+                job.generated(rep, 1)  # counted as sent, so a cut stream counts less
     await resp.write_eof()
     return resp
 
@@ -290,7 +302,7 @@ async def _whole(
     request: web.Request, rep: Replica, job: _Job, toks: list[str], cached: int, finish: str = "length"
 ) -> web.Response:
     """A non-streamed answer (its first half only, then a cut connection, under ``drop_mid_stream_after``)."""
-    rep.counters.generation_tokens += len(toks)
+    job.generated(rep, len(toks))
     payload = orjson.dumps(job.full_response(int(time.time()), toks, cached, finish))
     if rep.faults.drop_mid_stream_after is not None:
         await _send_dropped_json(request, payload)  # raises _SimulatedDrop
@@ -315,6 +327,7 @@ async def _generate(
     t0 = time.perf_counter()
     counters.requests += 1
     record_trace(rep, request)
+    record: dict[str, Any] = {}  # the generation's, once the request is valid
     try:
         try:
             body = await _read_body(request)
@@ -329,17 +342,27 @@ async def _generate(
         except _BadRequest as exc:
             counters.errors += 1
             return error_response(exc.status, str(exc), exc.param)
+        job.record = record = rep.start_generation(
+            request.headers.get("X-Request-Id"), request.path, job.stream, job.prompt_tokens
+        )
         if faults.malformed:
+            record["outcome"] = "malformed"
             return _malformed_response(job)
-        return await _run(request, rep, job, faults, t0)
+        resp = await _run(request, rep, job, faults, t0)
+        record["outcome"] = "completed"
+        record["finish_reason"] = record["finish_reason"] or "length"
+        return resp
     except asyncio.CancelledError:
         counters.cancelled += 1
+        record["outcome"] = "aborted"
         raise
     except ConnectionResetError:
         counters.cancelled += 1
+        record["outcome"] = "aborted"
         return web.Response(status=499)  # never reaches the client: its connection is gone
     except _SimulatedDrop:
         counters.dropped += 1
+        record["outcome"] = "dropped"
         return web.Response(status=499)  # idem: the fault closed the connection
 
 
@@ -357,8 +380,7 @@ async def _run(
     try:
         cached = rep.kv.match(job.hashes) * cfg.block_size
         counters = rep.counters
-        counters.prompt_tokens += job.prompt_tokens
-        counters.cached_tokens += cached
+        job.admitted(rep, cached)
         d = latency.delays(cfg, job.prompt_tokens - cached, faults.slow_factor)
         if d.prefill_s:
             await asyncio.sleep(d.prefill_s)
@@ -367,6 +389,7 @@ async def _run(
         finish = "length"
         if faults.abort_after is not None:
             toks, finish = toks[: faults.abort_after], "abort"
+        job.record["finish_reason"] = finish
         if job.stream:
             resp = await _send_stream(request, rep, job, toks, cached, d.per_token_s, t0, finish)
         else:
@@ -397,8 +420,7 @@ async def _run_engine(request: web.Request, rep: Replica, job: _Job, t0: float) 
             rep.ttft.observe(time.perf_counter() - t0)
             while not progress.done:
                 await progress.next()
-            counters.prompt_tokens += job.prompt_tokens
-            counters.cached_tokens += ereq.cached_tokens
+            job.admitted(rep, ereq.cached_tokens)
             resp = await _whole(request, rep, job, toks, ereq.cached_tokens)
         counters.completed += 1
         rep.e2e.observe(time.perf_counter() - t0)
@@ -417,8 +439,7 @@ async def _stream_engine(
     n = await progress.next()
     ereq = progress.request
     rep.ttft.observe(time.perf_counter() - t0)
-    rep.counters.prompt_tokens += job.prompt_tokens
-    rep.counters.cached_tokens += ereq.cached_tokens
+    job.admitted(rep, ereq.cached_tokens)
     events = job.events(int(time.time()), toks, ereq.cached_tokens)
     drop_after = rep.faults.drop_mid_stream_after
     lead, written, sent = job.lead, 0, 0
@@ -429,7 +450,7 @@ async def _stream_engine(
             _abort(request)
             raise _SimulatedDrop
         await resp.write(b"".join(events[written:end]))
-        rep.counters.generation_tokens += min(n, len(toks)) - sent
+        job.generated(rep, min(n, len(toks)) - sent)
         written, sent = end, min(n, len(toks))
         if progress.done:
             break
@@ -537,6 +558,11 @@ async def sim_requests(request: web.Request) -> web.Response:
     return _json(list(request.app[REPLICA_KEY].requests_log))
 
 
+async def sim_generations(request: web.Request) -> web.Response:
+    """Every generation started (last ``max_recorded_requests``): request id, tokens, how it ended."""
+    return _json(list(request.app[REPLICA_KEY].generations))
+
+
 async def sim_traces(request: web.Request) -> web.Response:
     return _json(list(request.app[REPLICA_KEY].traces))
 
@@ -602,6 +628,7 @@ def create_app(cfg: SimConfig | None = None, index: int = 0) -> web.Application:
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/sim/requests", sim_requests)
     app.router.add_get("/sim/traces", sim_traces)
+    app.router.add_get("/sim/generations", sim_generations)
     app.router.add_get("/sim/stats", sim_stats)
     app.router.add_post("/sim/reset", sim_reset)
     app.router.add_post("/sim/faults", sim_faults)

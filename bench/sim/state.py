@@ -92,6 +92,8 @@ class Replica:
         self.kv_blocks_in_use = 0
         self.requests_log: deque[Any] = deque(maxlen=cfg.max_recorded_requests)
         self.traces: deque[dict[str, str]] = deque(maxlen=cfg.max_recorded_requests)  # traceparent seen
+        # One record per generation started (``/sim/generations``), updated while it runs.
+        self.generations: deque[dict[str, Any]] = deque(maxlen=cfg.max_recorded_requests)
         self.adapters: dict[str, str] = dict.fromkeys(cfg.lora_adapters, "")  # LoRA name -> its path
         self._nonce = itertools.count(1)
 
@@ -108,6 +110,27 @@ class Replica:
 
     def next_nonce(self) -> int:
         return next(self._nonce)
+
+    def start_generation(
+        self, request_id: str | None, path: str, stream: bool, prompt_tokens: int
+    ) -> dict[str, Any]:
+        """The record of one generation this replica started (a valid request it accepted): the
+        ``X-Request-Id`` it came with, its prompt tokens, the tokens generated (counted as sent, so a
+        cut stream counts what went out) and how it ended: ``running``, ``completed``, ``aborted``
+        (the client went away: what vLLM and SGLang do on a disconnect), ``dropped`` (the
+        ``drop_mid_stream_after`` fault) or ``malformed`` (the ``malformed`` fault)."""
+        record: dict[str, Any] = {
+            "request_id": request_id,
+            "path": path,
+            "stream": stream,
+            "prompt_tokens": prompt_tokens,
+            "cached_tokens": 0,
+            "completion_tokens": 0,
+            "finish_reason": None,
+            "outcome": "running",
+        }
+        self.generations.append(record)
+        return record
 
     def start(self) -> None:
         """Start the engine's step loop (engine mode; a no-op otherwise). Needs a running event loop."""
@@ -163,6 +186,7 @@ class Replica:
             h.reset()
         self.requests_log.clear()
         self.traces.clear()
+        self.generations.clear()
         self.limiter.reset_peaks()
 
     def stats(self) -> dict[str, Any]:

@@ -41,6 +41,7 @@ class UsageRow:
     micros: KindCounts
     cost_micros: int
     cost_without_cache_micros: int
+    estimated: int = 0  # of ``requests``, rows whose tokens the gateway estimated (``usage_estimated``)
 
     @property
     def saved_micros(self) -> int:
@@ -71,6 +72,7 @@ class UsageRow:
             "day": self.day,
             "source": self.source,
             "requests": self.requests,
+            "estimated": self.estimated,
             "tokens": self.tokens.as_dict(),
             "micros": self.micros.as_dict(),
             "cost_micros": self.cost_micros,
@@ -89,9 +91,11 @@ class Sums:
     micros: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
     cost_micros: int = 0
     cost_without_cache_micros: int = 0
+    estimated: int = 0
 
     def add_item(self, item: LineItem) -> None:
         self.requests += 1
+        self.estimated += item.usage_estimated
         for k in KINDS:
             self.tokens[k] += getattr(item.tokens, k)
             self.micros[k] += getattr(item.micros, k)
@@ -100,6 +104,7 @@ class Sums:
 
     def add(self, other: Sums) -> None:
         self.requests += other.requests
+        self.estimated += other.estimated
         for k in KINDS:
             self.tokens[k] += other.tokens[k]
             self.micros[k] += other.micros[k]
@@ -145,6 +150,7 @@ def rows_from_sums(acc: dict[GroupKey, Sums]) -> list[UsageRow]:
             micros=KindCounts.from_mapping(s.micros),
             cost_micros=s.cost_micros,
             cost_without_cache_micros=s.cost_without_cache_micros,
+            estimated=s.estimated,
         )
         for key, s in sorted(acc.items(), key=lambda kv: order(kv[0]))
     ]

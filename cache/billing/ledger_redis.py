@@ -20,6 +20,9 @@ Idempotency markers live ``idempotency_ttl_s`` (default 7 days): a retry later t
 again (the SQLite ledger remembers forever). Counters expire ``counters_ttl_days`` after their last
 write. All keys share one hash tag, so the script is valid on Redis Cluster (one slot).
 
+A row whose tokens the gateway estimated (``usage_estimated``) also counts in ``<source>|e``; counters
+written before that field have none (0 estimated), and a stream item without the field reads as False.
+
 Key layout (``P`` = ``{<key_prefix>:bill}``): ``P:id:<tenant>:<request id>``, ``P:c:<day>:<tenant>:<model>``
 (tenant and model length-prefixed), ``P:idx`` (zset of ``[day, tenant, model]``, score = day number),
 ``P:items`` (stream). No prompt text is ever written, only ids, counts and money.
@@ -88,7 +91,8 @@ def _seg(s: str) -> str:
 
 
 def _counter_fields(item: LineItem) -> list[Any]:
-    """Hash fields ``<source>|<kind>|t`` (tokens), ``|m`` (micros), ``<source>|n|c|w``; zeros omitted."""
+    """Hash fields ``<source>|<kind>|t`` (tokens), ``|m`` (micros), ``<source>|n|c|w``, ``<source>|e``
+    (estimated rows); zeros omitted."""
     src = item.source
     out: list[Any] = [
         f"{src}|n",
@@ -98,6 +102,8 @@ def _counter_fields(item: LineItem) -> list[Any]:
         f"{src}|w",
         item.cost_without_cache_micros,
     ]
+    if item.usage_estimated:
+        out += [f"{src}|e", 1]
     for k in KINDS:
         t, m = getattr(item.tokens, k), getattr(item.micros, k)
         if t:
@@ -121,6 +127,8 @@ def _sums_by_source(fields: dict[bytes, bytes]) -> dict[str, Sums]:
             s.cost_micros += v
         elif parts[1] == "w":
             s.cost_without_cache_micros += v
+        elif parts[1] == "e":
+            s.estimated += v
     return out
 
 

@@ -18,7 +18,8 @@ Idempotency: PRIMARY KEY (tenant, request_id) with INSERT OR IGNORE, where ``req
 gateway's own id of the generation (a retried write of one row never counts twice; a client reusing its
 ``x-request-id`` cannot merge generations: that id is only the ``client_request_id`` column). A ledger
 file written before that column existed gains it when opened (``ALTER TABLE ... ADD COLUMN``; its
-rows read as NULL).
+rows read as NULL), and the ``usage_estimated`` column the same way (its rows read as 0: the replica's
+usage, as every row was before the gateway billed the requests a client left).
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ CREATE TABLE IF NOT EXISTS line_items (
     total_micros INTEGER NOT NULL,
     cost_without_cache_micros INTEGER NOT NULL,
     client_request_id TEXT,
+    usage_estimated INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (tenant, request_id)
 );
 CREATE INDEX IF NOT EXISTS line_items_ts ON line_items (ts_ms);
@@ -83,9 +85,10 @@ _COLS = [
     "total_micros",
     "cost_without_cache_micros",
     "client_request_id",
+    "usage_estimated",
 ]
 # Columns added after the first schema: (name, declaration), added to older files when opened.
-_ADDED_COLUMNS = (("client_request_id", "TEXT"),)
+_ADDED_COLUMNS = (("client_request_id", "TEXT"), ("usage_estimated", "INTEGER NOT NULL DEFAULT 0"))
 _INSERT = f"INSERT OR IGNORE INTO line_items ({', '.join(_COLS)}) VALUES ({', '.join('?' * len(_COLS))})"
 
 
@@ -117,6 +120,7 @@ def _row_values(it: LineItem) -> tuple[Any, ...]:
         it.total_micros,
         it.cost_without_cache_micros,
         it.client_request_id,
+        int(it.usage_estimated),
     )
 
 
@@ -303,6 +307,7 @@ class SqliteLedger:
                 *(f"SUM({c})" for c in _KIND_COLS),
                 "SUM(total_micros)",
                 "SUM(cost_without_cache_micros)",
+                "SUM(usage_estimated)",
             ]
         )
         sql = f"SELECT {', '.join([*cols, sums])} FROM line_items"
@@ -332,6 +337,7 @@ class SqliteLedger:
             s.micros = {k: int(vals[1 + n + i] or 0) for i, k in enumerate(KINDS)}
             s.cost_micros = int(vals[1 + 2 * n] or 0)
             s.cost_without_cache_micros = int(vals[2 + 2 * n] or 0)
+            s.estimated = int(vals[3 + 2 * n] or 0)
             acc[key] = s
         return rows_from_sums(acc)
 

@@ -73,6 +73,8 @@ class RequestUsage:
     completion_tokens: int
     cached_tokens: int = 0
     cached_source: CachedSource = "none"
+    estimated: bool = False
+    """The replica sent no usage (the client left, the stream broke off): the gateway's own counts."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +130,10 @@ class LineItem:
     client_request_id: str | None = None
     """The client's own ``x-request-id``, kept for reconciliation; ``request_id`` (the gateway's id
     of the generation) is the row's key, so a client cannot merge generations by reusing its id."""
+    usage_estimated: bool = False
+    """The tokens are the gateway's estimate (prompt by its tokenizer, output by the stream events
+    relayed), not the replica's usage: the client went away or the stream broke off before it came.
+    Rows written before this field read as False."""
 
     @property
     def saved_micros(self) -> int:
@@ -248,6 +254,7 @@ def bill(
         + price_micros(completion, p_out, 100, f),
         reported_cached_tokens=reported_cached,
         client_request_id=client_request_id,
+        usage_estimated=usage.estimated,
     )
 
 

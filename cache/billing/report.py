@@ -16,7 +16,9 @@ from typing import Any
 from cache.billing.ledger import Ledger, UsageRow, check_group_by
 from cache.billing.pricing import KINDS, format_micros
 
-COLUMNS = ("requests", *KINDS, "cost", "cost_without_cache", "saved", "saving_rate")
+COLUMNS = ("requests", "estimated", *KINDS, "cost", "cost_without_cache", "saved", "saving_rate")
+"""``estimated``: of the requests, rows whose tokens the gateway estimated because the replica's usage
+never came (the client left, the stream broke off; docs/billing.md, "A row on every path")."""
 
 
 def parse_time(value: str | None, name: str) -> datetime | None:
@@ -58,6 +60,7 @@ def totals(rows: Sequence[UsageRow]) -> dict[str, Any]:
     tokens = {k: sum(r.tokens.as_dict()[k] for r in rows) for k in KINDS}
     return {
         "requests": sum(r.requests for r in rows),
+        "estimated": sum(r.estimated for r in rows),
         "tokens": tokens,
         "cost_micros": cost,
         "cost_without_cache_micros": without,
@@ -92,6 +95,7 @@ def _cells(row: dict[str, Any], group_by: Sequence[str]) -> list[str]:
     return [
         *(str(row.get(g, "")) for g in group_by),
         str(row["requests"]),
+        str(row["estimated"]),
         *(str(tokens[k]) for k in KINDS),
         row["cost"],
         row["cost_without_cache"],
@@ -115,7 +119,7 @@ def render_table(rep: dict[str, Any]) -> str:
     ]
     t = rep["totals"]
     lines.append(
-        f"total: {t['requests']} requests, cost {format_micros(t['cost_micros'])} {rep['currency']}, "
+        f"total: {t['requests']} requests ({t['estimated']} with estimated usage), cost {format_micros(t['cost_micros'])} {rep['currency']}, "
         f"without cache {format_micros(t['cost_without_cache_micros'])}, saved "
         f"{format_micros(t['saved_micros'])} ({t['saving_rate']:.1%})"
     )

@@ -30,6 +30,8 @@ runner adds:
   client went away), ``run`` returns the reason. Lines not recorded are the caller's to settle (re-run
   by the next holder, or answered ``batch_cancelled`` / ``batch_expired``); recording is exactly once
   per ``custom_id`` in the store, so a line cut off after its answer was recorded is never duplicated.
+  A send cut by a stop whose lines are re-run (any but ``FINAL_STOPS``) is cancelled with
+  ``pipeline.context.RESENT``: the generation it started is billed once, by the run that answers it.
 """
 
 from __future__ import annotations
@@ -44,9 +46,13 @@ from typing import Any
 
 from config.batch import PoolBatchParams
 from gateway.batch.objects import LineResult, answered, unanswered
+from gateway.pipeline.context import RESENT
 from router.batch_plan import Plan, PlannedLine
 
 RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+FINAL_STOPS = frozenset({"cancelled", "expired"})
+"""Stops after which the lines not recorded are answered (``batch_cancelled`` / ``batch_expired``);
+after any other (a shutdown, a lost lease, an error) the next holder re-runs them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,8 +233,9 @@ class Runner:
         finally:
             for timer in self._timers.values():
                 timer.cancel()
+            resend = None if self._stop in FINAL_STOPS else RESENT
             for task in self._tasks:
-                task.cancel()
+                task.cancel(resend)
             await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._error is not None:
             raise self._error

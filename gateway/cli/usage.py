@@ -1,4 +1,8 @@
-"""``prefix-gateway usage``: the same report as ``GET /admin/usage``, read from the policy's ledger."""
+"""``prefix-gateway usage``: the same report as ``GET /admin/usage``, read from the policy's ledger.
+
+Each row and the total say how many requests were billed on the gateway's estimate because the
+replica's usage never came (``estimated``: the client left, the stream broke off; docs/billing.md).
+"""
 
 from __future__ import annotations
 

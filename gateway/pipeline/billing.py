@@ -1,29 +1,40 @@
-"""Prompt-cache billing on the request path: markers before, one ledger row when the answer completes.
+"""Prompt-cache billing on the request path: markers before, one ledger row for every generation after.
 
 Before the request (``prepare``): ``cache_control`` markers are found (more than the policy allows →
 400), the marked prefix is rendered and counted with the pool's tokenizer, and the markers are
 stripped from what the replica receives (the rendering is streamed into its digest and its token
 count, never held whole); ``pin`` reads which replica holds the prefix's live explicit
-entry (a routing hint for the router's pin filter). When the answer completes (the ``completed``
-hook): the replica's usage (or, for an aborted stream, what was generated) is priced by
-``cache.billing.pricing.bill`` and written to the ledger, once per request, before the client sees
-the end of its answer. A batch line the fleet answered is priced the same way with source ``batch``, every
-amount times ``billing.batch_price_factor``; one the response cache answered is a cache hit like any other. A client that goes away (``cancelled``) still gets its row, written in the
-background.
+entry (a routing hint for the router's pin filter).
+
+After: ``row_source`` is the one rule for a row (a generation the replica started is one row, whatever
+ended the request; docs/billing.md has the table). A request whose answer completes is billed at the
+``completed`` hook, before the client can see the end of its answer; any other end (the client went
+away before the first byte, mid-stream or before ``[DONE]``, a batch run was stopped, an error) at
+``finished``, without holding the handler. Tokens are the replica's usage when it sent one, else the
+gateway's estimate (``usage_estimated`` on the row). The row is written in a task of its own
+(``Metering.in_background``): a handler cancelled while its row is being written, the client gone
+after the last chunk, cancels its wait, never the write (the task and its shield cost about 10 µs a
+request on the 2-core development machine). Issue 23 measured the need: a status-based
+rule (499 on a disconnect) left five streams closed after 20 chunks without a row.
+
+A batch line the fleet answered is priced the same way with source ``batch``, every amount times
+``billing.batch_price_factor``; one the response cache answered is a cache hit like any other.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import xxhash
 
 from cache.billing.markers import MarkerError, TooManyMarkers, find_markers, strip_markers
 from cache.billing.pricing import (
     FULL_PRICE_BP,
+    SERVED,
     ExplicitOutcome,
     RequestUsage,
     bill,
@@ -35,7 +46,11 @@ from gateway.errors import GatewayError
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.lifecycle import Event, Hooks
 from gateway.pipeline.parse import ENDPOINTS
-from router.prompt import chat_pieces
+from router.prompt import chat_pieces, prompt_pieces
+from router.tokenizers import tokenize
+
+if TYPE_CHECKING:
+    from gateway.process.metering import Metering
 
 # A marked prefix is counted exactly this far, the rest at the same characters per token: an hf
 # tokenizer took 3.8 s of the event loop to count a 3.9 MB marked prefix (tests/load/test_memory.py).
@@ -103,36 +118,61 @@ async def pin(ctx: RequestContext) -> None:
     ctx.pinned_replica = entry.replica_id if entry is not None else None
 
 
-def _aborted_usage(ctx: RequestContext) -> dict[str, Any] | None:
-    """A stream cut before its usage chunk is billed for what was generated (estimated)."""
-    prompt = ctx.decision.prompt_tokens if ctx.decision is not None else 0
-    if prompt <= 0 and ctx.generated_chunks <= 0:
+def row_source(ctx: RequestContext, *, completed: bool) -> str | None:
+    """The one rule for a ledger row: the source the request is billed as, or None for no row.
+
+    Decided from what happened, not from ``ctx.status`` (what the client saw, which several stages
+    overwrite): a generation the replica started (``ctx.generation_started``: the last attempt's
+    request was sent and not refused, whatever ended the request after that) is one row, ``upstream``
+    or, for a batch line, ``batch``; an answer served without one (a response-cache or semantic hit, a
+    coalesced follower) is a row at its source's rules once it ``completed`` (its usage is the served
+    answer's); anything else (a 4xx before dispatch, a request every attempt of which failed, a
+    fallback) is none. The table, path by path, is in docs/billing.md ("A row on every path")."""
+    if ctx.pool is None or ctx.tenant is None or ctx.parsed is None:
         return None
-    return {"prompt_tokens": prompt, "completion_tokens": max(0, ctx.generated_chunks - 1)}
+    if not ENDPOINTS[ctx.parsed.endpoint].billed:
+        return None
+    if ctx.generation_started:
+        if ctx.resent:  # cut, to be sent again under its request id: that run's row
+            return None
+        return "batch" if ctx.batch_id is not None else "upstream"
+    if completed and ctx.source in SERVED and ctx.usage is not None:
+        return ctx.source
+    return None
 
 
-async def settle(ctx: RequestContext) -> None:
-    """Price the request and write its ledger row (once per request)."""
-    metering = ctx.process.metering
-    if metering is None or ctx.billed or ctx.pool is None or ctx.tenant is None:
-        return
-    ctx.billed = True
-    if ctx.source == "fallback" or ctx.status not in (0, 200):
-        return
-    if ctx.parsed is None or not ENDPOINTS[ctx.parsed.endpoint].billed:
-        return
+def _estimated_usage(ctx: RequestContext) -> RequestUsage:
+    """The replica sent no usage: the prompt by the gateway's count (the router's, or the pool's
+    tokenizer over what the replica received), the output one token per stream event relayed after
+    the role-only chunk a chat stream opens with (none for an answer that was not streamed)."""
+    assert ctx.parsed is not None and ctx.pool is not None
+    decision, parsed = ctx.decision, ctx.parsed
+    prompt = decision.prompt_tokens if decision is not None else 0
+    if prompt <= 0:
+        pieces = prompt_pieces(parsed.endpoint, ctx.payload if ctx.payload is not None else parsed.body)
+        prompt = tokenize(ctx.pool.router.tokenizer, pieces, EXACT_PREFIX_TOKENS).count
+    lead = 1 if parsed.endpoint == "chat" else 0
+    completion = max(0, ctx.generated_chunks - lead)
+    cached = decision.matched_tokens if decision is not None and decision.prompt_tokens else None
+    return RequestUsage(
+        prompt, completion, cached or 0, "gateway_index" if cached is not None else "none", estimated=True
+    )
+
+
+async def _write_row(ctx: RequestContext, metering: Metering, source: str) -> None:
+    """Price the request and write its ledger row."""
+    assert ctx.pool is not None and ctx.tenant is not None
     decision, pool, tenant = ctx.decision, ctx.pool, ctx.tenant
-    usage_json = ctx.usage
-    index_cached = decision.matched_tokens if decision is not None and decision.prompt_tokens else None
-    if usage_json is None:
-        usage_json = _aborted_usage(ctx)
-        if usage_json is None:
-            return
-    usage: RequestUsage = usage_from_response(usage_json, index_cached)
+    if ctx.usage is not None:
+        index_cached = decision.matched_tokens if decision is not None and decision.prompt_tokens else None
+        usage = usage_from_response(ctx.usage, index_cached)
+    else:
+        usage = _estimated_usage(ctx)
     rules = ctx.state.rules[pool.name]
     explicit: ExplicitOutcome | None = None
     marked = ctx.marked
-    if marked is not None and ctx.source == "upstream" and explicit_eligible(marked.prefix_tokens, rules):
+    fleet = source in ("upstream", "batch")
+    if marked is not None and fleet and explicit_eligible(marked.prefix_tokens, rules):
         try:
             kind, _ = await metering.registry.lookup_or_create(
                 tenant.id, pool.name, marked.prefix_hash, marked.prefix_tokens, ctx.replica_id
@@ -141,13 +181,13 @@ async def settle(ctx: RequestContext) -> None:
         except REDIS_ERRORS:  # registry away: billed as implicit (never more than without markers)
             metrics = ctx.process.metrics
             metrics.child(metrics.redis_errors, "explicit", "lookup").inc()
-    batch = ctx.batch_id is not None and ctx.source == "upstream"  # a batch line the fleet answered
+    batch = source == "batch"
     item = bill(
         usage,
         ctx.state.prices[pool.name],
         rules,
         explicit,
-        "batch" if batch else ctx.source,
+        source,
         request_id=ctx.request_id,
         client_request_id=ctx.client_request_id,
         tenant=tenant.id,
@@ -165,12 +205,32 @@ async def settle(ctx: RequestContext) -> None:
     ctx.line_item = item
 
 
-def _settle_in_background(ctx: RequestContext) -> None:
-    """The client went away: finish its row without holding the cancelled handler."""
-    if ctx.process.metering is not None and not ctx.billed:
-        ctx.process.metering.in_background(settle(ctx))
+def _start(ctx: RequestContext, *, completed: bool) -> asyncio.Task[None] | None:
+    """Decide the request's row (once) and start writing it in a task of its own: a client that goes
+    away while it is written cancels its handler, never the write."""
+    metering = ctx.process.metering
+    if metering is None or ctx.billed:
+        return None
+    ctx.billed = True
+    source = row_source(ctx, completed=completed)
+    if source is None:
+        return None
+    return metering.in_background(_write_row(ctx, metering, source))
+
+
+async def settle(ctx: RequestContext) -> None:
+    """``completed``: the row, written before the client can see the end of its answer."""
+    write = _start(ctx, completed=True)
+    if write is not None:
+        await asyncio.shield(write)
+
+
+def _settle_unfinished(ctx: RequestContext) -> None:
+    """``finished`` without ``completed`` (the client went away, a batch run was stopped, an error):
+    the row of a generation the replica started, written without holding the handler."""
+    _start(ctx, completed=False)
 
 
 def install(hooks: Hooks) -> None:
     hooks.on(Event.COMPLETED, settle)
-    hooks.on(Event.CANCELLED, _settle_in_background)
+    hooks.on(Event.FINISHED, _settle_unfinished)

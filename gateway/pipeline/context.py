@@ -31,6 +31,13 @@ if TYPE_CHECKING:
     from router.types import Decision, Placement
 
 
+RESENT = "resent"
+"""The message of a cancel after which the same request, under the same request id, will be sent again
+(a batch line whose run stopped for a shutdown or a lost lease: the next holder re-runs it). Its
+generation is billed by that run: the ledger keeps the first row of a request id, and the cut run's
+estimate would stand for the whole answer."""
+
+
 @dataclass(slots=True, eq=False)
 class RequestContext:
     process: Process
@@ -62,18 +69,23 @@ class RequestContext:
     trace: Any = None  # the open spans of this request, when tracing is on (gateway.pipeline.trace)
     decision: Decision | None = None  # the current (last) attempt's
     attempts: int = 0
+    # The current attempt's request went to its replica and was neither refused (an error status) nor
+    # given up before its first byte (a retry's, or the request's error): a generation the replica
+    # started, which is a ledger row whatever ends the request (``pipeline.billing.row_source``).
+    generation_started: bool = False
+    resent: bool = False  # cancelled with ``RESENT``: billed by the run that sends it again
     upstream_error: str | None = None
     # -- the answer (relay, cache, respond)
     cache: str | None = None  # hit | miss | bypass | coalesced | refresh | fallback (x-cache)
     bypass_reason: str | None = None  # why a bypass (x-cache-bypass-reason): the request says why
     age_s: float | None = None  # of a cached answer
     source: str = "upstream"  # upstream | response_cache | coalesced | fallback
-    status: int = 0
+    status: int = 0  # what the client saw (499: it went away), for the access log and metrics
     first_byte_s: float | None = None  # when the answer's first byte was sent to the client
     encoder: Encoder | None = None  # the stream's, once it is open (the front end's events)
     usage: dict[str, Any] | None = None
     response: dict[str, Any] | None = None  # the complete answer (parsed or assembled), when known
-    generated_chunks: int = 0  # stream events relayed (an aborted stream is billed for these)
+    generated_chunks: int = 0  # stream events relayed (a stream cut before its usage is billed for these)
 
     @property
     def replica_id(self) -> str:

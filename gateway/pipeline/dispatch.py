@@ -4,7 +4,16 @@
 errors, timeouts before the first byte, and the policy's retryable statuses, within
 ``retries.max_attempts`` and ``retries.deadline_s``, with jittered backoff. ``attempt_once`` is one
 try on one replica, from the routing decision to the relayed answer; what it holds (the replica's load
-in the router, a slot, the in-flight gauge) is released in its one ``finally``.
+in the router, a slot, the in-flight gauge, the upstream response) is released in its one ``finally``.
+A client that goes away cancels the handler wherever it waits: that ``finally`` closes the upstream
+connection at once (``ClientResponse.close``, not a release to the pool), so the replica sees the
+disconnect and aborts the generation (vLLM and SGLang do), as a cancel while the request waits for
+the replica's headers closes it inside aiohttp.
+
+``ctx.generation_started`` records what billing needs of an attempt: set once its request is sent,
+kept when the replica answers 200, cleared when it answers an error status or the attempt fails before
+its first byte (a retry, or the request's error, takes over; the replica never delivered that
+generation, so it is never billed).
 
 When every replica is at its slot cap (the router's slot filter), the request waits, bounded, for
 one to free (``process.admission``), else 503.
@@ -166,7 +175,9 @@ async def attempt_once(
         try:
             await _with_adapter(ctx, decision)
             path = ENDPOINTS[ctx.parsed.endpoint].path
+            ctx.generation_started = True  # from here on the replica may be generating
             resp = await ctx.state.upstream.send(decision.replica, path, body, {**headers, **ctx.propagate})
+            ctx.generation_started = resp.status == 200  # an error status is no generation
             if resp.status in retries.on_status and not last:
                 raise AttemptFailed(f"status_{resp.status}", await _error_from_status(ctx, decision, resp))
             return await relay(ctx, resp, how)
@@ -174,6 +185,7 @@ async def attempt_once(
             failed = AttemptFailed(failure.kind, failure.to_gateway_error())
         except AttemptFailed as attempt_failed:
             failed = attempt_failed
+        ctx.generation_started = False  # nothing of it reached the client: not billed
         # Unlearn the blocks the replica never prefilled, count it; the loop tries another replica.
         pool.router.forget_failed(decision)
         metrics.child(metrics.upstream_errors, rid, failed.kind).inc()

@@ -16,7 +16,9 @@
     respond   the end of the answer, after the ledger row               pipeline.respond
 
 Billing, tenant refunds, routing feedback, metrics and the access log run as hooks on the lifecycle's
-events (``pipeline.lifecycle``), emitted where they happen.
+events (``pipeline.lifecycle``), emitted where they happen. ``ctx.status`` is what the client saw (499
+when it went away, for the access log); the ledger row is decided from what happened upstream
+(``pipeline.billing.row_source``), never from it.
 
 ``call`` runs the same stages for a body that did not come over HTTP: a line of an offline batch
 (``gateway.batch``), as the tenant that created the batch, under the line's own request id (derived from
@@ -43,7 +45,7 @@ from aiohttp import web
 from gateway.errors import GatewayError
 from gateway.fleet.pools import find_pool
 from gateway.pipeline import billing, cache, limits, respond
-from gateway.pipeline.context import RequestContext
+from gateway.pipeline.context import RESENT, RequestContext
 from gateway.pipeline.lifecycle import Event
 from gateway.pipeline.parse import ENDPOINTS, parse_request, validate
 from gateway.pipeline.protocols import FRONTENDS
@@ -151,8 +153,12 @@ async def _run(ctx: RequestContext, read: Awaitable[None]) -> web.StreamResponse
         resp = respond.error(ctx, err)
         await hooks.emit(Event.FAILED, ctx)
         return resp
-    except asyncio.CancelledError:
-        ctx.status = 499  # client closed the connection (a batch line: its run was stopped)
+    except (asyncio.CancelledError, ConnectionResetError) as exc:
+        # The client closed the connection (cancelled, or a write to it failed first; a batch line: its
+        # run was stopped). A generation it started is still billed (the ``finished`` hook), unless the
+        # same request is sent again (``RESENT``).
+        ctx.status = 499
+        ctx.resent = exc.args[:1] == (RESENT,)
         await hooks.emit(Event.CANCELLED, ctx)
         raise
     finally:

@@ -15,8 +15,8 @@ Events, in the order one request can see them:
   can see the end.
 - ``failed``: the request ends with an error status (the gateway's or a replica's).
 - ``cancelled``: the client went away before the answer ended.
-- ``finished``: always last, once the response is written (or abandoned): limits are settled, the
-  request is counted and logged.
+- ``finished``: always last, once the response is written (or abandoned): a generation that did not
+  complete is billed, limits are settled, the request is counted and logged.
 
 Hooks run in registration order; an async hook is awaited before the next runs.
 """

@@ -112,10 +112,12 @@ async def _stream(
             await out.write(chunk)
     except UpstreamFailure as failure:
         failed = failure
+    finally:
+        if tap is not None:  # also when the client went away: its row is made of these
+            ctx.usage = tap.usage
+            ctx.generated_chunks = tap.events
     if tap is not None:
-        ctx.usage = tap.usage
         ctx.response = tap.result()
-        ctx.generated_chunks = tap.events
         if tap.aborted:
             _count_abort(ctx)
     if failed is not None:

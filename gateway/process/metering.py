@@ -84,12 +84,13 @@ class Metering:
                 self._warn(exc)
                 delay = min(delay * 2, 10.0)
 
-    def in_background(self, coro: Coroutine[Any, Any, Any]) -> None:
-        """Run ``coro`` (a row of a request whose client went away) without holding its handler;
-        ``close`` waits for it."""
+    def in_background(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        """Run ``coro`` (a request's row) as a task of its own, which a cancelled handler does not
+        cancel; ``close`` waits for it."""
         task = asyncio.ensure_future(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+        return task
 
     async def close(self) -> None:
         if self._background:

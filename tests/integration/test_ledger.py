@@ -28,7 +28,9 @@ def make_item(rid: str, tenant: str, model: str, ts_ms: int, rng: random.Random)
     explicit = None
     if rng.random() < 0.3 and prompt > 1000:
         explicit = ExplicitOutcome(rng.randint(900, prompt + 100), rng.choice(["created", "hit"]))
-    usage = RequestUsage(prompt, rng.randint(0, 800), rng.randint(0, prompt), "replica")
+    # A fifth of the fleet's rows carry the gateway's estimate (the client left before the usage came).
+    estimated = source == "upstream" and rng.random() < 0.2
+    usage = RequestUsage(prompt, rng.randint(0, 800), rng.randint(0, prompt), "replica", estimated)
     return bill(
         usage,
         PRICES[model],
@@ -153,6 +155,7 @@ async def test_queries_match_reference(ledger, q):
     got = await ledger.query(**q)
     want = aggregate(items, **q)
     assert got == want
+    assert any(it.usage_estimated for it in items)  # so the estimated counts are compared too
     if not q.get("until") or q.get("since") != q.get("until"):
         assert got, "the dataset must make every query non-empty"
 

@@ -118,6 +118,12 @@ async def sim_requests(url: str) -> list[dict[str, Any]]:
         return await r.json()
 
 
+async def sim_generations(url: str) -> list[dict[str, Any]]:
+    """The generations the simulator at ``url`` started: request id, tokens, how each ended."""
+    async with aiohttp.ClientSession() as s, s.get(url + "/sim/generations") as r:
+        return await r.json()
+
+
 async def sim_stats(url: str) -> dict[str, Any]:
     async with aiohttp.ClientSession() as s, s.get(url + "/sim/stats") as r:
         return await r.json()

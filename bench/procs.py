@@ -182,11 +182,17 @@ def _workers(args: list[str]) -> int:
     return int(given) if given.isdigit() else os.cpu_count() or 1
 
 
+# How long a started process may take to answer its first /health: a gateway start is about 1.2 s of
+# CPU (imports), and a --workers 2 gateway three of them; on a two-core machine under a CPU hog and
+# four test workers that took more than 20 s (scripts/flake_sweep.sh). Only a failure waits this long.
+START_TIMEOUT_S = 90.0
+
+
 def _wait_or_stop(proc: Proc, health_urls: list[str]) -> None:
     """Wait for every url to answer; a process that does not come up is stopped, not left behind."""
     try:
         for u in health_urls:
-            wait_http(u, proc=proc.popen)
+            wait_http(u, timeout=START_TIMEOUT_S, proc=proc.popen)
     except BaseException:
         proc.stop()
         raise

@@ -7,6 +7,7 @@ and two gateways never share it."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import random
 import shutil
@@ -16,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -24,26 +26,40 @@ from pathlib import Path
 import httpx
 
 
-def _port_block() -> range:
-    """The ports this process hands out: below the kernel's ephemeral range (an outgoing connection
-    never takes one between our check and a child's bind), one slice per pytest-xdist worker (two
-    workers never hand out the same port), started at a random offset (two runs at once rarely meet)."""
+def _port_range() -> range:
+    """The ports handed out: below the kernel's ephemeral range, so an outgoing connection never takes
+    one between the check and a child's bind, and under the policy's default metrics port (29000)."""
     try:
         low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])  # noqa: SIM115
     except (OSError, ValueError, IndexError):
         low = 32768
-    top = min(low, 28_000)  # under the policy's default metrics port (29000) and its workers' ports
-    base = 10_000
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
-    slices = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1))
-    index = int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else 0
-    size = max(64, (top - base) // max(slices, 1))
-    start = base + (index % slices) * size
-    return range(start, min(start + size, top))
+    return range(10_000, min(low, 28_000))
 
 
-_BLOCK = _port_block()
-_next = random.randrange(len(_BLOCK))
+_RANGE = _port_range()
+_next = random.randrange(len(_RANGE))
+# A port handed out is reserved machine-wide by an exclusive lock on its file here, held by this
+# process for its next HELD allocations (by then the child has bound it or is gone): every process
+# that allocates through this function (the suite's xdist workers, another suite or a benchmark run
+# at the same time) skips it. Without it, two runs on one machine handed out one port, and the
+# health check of one gateway was answered by another run's gateway on it.
+_LOCKS = Path(tempfile.gettempdir()) / "pgw-ports"
+HELD = 512
+_held: deque[int] = deque()
+
+
+def _reserve(port: int) -> bool:
+    _LOCKS.mkdir(exist_ok=True)
+    fd = os.open(_LOCKS / str(port), os.O_CREAT | os.O_RDWR, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return False
+    _held.append(fd)
+    while len(_held) > HELD:
+        os.close(_held.popleft())  # closing the descriptor drops its lock
+    return True
 
 
 def _bindable(port: int) -> bool:
@@ -56,17 +72,18 @@ def _bindable(port: int) -> bool:
 
 
 def free_ports(n: int) -> list[int]:
-    """``n`` consecutive ports that bind now, never handed out before by this process (until its block
-    of ports wraps): each test's servers get ports no other test of the run is given."""
+    """``n`` consecutive ports that bind now, reserved for this process (see ``_LOCKS``) and never
+    handed out before by it until the range wraps: each test's servers get ports no other test, and
+    no other run on the machine, is given."""
     global _next
-    for _ in range(len(_BLOCK)):
-        if _next + n > len(_BLOCK):
+    for _ in range(len(_RANGE)):
+        if _next + n > len(_RANGE):
             _next = 0
-        ports = [_BLOCK[_next + k] for k in range(n)]
+        ports = [_RANGE[_next + k] for k in range(n)]
         _next += n
-        if all(_bindable(p) for p in ports):
+        if all(_bindable(p) for p in ports) and all(_reserve(p) for p in ports):
             return ports
-    raise RuntimeError(f"no run of {n} free ports in {_BLOCK}")
+    raise RuntimeError(f"no run of {n} free ports in {_RANGE}")
 
 
 def free_port() -> int:

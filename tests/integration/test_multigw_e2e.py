@@ -205,17 +205,9 @@ def test_workers_on_one_port_share_placements_without_redis(
     with running(gw, sim):
         # /health answers once one worker listens; a worker that starts later learns only what the
         # others send after it (the local transport keeps no history), so wait for both.
-        deadline = time.monotonic() + 60
-        while len(list(sockets.glob("*.sock"))) < 2:
-            assert time.monotonic() < deadline, (
-                "the second worker never opened its socket:\n" + log.read_text()[-4000:]
-            )
-            time.sleep(0.05)
+        metrics_urls = workers_up(gw, sockets, "*.sock", log)
         with httpx.Client(timeout=10) as warm:
             warm_unevenly(warm, gw.url)
-        metrics_urls = [gw.metrics_url, _next_port(gw.metrics_url)]
-        for url in metrics_urls:
-            wait_http(url + "/metrics", proc=gw.popen)
         with httpx.Client(timeout=10) as client:
             first, _ = sent(client, gw.url, chat("Workers: the first day?"))
             learnt_by_workers(client, metrics_urls, WARM + 1)  # about 20 ms: a flush and a datagram
@@ -227,11 +219,21 @@ def test_workers_on_one_port_share_placements_without_redis(
         assert {(replica, matched > 400) for replica, matched in seen} == {(first, True)}
 
 
-def _next_port(url: str | None) -> str:
-    """Worker 1's metrics listener: worker i of --workers N listens on metrics_port + i."""
-    assert url is not None
-    base, port = url.rsplit(":", 1)
-    return f"{base}:{int(port) + 1}"
+def workers_up(gw: Proc, where: Path, pattern: str, log: Path, workers: int = 2) -> list[str]:
+    """Until every worker of a ``--workers`` gateway opened its shared-index socket (``pattern`` under
+    ``where``) and its metrics listener (worker i on metrics_port + i); returns those listeners' urls.
+    /health answers once one worker listens, and a worker that starts later learns only what the others
+    send after it (the local transport keeps no history), so a test waits for all of them."""
+    deadline = time.monotonic() + 60
+    while len(list(where.glob(pattern))) < workers:
+        assert time.monotonic() < deadline, "a worker never opened its socket:\n" + log.read_text()[-4000:]
+        time.sleep(0.05)
+    assert gw.metrics_url is not None
+    base, port = gw.metrics_url.rsplit(":", 1)
+    urls = [f"{base}:{int(port) + i}" for i in range(workers)]
+    for url in urls:
+        wait_http(url + "/metrics", proc=gw.popen)
+    return urls
 
 
 def served(client: httpx.Client, metrics_urls: list[str]) -> list[float]:
@@ -283,18 +285,8 @@ def test_workers_without_a_secret_share_one_so_a_placement_of_one_is_used_by_the
         [*replicas, "--no-cache", "--workers", "2"], env={"TMPDIR": str(tmp)}, log_path=str(log)
     )
     with running(gw, sim):
-        assert gw.metrics_url is not None
-        port = int(gw.metrics_url.rsplit(":", 1)[1])
-        metrics_urls = [f"http://127.0.0.1:{port + i}" for i in range(2)]
-        deadline = time.monotonic() + 60
-        while len(list(tmp.glob("pgw-workers-*/*.sock"))) < 2:
-            assert time.monotonic() < deadline, (
-                "a worker never opened its socket:\n" + log.read_text()[-4000:]
-            )
-            time.sleep(0.05)
+        metrics_urls = workers_up(gw, tmp, "pgw-workers-*/*.sock", log)
         with httpx.Client(timeout=10) as client:
-            for url in metrics_urls:
-                wait_http(url + "/metrics", proc=gw.popen)
             warm_unevenly(client, gw.url)
             first_worker, first, matched = sent_by_worker(
                 client, gw.url, metrics_urls, chat("Workers, no secret: the first day?")

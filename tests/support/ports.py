@@ -1,5 +1,5 @@
-"""Free loopback ports for servers started by tests: one allocator for the whole suite (bench.procs),
-a slice of ports per pytest-xdist worker below the kernel's ephemeral range."""
+"""Free loopback ports for servers started by tests: the one allocator of the suite and the benchmarks
+(``bench.procs.free_ports``), which reserves each port machine-wide until the child has bound it."""
 
 from __future__ import annotations
 

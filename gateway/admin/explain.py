@@ -27,6 +27,12 @@ async def explain_endpoint(request: web.Request) -> web.Response:
     process = request.app[PROCESS]
     found = process.decisions.find(key)
     limit = process.state.policy.limits.explain_decisions
+    if found is None and limit == 0:
+        raise GatewayError(
+            404,
+            "this process keeps no routing decisions (limits.explain_decisions: 0)",
+            code="decision_not_found",
+        )
     if found is None:
         raise GatewayError(
             404, f"no routing decision of request {key!r} is known to this process", code="decision_not_found"

@@ -35,7 +35,7 @@ from router.pool import PoolRouter
 from router.replica import ReplicaState
 from router.types import Decision, RouteRequest
 
-_ARRIVE, _STEP, _SCRAPE, _SHARE = 0, 1, 2, 3
+_ARRIVE, _STEP, _SCRAPE, _SHARE, _PREFILL_DUE = 0, 1, 2, 3, 4
 SHARES = ("none", "index", "index+prefill", "index+load", "merged")
 _PLACED, _PREFILLED, _FINISHED = 0, 1, 2  # what a shared event says of a decision
 
@@ -84,6 +84,7 @@ def replay(
     gateways: int = 1,
     share: str = "none",
     share_delay_s: float = 0.0,
+    stream: bool = True,
 ) -> OfflineResult:
     """Offer ``wl`` to ``replicas`` engines behind a ``PoolRouter``: requests with ``at`` arrive at
     ``at / rate``; others are Poisson at ``rate`` per second; ``after`` holds a request until that one
@@ -97,7 +98,12 @@ def replay(
     routers' indexes ``share_delay_s`` later: the placement stream), ``index+prefill`` (also the
     queued prefill each sent, with the same delay), ``index+load`` (that and its requests in flight),
     ``merged`` (a probe: the index as ``index``, and one set of replica counters that every router
-    updates inside its decisions)."""
+    updates inside its decisions).
+
+    ``stream=False``: non-streamed answers. The router hears no first byte (a whole answer comes at its
+    end): it releases a request's queued prefill when its timer says so (``PoolRouter.prefill_due_s``,
+    as the gateway's ``dispatch._prefill_timer`` does; never with ``nonstream_prefill_release: end``)
+    and learns from the end of each answer (``answered_whole``)."""
     clock = [0.0]
     fleets = [
         [
@@ -111,6 +117,8 @@ def replay(
     routers = [PoolRouter(states, routing, clock=lambda: clock[0]) for states in fleets]
     pick_gw = random.Random(seed + 1)
     shares: dict[int, tuple[int, Decision, int]] = {}  # pending: id -> (router, decision, what happened)
+    queue_err: list[int] = []  # |router's queued prefill - the engine's prefill left|, per scrape and replica
+    timers: dict[int, tuple[int, Decision]] = {}  # non-streamed: prefill releases due (router, decision)
 
     def share_event(g: int, d: Decision, what: int) -> None:
         nonlocal seq
@@ -166,6 +174,10 @@ def replay(
         now, _, kind, arg = heapq.heappop(events)
         clock[0] = now
         if kind == _SCRAPE:
+            for k, e in enumerate(engines):  # the router's queued prefill against the engine's
+                reqs_in = (*e.running, *e.waiting)
+                left = sum(max(0, q.num_prompt_tokens - q.num_computed_tokens) for q in reqs_in)
+                queue_err.append(abs(sum(r.replica(f"r{k}").queued_prefill_tokens for r in routers) - left))
             for router, states in zip(routers, fleets, strict=True):
                 for k, e in enumerate(engines):
                     router.update_reported(states[k].id, len(e.running), len(e.waiting), e.pool.usage(), now)
@@ -188,6 +200,11 @@ def replay(
                     rep.queued_prefill_tokens -= d.uncached_tokens
                 elif share == "index+load":
                     rep.in_flight -= 1
+        elif kind == _PREFILL_DUE:
+            g, d = timers.pop(arg)
+            if not d._prefill_released:
+                routers[g].release_prefill(d)
+                share_event(g, d, _PREFILLED)
         elif kind == _ARRIVE:
             r = reqs[arg]
             body = r.body
@@ -195,6 +212,11 @@ def replay(
             router = routers[g]
             d = router.route(RouteRequest("chat", body["model"], body))
             share_event(g, d, _PLACED)
+            if not stream and routing.nonstream_prefill_release == "predicted":
+                due = router.prefill_due_s(d)
+                if due is not None:
+                    timers[id(d)] = (g, d)
+                    push(now + due, _PREFILL_DUE, id(d))
             k = int(d.replica.id[1:])
             data = render_chat(body)
             tokens = count_tokens(len(data), 4)
@@ -214,9 +236,10 @@ def replay(
             out = step_out[k]
             for ereq in out.first_tokens:
                 i, d, sent, g = decisions[ereq]
-                routers[g].release_prefill(d)
-                share_event(g, d, _PREFILLED)
-                ttft.append(now - sent)
+                if stream:
+                    routers[g].release_prefill(d)
+                    share_event(g, d, _PREFILLED)
+                ttft.append(now - sent)  # the engine's first token (a whole answer's client sees none)
                 if log is not None:
                     log.append(
                         (
@@ -232,6 +255,10 @@ def replay(
             for ereq in out.finished:
                 i, d, _, g = decisions.pop(ereq)
                 routers[g].observe_usage(d, ereq.cached_tokens)
+                if not stream:
+                    routers[g].answered_whole(d)
+                    if not d._prefill_released:
+                        share_event(g, d, _PREFILLED)
                 routers[g].release(d)
                 share_event(g, d, _FINISHED)
                 pending -= 1
@@ -254,6 +281,7 @@ def replay(
         preemptions=sum(e.stats.preemptions for e in engines),
         reasons=dict(reasons),
         makespan_s=last_end,
+        extra={"queue_error_tokens": sum(queue_err) / len(queue_err) if queue_err else 0.0},
     )
 
 
@@ -285,6 +313,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--share", nargs="+", choices=SHARES, default=["none"],
                    help="with several gateways: what they share of their placements")  # fmt: skip
     p.add_argument("--share-delay-s", type=float, default=0.05, help="model seconds a placement takes")
+    p.add_argument("--non-stream", action="store_true", help="non-streamed answers (no first byte heard)")
+    p.add_argument("--max-tokens", type=int, help="every request's max_tokens (default: the workload's)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--write", action="store_true", help="write the table into docs/benchmarks.md")
     args = p.parse_args(argv)
@@ -313,6 +343,10 @@ def main(argv: list[str] | None = None) -> None:
             cases.append((f"{fmt.name}, {len(recs)} requests, KV {kv:.0%}", wl, ecfg, args.rate))
     else:
         p.error("--trace or --workload is required")
+    if args.max_tokens is not None:
+        for _, wl, _, _ in cases:
+            for r in wl.requests:
+                r.body["max_tokens"] = args.max_tokens
     rows = []
     for label, wl, ecfg, rate in cases:
         bodies = [r.body for r in wl.requests]
@@ -322,21 +356,23 @@ def main(argv: list[str] | None = None) -> None:
             t0 = time.perf_counter()
             cfg = RoutingConfig(policy=pol, seed=args.seed, **{**extra, **over})
             res = replay(wl, cfg, ecfg, args.replicas, rate, seed=args.seed, gateways=gws, share=share,
-                         share_delay_s=args.share_delay_s)  # fmt: skip
+                         share_delay_s=args.share_delay_s, stream=not args.non_stream)  # fmt: skip
             name = pol + "".join(f", {k} {v}" for k, v in over.items())
             if gws > 1:
                 name += f", {gws} gateways, share {share}"
             ratio = res.hit / pooled.hit_rate if pooled.hit_rate else float("nan")
             print(
-                f"{name:34s} {res.row()[23:]} hit/pooled={ratio:.3f} ({time.perf_counter() - t0:.0f}s)",
+                f"{name:34s} {res.row()[23:]} hit/pooled={ratio:.3f} "
+                f"queue error={res.extra['queue_error_tokens']:.0f} tokens ({time.perf_counter() - t0:.0f}s)",
                 flush=True,
             )
             reasons = ", ".join(f"{k} {v}" for k, v in sorted(res.reasons.items(), key=lambda kv: -kv[1]))
             rows.append([label, name, f"{res.hit:.3f}", f"{ratio:.3f}", f"{percentile(res.ttft, 50):.2f}",
                          f"{percentile(res.ttft, 99):.2f}", f"{res.imbalance(res.per_replica_prompt):.2f}",
-                         f"{res.imbalance(res.per_replica_busy):.2f}", reasons])  # fmt: skip
+                         f"{res.imbalance(res.per_replica_busy):.2f}",
+                         f"{res.extra['queue_error_tokens']:.0f}", reasons])  # fmt: skip
     headers = ["stream", "policy", "hit", "hit / pooled bound", "TTFT p50 s", "TTFT p99 s", "imbalance prompt",
-               "imbalance busy", "reasons"]  # fmt: skip
+               "imbalance busy", "queue error (tokens)", "reasons"]  # fmt: skip
     name = "-".join(args.workload) if args.workload else Path(args.trace).stem
     swept = args.sweep.split("=")[0] if args.sweep else "policies"
     md = "\n".join([

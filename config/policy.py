@@ -77,6 +77,12 @@ class LimitsConfig(_Strict):
     max_concurrent_per_replica: int = Field(
         0, ge=0, description="requests one process sends at once to one replica (0: no limit)"
     )
+    explain_decisions: int = Field(
+        1024,
+        ge=0,
+        le=1_000_000,
+        description="recent routing decisions kept for GET /admin/routing/explain (0: none kept)",
+    )
 
 
 class TimeoutsConfig(_Strict):

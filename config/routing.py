@@ -220,6 +220,18 @@ class RoutingConfig(BaseModel):
         description="prefix_affinity: recent decisions in which a prefix must recur to count as shared "
         "(0: every prefix is private)",
     )
+    prefill_tokens_per_s: float = Field(
+        15000.0,
+        gt=0,
+        le=1e9,
+        description="prefill rate assumed for a replica until its answers measure it: a non-streamed "
+        "request's queued prefill is released when this predicts its prefill ended (router.prefill)",
+    )
+    nonstream_prefill_release: Literal["predicted", "end"] = Field(
+        "predicted",
+        description="when a non-streamed request's queued prefill is released: at its predicted prefill end, "
+        "or at the end of the request (the replica sends nothing earlier)",
+    )
     index_ttl_s: float | None = Field(None, gt=0, description="forget index entries older than this")
     default_kv_capacity_blocks: int = Field(
         8192, ge=1, le=16_777_216, description="index bound of a replica whose KV capacity is unknown"

@@ -18,10 +18,12 @@ from config.routing import RoutingConfig
 from router.blocks import block_hashes, root_hash, route_key
 from router.engine_prompt import EnginePrompt
 from router.exact_index import ExactIndex
+from router.explain import explain
 from router.filters import FILTERS, FilterContext
 from router.index import IndexStats, PrefixIndex
 from router.policies import make_policy
 from router.policies.base import PickContext, RoutingPolicy
+from router.prefill import learn_end, learn_first_byte, prefill_due_s, rate_of
 from router.prompt import prompt_pieces
 from router.replica import ReplicaState
 from router.tokenizers import Tokenizer, Tokens, from_ids, make_tokenizer, tokenize
@@ -73,6 +75,8 @@ class PoolRouter:
             )
         self._predicted = 0
         self._observed = 0
+        # Build each decision's ``explanation`` (router.explain): the gateway's decision log turns it on.
+        self.explain = False
         self.set_replicas(replicas)
 
     # -- fleet ----------------------------------------------------------------------------------------
@@ -171,7 +175,14 @@ class PoolRouter:
             replica, reason = candidates[0], fctx.decided_by
         else:
             replica, reason = self.policy.pick(ctx)
-        matched = min(ctx.matched_blocks.get(replica.id, 0) * self.cfg.block_size, ctx.prompt_tokens)
+        bs = self.cfg.block_size
+        matched = min(ctx.matched_blocks.get(replica.id, 0) * bs, ctx.prompt_tokens)
+        available = min(max(ctx.matched_blocks.values(), default=0) * bs, ctx.prompt_tokens)
+        explanation = None
+        if self.explain:  # before this decision counts its own load on the replica
+            explanation = explain(
+                ctx, replica, reason, self.policy.name, available, fctx.decided_by is not None
+            )
         decision = Decision(
             replica=replica,
             reason=reason,
@@ -184,9 +195,13 @@ class PoolRouter:
             block_size=self.cfg.block_size,
             engine_block_hashes=engine,
             approx_matched_blocks=approx.get(replica.id, 0) if engine else None,
+            available_tokens=available,
+            routed_at=now,
+            explanation=explanation,
         )
         replica.in_flight += 1
         replica.queued_prefill_tokens += decision.uncached_tokens
+        decision.queued_at_route = replica.queued_prefill_tokens
         if request.placement is not None:  # a batch line's slot goes where the line goes
             request.placement.move(replica.id)
         if hashes:
@@ -202,6 +217,26 @@ class PoolRouter:
         if not decision._prefill_released:
             decision._prefill_released = True
             decision.replica.queued_prefill_tokens -= decision.uncached_tokens
+
+    def prefill_due_s(self, decision: Decision) -> float | None:
+        """Seconds from now until the replica is predicted to have prefilled ``decision`` (``router.prefill``),
+        for an answer that will not say (non-streamed); None when there is nothing left to release."""
+        if decision._prefill_released or not decision.uncached_tokens:
+            return None
+        rate = rate_of(decision.replica, self.cfg.prefill_tokens_per_s)
+        return prefill_due_s(decision.queued_at_route, self.clock() - decision.routed_at, rate)
+
+    def first_byte(self, decision: Decision) -> None:
+        """A streamed answer's first byte: a sample of the replica's prefill rate, and its prefill is done."""
+        if not decision._prefill_released:
+            elapsed = self.clock() - decision.routed_at
+            learn_first_byte(decision.replica, decision.queued_at_route, elapsed)
+        self.release_prefill(decision)
+
+    def answered_whole(self, decision: Decision) -> None:
+        """A whole (non-streamed) answer arrived: its prefill ran at least as fast as that."""
+        elapsed = self.clock() - decision.routed_at
+        learn_end(decision.replica, decision.queued_at_route, elapsed, self.cfg.prefill_tokens_per_s)
 
     def release(self, decision: Decision) -> None:
         """The request finished (any way): it no longer loads the replica."""

@@ -28,6 +28,7 @@ class ReplicaState:
     reported_at: float | None = None  # router clock time of the last report
     in_flight_at_report: int = 0  # our own in-flight count when that report was read
     adapters: frozenset[str] = frozenset()  # LoRA adapters it serves (its /v1/models, or loaded by us)
+    prefill_tokens_per_s: float | None = None  # learnt prefill rate (router.prefill); None: the default
 
     def load(self) -> float:
         """Load used for balancing: our own in flight now, plus what the replica's last report shows of

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from router.replica import ReplicaState
+
+if TYPE_CHECKING:
+    from router.explain import Explanation
 
 
 class Placement(Protocol):
@@ -67,6 +70,10 @@ class Decision:
     block_size: int = 16
     engine_block_hashes: tuple[int, ...] = ()  # precise mode: the engine's own hashes of the prompt
     approx_matched_blocks: int | None = None  # precise mode: the approximate index's match (else matched)
+    available_tokens: int = 0  # the longest match any replica had (what the fleet held for the prompt)
+    routed_at: float = 0.0  # the router's clock at the decision
+    queued_at_route: int = 0  # the replica's queued prefill after this decision (its own and what is ahead)
+    explanation: Explanation | None = None  # the score terms (``PoolRouter.explain``), else None
     _prefill_released: bool = False
     _released: bool = False
 

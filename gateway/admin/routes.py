@@ -1,5 +1,5 @@
 """The admin API under ``/admin/*`` (behind the admin token, ``gateway.admin.auth``): replicas and
-their verdicts, drains, reload, process figures, usage, layout advice, cache purge."""
+their verdicts, drains, reload, process figures, usage, layout advice, routing explanations, cache purge."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from aiohttp import web
 from gateway.admin.advice import advice_endpoint
 from gateway.admin.auth import add_admin_route
 from gateway.admin.cache import events, purge
+from gateway.admin.explain import explain_endpoint
 from gateway.admin.usage import usage_endpoint
 from gateway.errors import GatewayError, error_response
 from gateway.process.process import PROCESS
@@ -101,5 +102,6 @@ def add_admin_routes(app: web.Application) -> None:
     add_admin_route(app, "GET", "/admin/debug", debug)
     add_admin_route(app, "GET", "/admin/usage", usage_endpoint)
     add_admin_route(app, "GET", "/admin/advice", advice_endpoint)
+    add_admin_route(app, "GET", "/admin/routing/explain", explain_endpoint)
     add_admin_route(app, "POST", "/admin/cache/purge", purge)
     add_admin_route(app, "POST", "/admin/cache/events", events)

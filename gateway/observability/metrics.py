@@ -43,6 +43,11 @@ _SPECS: tuple[tuple[Any, ...], ...] = (
      ("replica",)),
     ("reported_cached_tokens", Counter, "prefix_reported_cached_tokens_total",
      "Prompt tokens the replica reported cached (usage.prompt_tokens_details.cached_tokens).", ("replica",)),
+    ("available_tokens", Counter, "routing_available_tokens_total",
+     "Prompt tokens the index said the fleet held for a request (the longest match over every replica), "
+     "by the pool and the replica chosen, for requests whose replica reported usage.", ("pool", "replica")),
+    ("achieved_tokens", Counter, "routing_achieved_cached_tokens_total",
+     "Prompt tokens the chosen replica reported cached for the same requests.", ("pool", "replica")),
     ("index_blocks", Gauge, "prefix_index_blocks", "Block hashes held in the gateway's index per replica.",
      ("replica",)),
     # -- response cache and limits
@@ -154,6 +159,8 @@ class GatewayMetrics:
     match_fraction: Histogram
     predicted_tokens: Counter
     reported_cached_tokens: Counter
+    available_tokens: Counter
+    achieved_tokens: Counter
     index_blocks: Gauge
     cache_requests: Counter
     cache_bypass: Counter

@@ -171,6 +171,7 @@ async def attempt_once(
     gauge = metrics.child(metrics.in_flight, rid)
     gauge.inc()
     resp: aiohttp.ClientResponse | None = None
+    timer = None if ctx.parsed.stream else _prefill_timer(pool, decision)
     try:
         try:
             await _with_adapter(ctx, decision)
@@ -190,13 +191,29 @@ async def attempt_once(
         pool.router.forget_failed(decision)
         metrics.child(metrics.upstream_errors, rid, failed.kind).inc()
         ctx.upstream_error = failed.kind
+        ctx.process.decisions.outcome(ctx.request_id, f"failed: {failed.kind}")
         raise failed
     finally:
+        if timer is not None:
+            timer.cancel()
         if resp is not None:
             resp.close()
-        pool.router.release(decision)
+        pool.router.release(decision)  # the prefill too, if neither a first byte nor the timer did
         ctx.process.admission.replica_released(pool.name)  # a request waiting for a slot may go
         gauge.dec()
+
+
+def _prefill_timer(pool: Pool, decision: Decision) -> asyncio.TimerHandle | None:
+    """A non-streamed answer says nothing until its end: release its queued prefill when the router
+    predicts the replica prefilled it (``router.prefill``). Cancelled in ``attempt_once``'s ``finally``,
+    whose ``release`` releases it if the timer did not; ``release_prefill`` acts once whoever calls."""
+    router = pool.router
+    if router.cfg.nonstream_prefill_release != "predicted":
+        return None
+    due = router.prefill_due_s(decision)
+    if due is None:
+        return None
+    return asyncio.get_running_loop().call_later(due, router.release_prefill, decision)
 
 
 def _adapter_path(ctx: RequestContext) -> str | None:
@@ -238,8 +255,24 @@ async def _error_from_status(
 
 # -- the router's side of the lifecycle -----------------------------------------------------------------
 def _prefill_done(ctx: RequestContext) -> None:
-    if ctx.decision is not None and ctx.pool is not None:
-        ctx.pool.router.release_prefill(ctx.decision)
+    """The answer's first byte: a stream's says its prefill is done (and how fast it went); a whole
+    answer's comes at its end (its prefill was released by its timer, else now)."""
+    d, pool = ctx.decision, ctx.pool
+    if d is None or pool is None or ctx.parsed is None:
+        return
+    if ctx.parsed.stream:
+        pool.router.first_byte(d)
+        return
+    if ctx.generation_started:
+        pool.router.answered_whole(d)
+    pool.router.release_prefill(d)
+
+
+def _record_decision(ctx: RequestContext) -> None:
+    d = ctx.decision
+    if d is not None and d.explanation is not None:
+        limit = ctx.state.policy.limits.explain_decisions
+        ctx.process.decisions.record(ctx.request_id, ctx.client_request_id, ctx.model, d.explanation, limit)
 
 
 def _count_decision(ctx: RequestContext) -> None:
@@ -265,9 +298,13 @@ def _observe_usage(ctx: RequestContext) -> None:
     metrics = ctx.process.metrics
     metrics.child(metrics.predicted_tokens, d.replica.id).inc(d.matched_tokens)
     metrics.child(metrics.reported_cached_tokens, d.replica.id).inc(max(0, cached))
+    metrics.child(metrics.available_tokens, ctx.pool.name, d.replica.id).inc(d.available_tokens)
+    metrics.child(metrics.achieved_tokens, ctx.pool.name, d.replica.id).inc(max(0, cached))
+    ctx.process.decisions.reported(ctx.request_id, max(0, cached))
 
 
 def install(hooks: Hooks) -> None:
     hooks.on(Event.ROUTED, _count_decision)
+    hooks.on(Event.ROUTED, _record_decision)
     hooks.on(Event.FIRST_BYTE, _prefill_done)
     hooks.on(Event.COMPLETED, _observe_usage)

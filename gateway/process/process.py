@@ -43,6 +43,7 @@ from gateway.fleet.adapters import AdapterLoader, adapters_loop
 from gateway.fleet.discovery import start_discovery
 from gateway.fleet.kv_events import Listener, start_kv_events, stop_kv_events
 from gateway.fleet.sharing import SharedIndex, open_shared_index
+from gateway.observability.decisions import DecisionLog
 from gateway.observability.metrics import GatewayMetrics
 from gateway.observability.tracing import Tracing, open_tracing
 from gateway.pipeline import trace
@@ -91,6 +92,7 @@ class Process:
     shared: SharedIndex | None = None  # placements shared with the other gateway processes
     reload_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     adapter_loader: AdapterLoader = field(default_factory=AdapterLoader)  # LoRA loads in flight
+    decisions: DecisionLog = field(default_factory=DecisionLog)  # recent decisions (/admin/routing/explain)
     span_exporter: Any = None  # replaces OTLP when tracing is on (tests: the SDK's in-memory exporter)
     tracing: Tracing | None = None
     # Run in order after in-flight requests drained (or the drain period ended), before the upstream

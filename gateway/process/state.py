@@ -63,13 +63,17 @@ def _pool(
     replicas = pool_replicas(cfg, addresses)
     slots = policy.limits.max_concurrent_per_replica
     prev = previous.pools.get(cfg.name) if previous is not None else None
+    explain = policy.limits.explain_decisions > 0  # the decision log keeps their explanations
     if prev is None or (prev.cfg.routing, prev.cfg.backend) != (cfg.routing, cfg.backend):
-        return Pool(cfg=cfg, router=PoolRouter(replicas, cfg.routing, slot_limit=slots)), None
+        router = PoolRouter(replicas, cfg.routing, slot_limit=slots)
+        router.explain = explain
+        return Pool(cfg=cfg, router=router), None
     router = prev.router
 
     def apply() -> None:
         router.set_replicas(replicas)  # staying replicas keep their counters and index entries
         router.slot_limit = slots
+        router.explain = explain
 
     return Pool(cfg=cfg, router=router), apply
 

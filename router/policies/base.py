@@ -28,6 +28,7 @@ class PickContext:
     block_hashes: Sequence[int] = ()  # the prompt's chained block hashes (router blocks)
     index: PrefixIndex | None = None  # the pool's prefix index (read only), with the decision's time
     now: float = 0.0
+    weights: dict[str, float] = field(default_factory=dict)  # what a scoring policy applied (router.explain)
 
 
 class RoutingPolicy(Protocol):

@@ -82,6 +82,7 @@ class PrefixAffinity:
             self.shared_reuse if depth and self._shared(ctx.block_hashes[depth - 1]) else self.private_reuse
         )
         decode = self.decode_cost
+        ctx.weights.update(reuse_factor=reuse, decode_cost_tokens=decode)  # what router.explain shows
         low = float("inf")
         longest = 0
         tied: list[tuple[ReplicaState, int]] = []  # the lowest-scoring replicas, with their match

@@ -17,6 +17,8 @@ METRICS: dict[str, set[str]] = {
     "prefix_match_fraction": {"model"},
     "prefix_predicted_tokens_total": {"replica"},
     "prefix_reported_cached_tokens_total": {"replica"},
+    "routing_available_tokens_total": {"pool", "replica"},
+    "routing_achieved_cached_tokens_total": {"pool", "replica"},
     "cache_requests_total": {"result"},
     "cache_bypass_total": {"reason"},
     "ratelimited_total": {"tenant", "kind"},

@@ -180,6 +180,23 @@ def panels() -> list[Panel]:
             desc="Tokens the gateway's index expected the replica to have cached vs what the replica "
             "reported (usage.prompt_tokens_details.cached_tokens).",
         ),
+        timeseries(
+            "Prefix hit available vs achieved",
+            [
+                (
+                    f'sum by (pool, replica) (rate({P}routing_available_tokens_total{{pool=~"$model"}}{RATE}))',
+                    "available {{pool}} {{replica}}",
+                ),
+                (
+                    f'sum by (pool, replica) (rate({P}routing_achieved_cached_tokens_total{{pool=~"$model"}}{RATE}))',
+                    "achieved {{pool}} {{replica}}",
+                ),
+            ],
+            desc="Per replica chosen: prompt tokens the index said the fleet held for its requests (the "
+            "longest match over every replica) vs what it reported cached. Achieved below available: "
+            "requests went where less was cached (spills, a stale index, evictions). "
+            "GET /admin/routing/explain shows one request's terms.",
+        ),
         timeseries("In-flight requests by replica", [(f"sum by (replica) ({P}in_flight)", "{{replica}}")]),
         row("Response cache and anti-stampede"),
         timeseries(

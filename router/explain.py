@@ -1,0 +1,124 @@
+"""Why a decision went where it went: each candidate's score terms, as the policy saw them.
+
+``PoolRouter.route`` builds an ``Explanation`` (when its ``explain`` is on) from the same state the
+policy read, before the decision adds its own load: each candidate's queued prefill, load and matched
+tokens, the weights the policy applied (``PickContext.weights``, written by the policy as it picks),
+and for a policy that scores (``prefix_affinity``) each candidate's score, recomputed from those terms
+by its formula ``queued + decode_cost x load - reuse_factor x matched`` (lowest wins). Nothing here
+takes part in the choice: the explanation reads it. Only numbers and replica ids: never prompt text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from router.policies.base import PickContext
+from router.replica import ReplicaState
+
+
+@dataclass(frozen=True, slots=True)
+class CandidateTerms:
+    replica: str
+    queued_prefill_tokens: int
+    load: float
+    matched_tokens: int
+    score: float | None  # the policy's score (lowest wins), for a policy that scores; else None
+
+
+@dataclass(slots=True, eq=False)
+class Explanation:
+    """One decision's terms. Read-only once built; the per-candidate records and scores are derived
+    when asked for (an explanation is built on every decision, read for few)."""
+
+    policy: str
+    reason: str
+    chosen: str
+    prompt_tokens: int
+    available_tokens: int  # the longest match over every replica (what the fleet held)
+    weights: Mapping[str, float]
+    terms: tuple[tuple[str, int, float, int], ...]  # (replica, queued prefill, load, matched) each
+    decided_by_filter: bool = False  # a filter (pin, batch plan) decided before the policy
+
+    @property
+    def candidates(self) -> tuple[CandidateTerms, ...]:
+        factor, decode = self.weights.get("reuse_factor"), self.weights.get("decode_cost_tokens")
+        scores = factor is not None and decode is not None
+        return tuple(
+            CandidateTerms(rid, q, load, m, q + decode * load - factor * m if scores else None)  # type: ignore[operator]
+            for rid, q, load, m in self.terms
+        )
+
+    def why(self) -> str:
+        """One sentence on why the winner won, from the terms."""
+        if self.decided_by_filter:
+            return (
+                f"decided by the {self.reason} filter before the policy: {self.chosen} was the only candidate"
+            )
+        candidates = self.candidates
+        won = next(c for c in candidates if c.replica == self.chosen)
+        if won.score is None:
+            return f"{self.policy} chose {self.chosen} ({self.reason}); this policy does not score candidates"
+        others = sorted(
+            (c for c in self.candidates if c.replica != self.chosen), key=lambda c: c.score or 0.0
+        )
+        tied = [c.replica for c in others if c.score == won.score]
+        text = f"{self.chosen} had the lowest score {won.score:g}"
+        if others:
+            text += f" (next: {others[0].replica} at {others[0].score:g})"
+        if tied:
+            text += f"; tied with {', '.join(tied)}, broken by the most cache room, then the hash ring"
+        longest = max((c.matched_tokens for c in candidates), default=0)
+        if self.reason == "spill":
+            holder = next(c for c in candidates if c.matched_tokens == longest)
+            text += (
+                f"; {holder.replica} held a longer match ({longest} tokens) but its queued prefill and load "
+                f"cost more than prefilling here"
+            )
+        elif self.reason == "cold":
+            text += "; no replica held enough of the prompt to count as a match (cold)"
+        elif self.reason == "affinity":
+            text += f"; it held the longest match ({longest} of {self.prompt_tokens} tokens)"
+        return text
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "policy": self.policy,
+            "reason": self.reason,
+            "chosen": self.chosen,
+            "prompt_tokens": self.prompt_tokens,
+            "available_tokens": self.available_tokens,
+            "weights": dict(self.weights),
+            "candidates": [
+                {
+                    "replica": c.replica,
+                    "queued_prefill_tokens": c.queued_prefill_tokens,
+                    "load": c.load,
+                    "matched_tokens": c.matched_tokens,
+                    "score": c.score,
+                    "chosen": c.replica == self.chosen,
+                }
+                for c in self.candidates
+            ],
+            "why": self.why(),
+        }
+
+
+def explain(
+    ctx: PickContext,
+    chosen: ReplicaState,
+    reason: str,
+    policy: str,
+    available_tokens: int,
+    decided_by_filter: bool,
+) -> Explanation:
+    """The terms of ``ctx``'s candidates (read before the decision counts its own load on ``chosen``)."""
+    matched, bs, limit = ctx.matched_blocks, ctx.block_size, ctx.hashed_tokens
+    terms = tuple(
+        (r.id, r.queued_prefill_tokens, r.load(), min(matched.get(r.id, 0) * bs, limit))
+        for r in ctx.candidates
+    )
+    return Explanation(
+        policy, reason, chosen.id, ctx.prompt_tokens, available_tokens, ctx.weights, terms, decided_by_filter
+    )

@@ -94,11 +94,27 @@ async def publish(pub: zmq.asyncio.Socket, topic: bytes, seq: int, payload: byte
     await pub.send_multipart([topic, seq.to_bytes(8, "big"), payload])
 
 
-async def connected_pub(ctx: zmq.asyncio.Context, bind: str) -> zmq.asyncio.Socket:
-    pub = ctx.socket(zmq.PUB)
+def publisher(ctx: zmq.asyncio.Context) -> zmq.asyncio.Socket:
+    """A publisher that sees its subscribers' subscriptions (XPUB, every one of them: verbose)."""
+    pub = ctx.socket(zmq.XPUB)
     pub.setsockopt(zmq.LINGER, 0)
+    pub.setsockopt(zmq.XPUB_VERBOSE, 1)
+    return pub
+
+
+async def subscribed(pub: zmq.asyncio.Socket, n: int = 1, timeout: float = 20.0) -> None:
+    """Until ``n`` subscriptions reached the publisher (ZeroMQ's slow joiner: what is published before
+    a subscriber's subscription arrives is dropped for it), bounded."""
+    got = 0
+    while got < n:
+        msg = await asyncio.wait_for(pub.recv(), timeout)
+        got += msg[:1] == b"\x01"
+
+
+async def connected_pub(ctx: zmq.asyncio.Context, bind: str) -> zmq.asyncio.Socket:
+    pub = publisher(ctx)
     pub.connect(bind)
-    await asyncio.sleep(0.3)  # slow joiner: the subscription must reach the publisher first
+    await subscribed(pub)
     return pub
 
 
@@ -382,8 +398,7 @@ async def test_events_from_a_bound_publisher_reach_every_process_and_gaps_replay
     socket, purge on a gap the replay cannot fill and on a restart."""
     pub_ep, replay = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
     ctx = zmq.asyncio.Context()
-    pub = ctx.socket(zmq.PUB)
-    pub.setsockopt(zmq.LINGER, 0)
+    pub = publisher(ctx)
     pub.bind(pub_ep)
     fake = FakeReplay(ctx, replay)
     policy = connect_policy(model_dir, {"r0": f"tcp://127.0.0.1:{free_port()}", "r1": pub_ep}, {"r1": replay})
@@ -391,7 +406,7 @@ async def test_events_from_a_bound_publisher_reach_every_process_and_gaps_replay
         async with gateway(policy) as gw1, gateway(policy) as gw2:
             exacts = [g.state.pools["sim-llama"].router.exact for g in (gw1, gw2)]
             await wait_for(lambda: fake.requests == [0, 0] and all(e.is_live("r1") for e in exacts))
-            await asyncio.sleep(0.3)  # slow joiner: both subscriptions reach the publisher
+            await subscribed(pub, 2)  # both processes' subscriptions reached the publisher
 
             def held(n: int) -> bool:
                 return all(e.stats().held.get("r1") == n for e in exacts)
@@ -426,8 +441,7 @@ async def test_connect_mode_follows_the_fleet_discovery_gives(model_dir, frames)
     loses it."""
     pub_ep = f"tcp://127.0.0.1:{free_port()}"
     ctx = zmq.asyncio.Context()
-    pub = ctx.socket(zmq.PUB)
-    pub.setsockopt(zmq.LINGER, 0)
+    pub = publisher(ctx)
     pub.bind(pub_ep)
     policy = connect_policy(model_dir, {"r0": f"tcp://127.0.0.1:{free_port()}", "r1": pub_ep}, {})
     try:
@@ -437,7 +451,7 @@ async def test_connect_mode_follows_the_fleet_discovery_gives(model_dir, frames)
             await wait_for(lambda: set(listener.subs) == {b"sim-llama/r0", b"sim-llama/r1"})
             router.set_replicas([r for r in router.replicas if r.id == "r1"])
             await wait_for(lambda: set(listener.subs) == {b"sim-llama/r1"})
-            await asyncio.sleep(0.3)
+            await subscribed(pub)  # r1's subscription (made at start) reached the publisher
             await publish(pub, b"", 0, frames[0][1])
             await wait_for(lambda: router.exact is not None and router.exact.is_live("r1"))
     finally:

@@ -171,3 +171,18 @@ def test_check_config_compiles_the_rules_like_a_started_gateway(tmp_path: Path) 
     run = subprocess.run([sys.executable, "-m", "gateway", "check-config", str(path)],
                          capture_output=True, text=True, timeout=60)  # fmt: skip
     assert run.returncode == 1 and "cache.semantic" in run.stderr and "belongs to" in run.stderr, run.stderr
+
+
+def test_semantic_explain_prints_fingerprints_and_whether_questions_share_an_answer() -> None:
+    run = subprocess.run(
+        [sys.executable, "-m", "gateway", "semantic", "explain", "--config", str(POLICY_PATH),
+         "How much is the Pixel 8?", "How much is the Pixel 8 battery?", "pixel 8 price"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    out = run.stdout
+    assert "intent: query_price" in out and "slots: {'product': 'pixel8'}" in out
+    assert "unexplained: ['battery']" in out
+    first, second = out.split("\n[2]")[0].split("\n[1]")[1], out.split("\n[2]")[1]
+    assert "no shared answer" in first and "unexplained_words" in first
+    assert "SHARES the answer" in second

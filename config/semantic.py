@@ -249,7 +249,7 @@ class GuardConfig(_Strict):
     negation_terms: list[str] = Field(
         default_factory=lambda: [
             "not", "no", "never", "none", "without", "dont", "doesnt", "didnt", "isnt", "arent", "wasnt",
-            "cant", "cannot", "wont", "shouldnt", "neither", "nor",
+            "cant", "cannot", "wont", "shouldnt", "neither", "nor", "non",
             "不", "没", "没有", "无法", "不能", "不可以", "别", "非", "未", "勿",
         ],
         description="words whose presence flips a question (normalised)",
@@ -302,6 +302,19 @@ class SemanticConfig(_Strict):
     admission: AdmissionConfig = Field(default_factory=AdmissionConfig)
     events: list[EventMapping] = Field(default_factory=list)
     embedding: EmbeddingConfig | None = Field(None, description="required by mode embedding")
+
+    @field_validator("fillers", mode="before")
+    @classmethod
+    def _yaml_booleans(cls, v: object) -> object:
+        """YAML 1.1 reads an unquoted on/off/yes/no as a boolean: say so, and what to write instead."""
+        if isinstance(v, list):
+            for i, t in enumerate(v):
+                if isinstance(t, bool):
+                    raise ValueError(
+                        f"fillers[{i}] is the YAML boolean {t} (an unquoted on/off/yes/no/true/false): "
+                        f"quote it, e.g. 'on' or 'no'"
+                    )
+        return v
 
     @field_validator("fillers")
     @classmethod

@@ -4,7 +4,8 @@ Rules are evaluated in policy order and the first whose terms or patterns occur 
 question decides, with its reason; ``otherwise`` decides when none does. The shipped rules (English
 and Chinese) bypass comparative (``vs``, ``哪个好``), predictive (``will``, ``预计``) and time-sensitive
 (``today``, ``现在``, ``库存``) wording and allow factual wording: an embedding cannot tell "the battery
-life of X" from "is X's battery life better than Y's", and no fingerprint should try.
+life of X" from "is X's battery life better than Y's", and no fingerprint should try. Patterns
+compile with ``re.ASCII`` so that ``\\b`` separates Chinese characters from ASCII words (``更长than``).
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ class Admission:
             _Rule(
                 Decision(r.action, r.reason),
                 TermMatcher(normalize(t) for t in r.terms),
-                tuple(re.compile(p) for p in r.patterns),
+                tuple(re.compile(p, re.ASCII) for p in r.patterns),
             )
             for r in cfg.rules
         )

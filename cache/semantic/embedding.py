@@ -78,8 +78,13 @@ class CandidateIndex:
         if part is not None:
             part.pop(key, None)
 
-    def search(self, partition: str, vector: array, threshold: float) -> list[tuple[float, Candidate]]:
-        """Candidates at least ``threshold`` similar, best first."""
+    def search(
+        self, partition: str, vector: array, threshold: float, meaning: tuple[object, ...] | None = None
+    ) -> list[tuple[float, Candidate]]:
+        """Candidates at least ``threshold`` similar, best first; with ``meaning``, also those below it
+        whose verified meaning (``GuardFeatures.meaning``) is that one: their fingerprints already prove
+        the two questions ask the same thing, whatever an embedding model that may not cover their
+        language scores them."""
         part = self._parts.get(partition)
         if not part:
             return []
@@ -89,7 +94,7 @@ class CandidateIndex:
             if len(cand.vector) != len(vector):
                 continue  # the embedder changed its dimension: never comparable
             sim = cosine(vector, cand.vector)
-            if sim >= threshold:
+            if sim >= threshold or (meaning is not None and cand.guards.meaning == meaning):
                 scored.append((sim, cand))
         scored.sort(key=lambda sc: -sc[0])
         return scored

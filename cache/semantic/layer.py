@@ -148,7 +148,8 @@ class SemanticLayer:
         partition = analysis.partition(salt, version)
         index = self.indexes[model]
         vetoes: list[str] = []
-        for sim, cand in index.search(partition, vector, emb.threshold):
+        verified = analysis.guards.meaning if emb.guards.slots else None
+        for sim, cand in index.search(partition, vector, emb.threshold, verified):
             why = veto(analysis.guards, cand.guards, emb.guards)
             if why is not None:
                 vetoes.append(why)

@@ -1,7 +1,8 @@
 """Normalisation of a question before anything looks at it (pure).
 
 Steps, in order: Unicode NFKC with case folding (full-width ``ＩＰＨＯＮＥ１５`` and half-width kana
-become their plain forms, ``ﬁ`` becomes ``fi``), apostrophes inside words dropped (``don't`` → ``dont``),
+become their plain forms, ``ﬁ`` becomes ``fi``), a question word's ``'s`` written out (``where's`` and
+``wheres`` → ``where is``: "Where's my order" found no intent, issue 25), apostrophes inside words dropped (``don't`` → ``dont``),
 punctuation to spaces except between two digits (``6.1``, ``2024-05-01`` and ``10:30`` keep theirs), runs
 of white space to one space, no space between two CJK characters (Chinese and Japanese write none), then
 the synonym table: each term becomes its ``snake_case`` canonical (``运单号`` → ``order_no``).
@@ -20,6 +21,7 @@ from collections.abc import Iterable
 
 from cache.semantic.terms import TermMatcher
 
+_CONTRACTION = re.compile(r"(?<![a-z0-9_])(where|what|how|who|when|which|that|there|here)['’]?s(?![a-z0-9_])")
 _APOSTROPHE = re.compile(r"(?<=[^\W\d_])['’](?=[^\W\d_])")
 _SPACE = re.compile(r"\s+")
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
@@ -69,7 +71,7 @@ def _collapse(text: str) -> str:
 
 def base_normalize(text: str) -> str:
     """Everything but synonyms."""
-    text = _APOSTROPHE.sub("", _fold(text))
+    text = _APOSTROPHE.sub("", _CONTRACTION.sub(r"\1 is", _fold(text)))
     text = _collapse(_strip_punctuation(text))
     return _CJK_GAP.sub("", text)
 

@@ -21,6 +21,7 @@ from cache.semantic.normalize import Normalizer, has_cjk
 from cache.semantic.question import Question, split_question
 from cache.semantic.tags import TagRef, entry_refs
 from cache.semantic.terms import TermMatcher
+from cache.semantic.vocab import safe_fillers
 from config.semantic import SemanticConfig
 
 
@@ -70,7 +71,7 @@ class SemanticRoute:
             {r.name: dict(r.constraints) for r in cfg.intents},
         )
         self.intent_names = tuple(r.name for r in cfg.intents)
-        self.fillers = TermMatcher(n(t) for t in cfg.fillers)
+        self.fillers = TermMatcher(n(t) for t in safe_fillers(cfg))  # never a word that changes the answer
         self.admission = Admission(cfg.admission, n)
         guards = cfg.embedding.guards if cfg.embedding is not None else None
         self.negations = TermMatcher(n(t) for t in guards.negation_terms) if guards is not None else None

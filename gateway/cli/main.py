@@ -1,4 +1,4 @@
-"""``prefix-gateway`` command line: serve, check-config, sim, demo, usage, advise, batch."""
+"""``prefix-gateway`` command line: serve, check-config, sim, demo, usage, advise, batch, semantic."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from config.routing import PolicyName
 from gateway.cli.advise import add_advise_command
 from gateway.cli.batch import add_batch_command
 from gateway.cli.quickstart import DiscoveryError, policy_from_flags
+from gateway.cli.semantic import add_semantic_command, semantic_problems
 from gateway.cli.usage import add_usage_command
 from gateway.observability.logs import ACCESS_LOG, configure_logging
 from gateway.process.preflight import check_files
@@ -100,6 +101,10 @@ def cmd_check_config(args: argparse.Namespace) -> int:
         warnings = check_files(policy, args.file, create=False) + policy_warnings(policy)
         if (problem := secret_problem(policy, os.environ)) is not None:
             warnings.append(problem)
+        errors, semantic_warnings = semantic_problems(policy)
+        if errors:
+            raise PolicyError(args.file, errors)
+        warnings += semantic_warnings
     except PolicyError as err:
         print(err.render(), file=sys.stderr)
         return 1
@@ -306,6 +311,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_usage_command(sub)
     add_advise_command(sub)
     add_batch_command(sub)
+    add_semantic_command(sub)
 
     demo = sub.add_parser("demo", help="gateway + 3 simulated replicas with the embedded local policy")
     demo.add_argument("--port", type=int, help="gateway port (default 8080)")

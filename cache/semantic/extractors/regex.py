@@ -1,7 +1,10 @@
 """Regex extractor: named groups fill the slots of their names (``(?P<order_no>so\\d{8,14})``).
 
 Patterns run on the normalised text (lower case, NFKC, synonyms applied) and are compiled when the
-policy loads. They come from the operator's policy, not from clients; the text they run on is bounded by
+policy loads, with ``re.ASCII``: ``\\b`` and ``\\w`` then treat Chinese characters as a boundary, so
+``\\b(?P<order_no>so\\d{8})\\b`` finds ``so20231104`` in ``订单so20231104到哪了`` (with Unicode classes a
+CJK character is a word character and the id between two of them was never found: issue 25). They
+come from the operator's policy, not from clients; the text they run on is bounded by
 ``max_text_chars``, which bounds the work of any pattern without catastrophic backtracking.
 """
 
@@ -22,7 +25,7 @@ class RegexExtractor:
     __slots__ = ("_re", "_steps")
 
     def __init__(self, pattern: str, steps: dict[str, list[str]]) -> None:
-        self._re = re.compile(pattern)
+        self._re = re.compile(pattern, re.ASCII)
         self._steps = steps
 
     def extract(self, text: str) -> list[Found]:

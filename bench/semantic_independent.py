@@ -1,0 +1,153 @@
+"""The semantic cache on the independent set of issue 25, per split, language and mode.
+
+    python -m bench.semantic_independent [--split tune|heldout|both] [--show] [--write]
+
+Each pair of bench/data/semantic_independent.jsonl (``bench.semantic_independent_source``) runs under
+its own policy (``policy`` field: the e-commerce or the airline example), in a fresh layer and store
+(nothing of one pair reaches another), through ``cache.semantic.layer.SemanticLayer``, the code the
+gateway's request path calls: the ``cached`` question is looked up and its answer filled, then the
+``probe`` is looked up. Modes: ``fingerprint`` (the policy as shipped) and ``guarded@0.9`` (embedding
+mode at the default threshold, every guard on; all-MiniLM-L6-v2 served by the simulator's
+``/v1/embeddings``, called through the gateway's embedder client). A hit on a ``different`` pair is a
+false hit, and its rate has a one-sided 95 % Clopper-Pearson upper bound (0 of 49 is at most 5.9 %).
+``--show`` lists the pairs that hit wrongly or missed (use it on ``tune`` only); ``--write`` runs both
+splits and writes the tables to docs/benchmarks.md (section ``semantic-independent``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import math
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+
+from bench.report import write_section
+from bench.semantic import EMBED_MODEL, MODEL, SALT, SECRET, MemoEmbedder, answer, chat, embedding_config
+from bench.sim import SimConfig, start_replicas
+from cache.semantic.embedder import Embedder
+from cache.semantic.layer import SemanticLayer
+from cache.semantic.route import SemanticRoute
+from cache.semantic.store import MemorySemanticStore
+from config import load_policy
+
+DATA = Path("bench/data/semantic_independent.jsonl")
+
+
+async def probe(route: SemanticRoute, embedder: Embedder | None, p: dict[str, Any]) -> tuple[bool, str]:
+    layer = SemanticLayer({MODEL: route}, MemorySemanticStore(), {MODEL: embedder} if embedder else {})
+    first = await layer.lookup(MODEL, route.analyse("chat", chat(p["cached"])), SALT)
+    if first.outcome == "miss":
+        await layer.fill(first, answer(p["cached"]))
+    analysis = layer.analyse(MODEL, "chat", chat(p["probe"]))
+    assert analysis is not None
+    found = await layer.lookup(MODEL, analysis, SALT)
+    why = found.reason if not found.vetoes else f"{found.reason} veto={found.vetoes[0]}"
+    return found.outcome == "hit", why
+
+
+def upper95(h: int, t: int) -> float:
+    """One-sided 95 % Clopper-Pearson upper bound of a rate seen h times in t (bisection on the CDF)."""
+    if h >= t:
+        return 1.0
+    lo, hi = h / t, 1.0
+    for _ in range(60):
+        p = (lo + hi) / 2
+        cdf = sum(math.comb(t, k) * p**k * (1 - p) ** (t - k) for k in range(h + 1))
+        lo, hi = (p, hi) if cdf > 0.05 else (lo, p)
+    return hi
+
+
+def count(hits: Counter[Any], totals: Counter[Any], pred: Any) -> tuple[int, int]:
+    return sum(v for k, v in hits.items() if pred(k)), sum(v for k, v in totals.items() if pred(k))
+
+
+def cell(hits: Counter[Any], totals: Counter[Any], pred: Any) -> str:
+    h = sum(v for k, v in hits.items() if pred(k))
+    t = sum(v for k, v in totals.items() if pred(k))
+    return f"{h}/{t}" if t else "-"
+
+
+async def run_split(split: str, show: bool) -> list[str]:
+    pairs = [orjson.loads(line) for line in DATA.read_text(encoding="utf-8").splitlines() if line]
+    pairs = [p for p in pairs if p["split"] == split]
+    policies = {p["policy"] for p in pairs}
+    base = {path: load_policy(Path(path), env={}).cache.semantic for path in policies}
+    fleet = await start_replicas(
+        [SimConfig(models=(MODEL, EMBED_MODEL), speed=0, embedding_model="minilm")], base_port=0
+    )
+    rows = []
+    try:
+        async with aiohttp.ClientSession() as session:
+            embedder = MemoEmbedder(session, fleet.urls[0], EMBED_MODEL, timeout_s=30.0)
+            for mode in ("fingerprint", "guarded@0.9"):
+                hits: Counter[tuple[str, str, str]] = Counter()
+                totals: Counter[tuple[str, str, str]] = Counter()
+                shown = []
+                for path in sorted(policies):
+                    cfg = base[path] if mode == "fingerprint" else embedding_config(base[path], 0.9, True)
+                    route = SemanticRoute(cfg, SECRET)
+                    for p in (p for p in pairs if p["policy"] == path):
+                        hit, why = await probe(route, None if mode == "fingerprint" else embedder, p)
+                        k = (p["domain"], p["label"], p["lang"])
+                        totals[k] += 1
+                        hits[k] += hit
+                        if hit != (p["label"] == "same"):
+                            shown.append(f"  {mode} {p['id']} {p['label']} {p['kind']} [{why}]: "
+                                         f"{p['cached']!r} / {p['probe']!r}")  # fmt: skip
+                for domain in ("shop", "air"):
+                    d = lambda k, dom=domain: k[0] == dom  # noqa: E731
+                    fh, ft = count(hits, totals, lambda k, d=d: d(k) and k[1] == "different")
+                    rows.append(
+                        [{"shop": "e-commerce", "air": "airline"}[domain], mode, f"**{fh}/{ft}**",
+                         f"{100 * upper95(fh, ft):.1f} %"]
+                        + [cell(hits, totals, lambda k, d=d, lg=lg: d(k) and k[1] == "different" and k[2] == lg)
+                           for lg in ("en", "zh", "mixed")]
+                        + [cell(hits, totals, lambda k, d=d: d(k) and k[1] == "same")]
+                        + [cell(hits, totals, lambda k, d=d, lg=lg: d(k) and k[1] == "same" and k[2] == lg)
+                           for lg in ("en", "zh", "mixed")]
+                    )  # fmt: skip
+                if show:
+                    print("\n".join(shown))
+    finally:
+        await fleet.stop()
+    lines = [
+        f"split `{split}`: {len(pairs)} pairs",
+        "",
+        "| policy | mode | false hits / different | 95 % upper bound | en | zh | mixed "
+        "| hits / same | en | zh | mixed |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return lines
+
+
+async def main_async(args: argparse.Namespace) -> None:
+    splits = ("tune", "heldout") if args.split == "both" or args.write else (args.split,)
+    out: list[str] = []
+    for split in splits:
+        out += [*(await run_split(split, args.show and split == "tune")), ""]
+    print("\n".join(out))
+    if args.write:
+        intro = (
+            "`python -m bench.semantic_independent --write` on bench/data/semantic_independent.jsonl (issue 25: "
+            "156 pairs written before the fixes, e-commerce and airline, en/zh/mixed; split by seed 25). "
+            "Each pair in a fresh layer and store; `guarded@0.9`: embedding mode, all-MiniLM-L6-v2, every guard on."
+        )
+        write_section("semantic-independent", intro + "\n\n" + "\n".join(out))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--split", choices=("tune", "heldout", "both"), default="tune")
+    ap.add_argument("--write", action="store_true", help="both splits, written to docs/benchmarks.md")
+    ap.add_argument("--show", action="store_true", help="list wrong hits and missed paraphrases")
+    asyncio.run(main_async(ap.parse_args()))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,140 @@
+"""Built-in word lists, and the check that keeps a policy from ignoring a word that changes the answer (pure).
+
+A filler is ignored when a fingerprint is built: a question that differs from another only by a filler
+gets the other's key and its answer. On the independent set of issue 25 the example policy's fillers
+``battery`` and ``charge`` made "How much is the Pixel 8 battery?" share the price of the Pixel 8 and
+"How much does it cost to charge the iPhone 15?" the phone's price. So a filler is *dangerous*, and
+never ignored (``SemanticRoute`` drops it from its filler list; ``check-config`` names it), when it is
+
+* a word of the policy's own vocabulary (a synonym term, an intent term, a slot or constraint alias)
+  that is not a function word (``FUNCTION_WORDS``: articles, pronouns, auxiliaries, question words,
+  prepositions, politeness; for Chinese, particles and question words), or for a Chinese filler, a
+  part of such a term (Chinese has no spaces: ``电池`` is inside ``电池容量``);
+* a built-in content word (``CONTENT_WORDS``: parts, accessories, services, money, conditions, variants,
+  places), a negation (``NEGATIONS``) or a number word (``NUMBER_WORDS``).
+
+Greetings and politeness (``GREETINGS``) are fillers of every route: they never change an answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from cache.semantic.normalize import base_normalize, has_cjk
+from config.semantic import SemanticConfig
+
+
+def _set(words: str) -> frozenset[str]:
+    return frozenset(words.split())
+
+
+FUNCTION_WORDS = _set(
+    """a an the this that these those it its i me my mine you your we our us they their he she his her
+    is are was were be been being am do does did doing have has had having can could would should shall
+    may might must what whats which who whom whose where when why how hows wheres whens
+    much many long big large heavy fast far often old
+    of for in on at to from by with about into onto as per
+    and or if so than then there here please tell know want like get give show let
+    s t d ll re ve"""
+) | _set(
+    """的 了 吗 呢 啊 呀 吧 嘛 是 有 能 会 可 可以 用 在 下 请 麻烦 请问 多 多少 多大 多久 多长 多重 几 什么 什么时候 怎么
+    怎样 哪 哪里 哪儿 一下 我 我的 你 你们 您 这 这个 这款 那 那个 一 个 台 部 款 要 想 告诉 知道 帮 查 看"""
+)
+GREETINGS = (
+    "hi", "hello", "hey", "hiya", "good morning", "good afternoon", "good evening", "quick question",
+    "a quick question", "question", "thanks", "thank you", "thx", "cheers", "please",
+    "你好", "您好", "嗨", "哈喽", "谢谢", "多谢", "麻烦了", "问一下", "请问一下",
+)  # fmt: skip
+NEGATIONS = _set(
+    """not no never none without non dont doesnt didnt isnt arent wasnt werent cant cannot wont
+    shouldnt neither nor nothing 不 没 没有 无 无法 不能 不可以 别 非 未 勿"""
+)
+NUMBER_WORDS = {
+    "zero": "0", "one": "1", "two": "2", "three": "3", "four": "4", "five": "5", "six": "6",
+    "seven": "7", "eight": "8", "nine": "9", "ten": "10", "eleven": "11", "twelve": "12",
+    "twenty": "20", "thirty": "30", "hundred": "100", "thousand": "1000", "dozen": "12",
+    "single": "1", "double": "2", "triple": "3", "pair": "2", "couple": "2",
+    "零": "0", "一": "1", "两": "2", "二": "2", "三": "3", "四": "4", "五": "5", "六": "6", "七": "7",
+    "八": "8", "九": "9", "十": "10", "百": "100", "千": "1000", "万": "10000",
+}  # fmt: skip
+CONTENT_WORDS = _set(
+    """battery batteries charge charger charging cable case cover strap screen display camera lens
+    box accessory accessories part parts keyboard headphones earbuds adapter
+    price prices cost costs fee fees fare tax shipping delivery postage repair repairs replacement
+    warranty guarantee insurance refund refunds refundable return returns exchange cancel cancelled
+    cancellation subscription plan rent rental trade deposit discount coupon
+    new used refurbished open opened damaged broken old second
+    pro max ultra mini plus lite air se fold flip
+    size weight color colour storage memory capacity resolution speed power life time wattage
+    first last next previous international domestic
+    kg g lb oz inch cm mm hours days weeks months years"""
+) | _set(
+    """电池 充电 充电器 数据线 壳 手机壳 保护壳 屏幕 摄像头 镜头 盒子 配件 耳机 价格 钱 费 运费 维修 保修 退货
+    换货 退款 退票 改签 取消 订阅 押金 折扣 优惠 新 二手 翻新 拆封 损坏 尺寸 重量 颜色 存储 内存 容量 分辨率
+    速度 功率 寿命 时间 国际 国内 斤 克 公斤 小时 天 年"""
+)
+
+
+@dataclass(frozen=True, slots=True)
+class DangerousFiller:
+    index: int  # in cfg.fillers
+    filler: str
+    why: str
+
+
+def _vocabulary(cfg: SemanticConfig) -> list[tuple[str, str]]:
+    """(term, where it comes from) for every term of the policy's own vocabularies."""
+    out = [(t, f"synonym {g.canonical!r}") for g in cfg.synonyms for t in g.terms]
+    out += [(t, f"intent {i.name!r}") for i in cfg.intents for t in i.terms]
+    for what, extractors in (("slot", cfg.slots), ("constraint", cfg.constraints)):
+        for e in extractors:
+            for value, aliases in e.values.items():
+                out += [(a, f"{what} {e.slot}={value!r}") for a in (value, *aliases)]
+    return out
+
+
+def dangerous_fillers(
+    cfg: SemanticConfig, normalize: Callable[[str], str] = base_normalize
+) -> list[DangerousFiller]:
+    """The fillers of ``cfg`` that can change an answer, with why (see the module docstring)."""
+    vocab = [(base_normalize(t), where) for t, where in _vocabulary(cfg)]
+    out = []
+    for i, raw in enumerate(cfg.fillers):
+        f = base_normalize(raw)
+        why = _why(f, vocab)
+        if why is not None:
+            out.append(DangerousFiller(i, raw, why))
+    return out
+
+
+def _why(f: str, vocab: list[tuple[str, str]]) -> str | None:
+    words = f.split()
+    if any(w in NEGATIONS for w in words):
+        return "a negation: it flips the question"
+    if any(w in NUMBER_WORDS for w in words) or any(c.isdigit() for c in f):
+        return "a number: it changes the quantity asked about"
+    if f in FUNCTION_WORDS or all(w in FUNCTION_WORDS for w in words):
+        return None
+    if has_cjk(f):
+        if any(n in f for n in NEGATIONS if has_cjk(n)):
+            return "a negation: it flips the question"
+        for term, where in vocab:
+            if f in term:
+                return f"part of the policy's own term {term!r} ({where})"
+        return _CONTENT if any(c in f for c in CONTENT_WORDS if has_cjk(c)) else None
+    for term, where in vocab:
+        if set(words) & (set(term.split()) - FUNCTION_WORDS):
+            return f"a word of the policy's own term {term!r} ({where})"
+    if any(w in CONTENT_WORDS for w in words):
+        return _CONTENT
+    return None
+
+
+_CONTENT = "a built-in content word: a question that differs only by it asks something else"
+
+
+def safe_fillers(cfg: SemanticConfig) -> list[str]:
+    """The fillers a route may ignore: the policy's, less the dangerous ones, plus ``GREETINGS``."""
+    bad = {d.index for d in dangerous_fillers(cfg)}
+    return [f for i, f in enumerate(cfg.fillers) if i not in bad] + list(GREETINGS)

@@ -1,0 +1,140 @@
+"""The semantic cache at the command line: what ``check-config`` checks, and ``semantic explain``.
+
+``check-config`` compiles every semantic section the way a started gateway does (``SemanticRoute``:
+an intent term claimed by two intents only shows there) and names each dangerous filler
+(``cache.semantic.vocab``: a word that can change the answer, which the route never ignores).
+
+    prefix-gateway semantic explain --config FILE [--model NAME] "question" ["question" ...]
+
+prints each question's fingerprint (intent, slots, constraints, what was ignored, what was left
+unexplained) and, for two or more, whether each would share the first one's answer and why: a policy
+can be tested before it serves.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+from cache.semantic.fingerprint import residual_words
+from cache.semantic.route import SemanticRoute
+from cache.semantic.vocab import dangerous_fillers
+from config import PolicyError, load_policy
+from config.policy import Policy
+from config.semantic import SemanticConfig
+
+_SECRET = b"explain"  # tags are never printed; any secret compiles the same rules
+
+
+def semantic_sections(policy: Policy) -> Iterator[tuple[str, str | None, SemanticConfig]]:
+    """(path in the policy, model or None for the section, config) of every semantic section."""
+    yield "cache.semantic", None, policy.cache.semantic
+    for i, o in enumerate(policy.cache.overrides):
+        if o.semantic is not None:
+            yield f"cache.overrides[{i}].semantic", o.model, o.semantic
+
+
+def semantic_problems(policy: Policy) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """(errors, warnings) of the policy's semantic sections, each a (path, message) pair."""
+    errors: list[tuple[str, str]] = []
+    warnings: list[tuple[str, str]] = []
+    for path, _, cfg in semantic_sections(policy):
+        if cfg.mode == "off":
+            continue
+        try:
+            SemanticRoute(cfg, _SECRET)
+        except ValueError as exc:
+            errors.append((path, f"does not compile as a started gateway would: {exc}"))
+        for d in dangerous_fillers(cfg):
+            warnings.append(
+                (
+                    f"{path}.fillers[{d.index}]",
+                    f"{d.filler!r} can change the answer ({d.why}); it is never ignored, so listing it "
+                    "as a filler does nothing: remove it",
+                )
+            )
+    return errors, warnings
+
+
+def _route(policy: Policy, model: str | None) -> SemanticRoute:
+    for _, m, cfg in semantic_sections(policy):
+        if m == model and cfg.mode != "off":
+            return SemanticRoute(cfg, _SECRET)
+    if model is not None:
+        return _route(policy, None)
+    raise SystemExit("the policy has no semantic section with a mode other than off")
+
+
+def explain(route: SemanticRoute, question: str) -> dict[str, Any]:
+    body = {"model": "m", "messages": [{"role": "user", "content": question}]}
+    a = route.analyse("chat", body)
+    fp = a.fingerprint
+    out: dict[str, Any] = {"question": question, "normalised": a.text, "admission": a.decision.reason}
+    if fp is None:
+        return out
+    text = a.text
+    ignored = [text[m.start : m.end] for m in route.fillers.find(text)]
+    spans = [(f.start, f.end) for e in (*route.slots, *route.constraints) for f in e.extract(text)]
+    spans += [(m.start, m.end) for m in route.intents.matcher.find(text)]
+    spans += [(m.start, m.end) for m in route.fillers.find(text)]
+    out |= {
+        "intent": fp.intent,
+        "slots": dict(fp.slots) if fp.complete else dict(fp.found),
+        "constraints": dict(fp.constraints),
+        "lang": fp.lang,
+        "ignored": ignored,
+        "unexplained": residual_words(text, spans),
+        "complete": fp.complete,
+        "missing": fp.missing,
+        "cacheable": a.decision.allowed and fp.complete,
+    }
+    if a.guards is not None:
+        out["guards"] = {"numbers": list(a.guards.numbers), "negations": list(a.guards.negations),
+                         "entities": list(a.guards.entities)}  # fmt: skip
+    return out
+
+
+def _verdict(first: dict[str, Any], other: dict[str, Any]) -> str:
+    if not first.get("cacheable") or not other.get("cacheable"):
+        why = [
+            f"{q['question']!r}: {q.get('missing') or q['admission']}"
+            for q in (first, other)
+            if not q.get("cacheable")
+        ]
+        return "no shared answer (no key: " + "; ".join(why) + ")"
+    keys = ("intent", "slots", "constraints", "lang")
+    diff = [k for k in keys if first[k] != other[k]]
+    return (
+        "SHARES the answer (equal fingerprints)"
+        if not diff
+        else f"no shared answer (differ in {', '.join(diff)})"
+    )
+
+
+def cmd_semantic_explain(args: Any) -> int:
+    try:
+        policy = load_policy(args.config)
+    except PolicyError as err:
+        print(err.render(), file=sys.stderr)
+        return 1
+    route = _route(policy, args.model)
+    results = [explain(route, q) for q in args.questions]
+    for i, r in enumerate(results):
+        print(f"[{i}] {r['question']!r}")
+        for k, v in r.items():
+            if k != "question":
+                print(f"    {k}: {v}")
+        if i:
+            print(f"    vs [0]: {_verdict(results[0], r)}")
+    return 0
+
+
+def add_semantic_command(sub: Any) -> None:
+    p = sub.add_parser("semantic", help="test a semantic-cache policy before it serves")
+    s = p.add_subparsers(dest="semantic_command", required=True)
+    e = s.add_parser("explain", help="each question's fingerprint, and whether questions share an answer")
+    e.add_argument("--config", required=True, help="the policy file")
+    e.add_argument("--model", help="a model with its own semantic override (default: the section)")
+    e.add_argument("questions", nargs="+")
+    e.set_defaults(func=cmd_semantic_explain)

@@ -12,7 +12,7 @@ from aiohttp import web
 from gateway.admin.advice import advice_endpoint
 from gateway.admin.auth import add_admin_route
 from gateway.admin.cache import events, purge
-from gateway.admin.usage import usage_endpoint
+from gateway.admin.usage import reconcile_endpoint, usage_endpoint
 from gateway.errors import GatewayError, error_response
 from gateway.process.process import PROCESS
 from gateway.process.reload import reload
@@ -100,6 +100,7 @@ def add_admin_routes(app: web.Application) -> None:
     add_admin_route(app, "POST", "/admin/reload", reload_policy)
     add_admin_route(app, "GET", "/admin/debug", debug)
     add_admin_route(app, "GET", "/admin/usage", usage_endpoint)
+    add_admin_route(app, "GET", "/admin/usage/reconcile", reconcile_endpoint)
     add_admin_route(app, "GET", "/admin/advice", advice_endpoint)
     add_admin_route(app, "POST", "/admin/cache/purge", purge)
     add_admin_route(app, "POST", "/admin/cache/events", events)

@@ -65,8 +65,8 @@ _LINES = re.compile(r"^(?:" + _NAMES + r")(?:\{[^\n]*\})?[ \t][^\n]*$", re.MULTI
 def parse_load(text: str) -> ReplicaLoad:
     """Sum each gauge and counter over its label sets (several engines or models behind one
     endpoint), and read the KV capacity (vLLM's ``cache_config_info`` labels, SGLang's
-    ``max_total_num_tokens``). The filter keeps sample lines only, without their ``# TYPE``: a
-    counter's samples then parse as a family of their own full name (``..._total``)."""
+    ``max_total_num_tokens``). A counter is read by its ``_total`` sample, whether its ``# TYPE``
+    line (which the filter drops) named the family without the suffix or not."""
     totals: dict[str, float] = {}
     capacity: int | None = None
     wanted = _WANTED
@@ -76,11 +76,11 @@ def parse_load(text: str) -> ReplicaLoad:
             if info is not None:
                 capacity = info.num_blocks * info.block_size
             continue
-        if family.name not in wanted:
+        if family.name not in wanted and family.name + "_total" not in wanted:
             continue
         for sample in family.samples:
-            if sample.name == family.name:
-                totals[family.name] = totals.get(family.name, 0.0) + sample.value
+            if sample.name in wanted:  # a gauge's own name, a counter's ``_total`` sample
+                totals[sample.name] = totals.get(sample.name, 0.0) + sample.value
 
     def first(names: tuple[str, ...]) -> float | None:
         return next((totals[n] for n in names if n in totals), None)

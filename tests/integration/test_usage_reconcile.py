@@ -14,7 +14,10 @@
 from __future__ import annotations
 
 import logging
+import os
 import sqlite3
+import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -172,3 +175,42 @@ async def test_traffic_behind_the_gateways_back_is_drift_a_gauge_and_a_warning(
             warned = [rec for rec in caplog.records if getattr(rec, "event", None) == "usage_drift"]
             assert warned and warned[0].drift["prompt_tokens"] == usage["prompt_tokens"], warned
             assert time.monotonic() - started < 15
+
+
+async def test_the_endpoint_and_the_command_answer_in_the_api_shape(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    token = "reconcile-test-token"
+    monkeypatch.setenv("PREFIX_GATEWAY_ADMIN_TOKEN", token)
+    auth = {"Authorization": f"Bearer {token}"}
+    async with (
+        sim_fleet(1) as fleet,
+        gateway(policy_for(fleet.urls, scrape={"interval_s": 0.1})) as gw,
+        aiohttp.ClientSession() as s,
+    ):
+        async with s.get(gw.url + "/admin/usage/reconcile") as r:
+            assert r.status == 401
+        async with s.get(gw.url + "/admin/usage/reconcile?since=10&until=5", headers=auth) as r:
+            assert r.status == 400 and (await r.json())["error"]["param"] == "until"
+        async with s.get(gw.url + "/admin/usage/reconcile?since=yesterday", headers=auth) as r:
+            assert r.status == 400 and (await r.json())["error"]["code"] == "invalid_request"
+
+        async def report() -> dict:
+            async with s.get(gw.url + "/admin/usage/reconcile", headers=auth) as r:
+                assert r.status == 200
+                return await r.json()
+
+        rep = await eventually(
+            report, lambda r: bool(r["replicas"]) and r["replicas"][0]["drift"] is not None
+        )
+        assert rep["replicas"][0]["drift"] == {"prompt_tokens": 0, "generation_tokens": 0}
+        assert rep["exceeded"] is False and rep["unattributed"] is None
+    # The command asks a gateway: none answering is an error, exit 1, not a traceback.
+    policy = tmp_path / "p.yaml"
+    policy.write_text("models:\n  - name: m\n    replicas: [{url: 'http://127.0.0.1:9'}]\n")
+    cmd = [sys.executable, "-m", "gateway", "usage", "--reconcile", "--config", str(policy), "--url",
+           "http://127.0.0.1:9"]  # fmt: skip
+    done = subprocess.run(
+        cmd, capture_output=True, timeout=60, check=False, env={**os.environ, "PYTHONPATH": "."}
+    )
+    assert done.returncode == 1 and b"error: http://127.0.0.1:9/admin/usage/reconcile" in done.stderr

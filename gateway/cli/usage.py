@@ -50,6 +50,7 @@ def add_usage_command(sub: Any) -> None:
 
 
 EXIT_DRIFT = 3  # --reconcile: a replica's drift passed the policy's threshold
+TABLE_IDS = 10  # estimated rows named per replica in the table
 
 
 def _fmt(v: object) -> str:
@@ -104,7 +105,7 @@ def render_reconcile(rep: dict[str, Any]) -> str:
     )
     for r in rep["replicas"]:
         if r["estimated"]["request_ids"]:
-            shown = r["estimated"]["request_ids"]
+            shown = r["estimated"]["request_ids"][:TABLE_IDS]  # --format json: the first 100
             more = r["estimated"]["rows"] - len(shown)
             out.append(
                 f"estimated on {r['replica']}: {', '.join(shown)}"

@@ -108,6 +108,22 @@ class LedgerConfig(_Strict):
     )
 
 
+class ReconcileConfig(_Strict):
+    """Usage reconciliation: the ledger's tokens per replica against the replica's own counters
+    (``vllm:prompt_tokens_total``, ``vllm:generation_tokens_total``, SGLang's names), read by the
+    scrape at each window's edges (docs/billing.md, "Reconciliation")."""
+
+    enabled: bool = Field(True, description="check each window and export the drift gauge (needs scrape)")
+    window_s: float = Field(300.0, ge=1, description="length of a reconciliation window")
+    drift_threshold_pct: float = Field(
+        1.0,
+        ge=0,
+        description="a replica's drift (its counter minus the ledger, prompt or generation tokens) above "
+        "this share of its counted tokens in a window is a warning (log usage_drift) and counted",
+    )
+    windows_kept: int = Field(288, ge=1, le=100_000, description="window edges kept per replica")
+
+
 class ResponseExtensionConfig(_Strict):
     headers: bool = Field(True, description="add x-gateway-billing-* response headers")
     header_prefix: str = Field("x-gateway-billing-", pattern=r"^[a-z0-9-]+$")
@@ -125,6 +141,7 @@ class BillingConfig(_Strict):
     rules: RulesConfig = Field(default_factory=RulesConfig)
     ledger: LedgerConfig = Field(default_factory=LedgerConfig)
     response: ResponseExtensionConfig = Field(default_factory=ResponseExtensionConfig)
+    reconcile: ReconcileConfig = Field(default_factory=ReconcileConfig)
     batch_price_factor: Decimal = Field(
         Decimal("0.5"),
         ge=0,

@@ -88,6 +88,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--max-model-len", type=int, default=_DEFAULTS.max_model_len)
     add("--default-max-tokens", type=int, default=_DEFAULTS.default_max_tokens)
     add(
+        "--max-recorded-requests",
+        type=int,
+        default=_DEFAULTS.max_recorded_requests,
+        help="bodies, traces and generations kept for /sim/requests, /sim/traces, /sim/generations",
+    )
+    add(
         "--embedding-model",
         choices=("minilm",),
         default=None,
@@ -138,6 +144,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         max_model_len=args.max_model_len,
         default_max_tokens=args.default_max_tokens,
         embedding_model=args.embedding_model,
+        max_recorded_requests=args.max_recorded_requests,
         **extra,  # type: ignore[arg-type]
     )
 

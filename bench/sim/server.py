@@ -347,6 +347,7 @@ async def _generate(
         )
         if faults.malformed:
             record["outcome"] = "malformed"
+            job.admitted(rep, 0)  # it took the prompt: the counter and the record agree
             return _malformed_response(job)
         resp = await _run(request, rep, job, faults, t0)
         record["outcome"] = "completed"

@@ -231,6 +231,67 @@ def aggregate(
     return rows_from_sums(acc)
 
 
+FLEET_SOURCES: tuple[str, ...] = ("upstream", "batch")
+"""Rows of a generation a replica ran: what a replica's own token counters count."""
+ESTIMATED_IDS_MAX = 100  # request ids of estimated rows named per replica in a reconciliation
+
+
+@dataclass(slots=True)
+class ReplicaTotals:
+    """A replica's rows over a period (``upstream`` and ``batch``), for reconciliation with its
+    counters: prompt and generated tokens, and apart, the rows whose tokens the gateway estimated."""
+
+    model: str
+    replica: str | None  # None: rows written before rows carried their replica
+    rows: int = 0
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    estimated_rows: int = 0
+    estimated_prompt_tokens: int = 0
+    estimated_output_tokens: int = 0
+    estimated_ids: list[str] = field(default_factory=list)  # the first ``ESTIMATED_IDS_MAX``
+
+    def add(self, request_id: str, prompt: int, output: int, estimated: bool) -> None:
+        self.rows += 1
+        self.prompt_tokens += prompt
+        self.output_tokens += output
+        if estimated:
+            self.estimated_rows += 1
+            self.estimated_prompt_tokens += prompt
+            self.estimated_output_tokens += output
+            if len(self.estimated_ids) < ESTIMATED_IDS_MAX:
+                self.estimated_ids.append(request_id)
+
+
+def prompt_of(tokens: KindCounts) -> int:
+    """The prompt tokens a fleet row was billed for (every input kind a replica handled)."""
+    return tokens.uncached + tokens.implicit_hit + tokens.explicit_create + tokens.explicit_hit
+
+
+def add_replica_row(acc: dict[tuple[str, str | None], ReplicaTotals], item: LineItem) -> None:
+    """Count a fleet row in its (model, replica)'s totals; other sources are no replica's work."""
+    if item.source not in FLEET_SOURCES:
+        return
+    key = (item.model, item.replica_id)
+    totals = acc.get(key)
+    if totals is None:
+        totals = acc[key] = ReplicaTotals(item.model, item.replica_id)
+    totals.add(item.request_id, prompt_of(item.tokens), item.tokens.output, item.usage_estimated)
+
+
+def replica_totals_of(items: Iterable[LineItem], lo: int | None, hi: int | None) -> list[ReplicaTotals]:
+    """The reference ``replica_totals`` over line items in memory (``[lo, hi)``, epoch ms)."""
+    acc: dict[tuple[str, str | None], ReplicaTotals] = {}
+    for it in items:
+        if in_range(it.ts_ms, lo, hi):
+            add_replica_row(acc, it)
+    return sorted_totals(acc)
+
+
+def sorted_totals(acc: dict[tuple[str, str | None], ReplicaTotals]) -> list[ReplicaTotals]:
+    return [acc[k] for k in sorted(acc, key=lambda k: (k[0], k[1] or ""))]
+
+
 class Ledger(Protocol):
     async def record(self, item: LineItem) -> bool: ...
 
@@ -242,5 +303,9 @@ class Ledger(Protocol):
         until: TimeArg = None,
         group_by: Sequence[str] = ("tenant", "model"),
     ) -> list[UsageRow]: ...
+
+    async def replica_totals(self, since_ms: int | None, until_ms: int | None) -> list[ReplicaTotals]:
+        """Fleet rows written in ``[since_ms, until_ms)`` (epoch ms), by (model, replica)."""
+        ...
 
     async def close(self) -> None: ...

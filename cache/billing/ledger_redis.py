@@ -22,6 +22,8 @@ write. All keys share one hash tag, so the script is valid on Redis Cluster (one
 
 A row whose tokens the gateway estimated (``usage_estimated``) also counts in ``<source>|e``; counters
 written before that field have none (0 estimated), and a stream item without the field reads as False.
+Each stream item names the replica that ran it (``replica_id``; an older item reads as None):
+``replica_totals`` reads the stream, not the counters, for usage reconciliation.
 
 Key layout (``P`` = ``{<key_prefix>:bill}``): ``P:id:<tenant>:<request id>``, ``P:c:<day>:<tenant>:<model>``
 (tenant and model length-prefixed), ``P:idx`` (zset of ``[day, tenant, model]``, score = day number),
@@ -30,7 +32,7 @@ Key layout (``P`` = ``{<key_prefix>:bill}``): ``P:id:<tenant>:<request id>``, ``
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import orjson
@@ -41,13 +43,17 @@ from cache.billing.ledger import (
     GroupKey,
     LedgerRangeUnavailable,
     Query,
+    ReplicaTotals,
     Sums,
     TimeArg,
     UsageRow,
+    add_replica_row,
     day_number,
     day_of,
     group_key,
+    in_range,
     rows_from_sums,
+    sorted_totals,
 )
 from cache.billing.pricing import KINDS, LineItem
 
@@ -241,15 +247,32 @@ class RedisLedger:
                 acc.setdefault(group_key(q.group_by, t, mdl, day, src), Sums()).add(s)
 
     async def _from_stream(self, acc: dict[GroupKey, Sums], q: Query, lo_ms: int, hi_ms: int) -> None:
+        async for item in self._items(lo_ms, hi_ms):
+            q.add(acc, item, lo_ms, hi_ms)
+
+    async def replica_totals(self, since_ms: int | None, until_ms: int | None) -> list[ReplicaTotals]:
+        """Fleet rows written in ``[since_ms, until_ms)`` (epoch ms) by (model, replica), from the stream (the counters
+        have no replica): a reconciliation window is minutes, not days. A stream item written before
+        rows carried their replica counts as unattributed."""
+        lo, hi = since_ms, until_ms
+        acc: dict[tuple[str, str | None], ReplicaTotals] = {}
+        async for item in self._items(0 if lo is None else lo, hi):
+            if in_range(item.ts_ms, lo, hi):
+                add_replica_row(acc, item)
+        return sorted_totals(acc)
+
+    async def _items(self, lo_ms: int, hi_ms: int | None) -> AsyncIterator[LineItem]:
+        """Stream items from ``lo_ms`` to ``hi_ms`` plus the slack for late items (None: to the end);
+        the caller filters by item time."""
         start_ms = max(0, lo_ms)
         await self._check_retained(start_ms)
         start = f"{start_ms}-0"
-        end = f"{hi_ms + _STREAM_SLACK_AFTER_MS}-18446744073709551615"
+        end = "+" if hi_ms is None else f"{hi_ms + _STREAM_SLACK_AFTER_MS}-18446744073709551615"
         # Bounded: at most stream_maxlen entries exist, read in pages.
         for _ in range(self.stream_maxlen // _STREAM_PAGE + 2):
             entries = await self.client.xrange(self.stream_key, start, end, count=_STREAM_PAGE)
             for _eid, fields in entries:
-                q.add(acc, LineItem.from_dict(orjson.loads(fields[b"item"])), lo_ms, hi_ms)
+                yield LineItem.from_dict(orjson.loads(fields[b"item"]))
             if len(entries) < _STREAM_PAGE:
                 return
             start = "(" + entries[-1][0].decode()

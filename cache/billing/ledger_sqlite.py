@@ -19,7 +19,8 @@ gateway's own id of the generation (a retried write of one row never counts twic
 ``x-request-id`` cannot merge generations: that id is only the ``client_request_id`` column). A ledger
 file written before that column existed gains it when opened (``ALTER TABLE ... ADD COLUMN``; its
 rows read as NULL), and the ``usage_estimated`` column the same way (its rows read as 0: the replica's
-usage, as every row was before the gateway billed the requests a client left).
+usage, as every row was before the gateway billed the requests a client left), and ``replica_id``
+(NULL: a reconciliation counts such rows apart, as unattributed).
 """
 
 from __future__ import annotations
@@ -34,14 +35,17 @@ from pathlib import Path
 from typing import Any
 
 from cache.billing.ledger import (
+    FLEET_SOURCES,
     GROUP_KEYS,
     GroupKey,
     Query,
+    ReplicaTotals,
     Sums,
     TimeArg,
     UsageRow,
     day_of,
     rows_from_sums,
+    sorted_totals,
 )
 from cache.billing.pricing import KINDS, LineItem
 
@@ -64,6 +68,7 @@ CREATE TABLE IF NOT EXISTS line_items (
     cost_without_cache_micros INTEGER NOT NULL,
     client_request_id TEXT,
     usage_estimated INTEGER NOT NULL DEFAULT 0,
+    replica_id TEXT,
     PRIMARY KEY (tenant, request_id)
 );
 CREATE INDEX IF NOT EXISTS line_items_ts ON line_items (ts_ms);
@@ -86,9 +91,14 @@ _COLS = [
     "cost_without_cache_micros",
     "client_request_id",
     "usage_estimated",
+    "replica_id",
 ]
 # Columns added after the first schema: (name, declaration), added to older files when opened.
-_ADDED_COLUMNS = (("client_request_id", "TEXT"), ("usage_estimated", "INTEGER NOT NULL DEFAULT 0"))
+_ADDED_COLUMNS = (
+    ("client_request_id", "TEXT"),
+    ("usage_estimated", "INTEGER NOT NULL DEFAULT 0"),
+    ("replica_id", "TEXT"),
+)
 _INSERT = f"INSERT OR IGNORE INTO line_items ({', '.join(_COLS)}) VALUES ({', '.join('?' * len(_COLS))})"
 
 
@@ -121,6 +131,7 @@ def _row_values(it: LineItem) -> tuple[Any, ...]:
         it.cost_without_cache_micros,
         it.client_request_id,
         int(it.usage_estimated),
+        it.replica_id,
     )
 
 
@@ -340,6 +351,30 @@ class SqliteLedger:
             s.estimated = int(vals[3 + 2 * n] or 0)
             acc[key] = s
         return rows_from_sums(acc)
+
+    async def replica_totals(self, since_ms: int | None, until_ms: int | None) -> list[ReplicaTotals]:
+        """Fleet rows written in ``[since_ms, until_ms)`` (epoch ms) by (model, replica), read through the time index."""
+        where, args = [f"source IN ({', '.join('?' * len(FLEET_SOURCES))})"], list(FLEET_SOURCES)
+        for op, value in ((">=", since_ms), ("<", until_ms)):
+            if value is not None:
+                where.append(f"ts_ms {op} ?")
+                args.append(value)
+        sql = (
+            "SELECT model, replica_id, request_id, usage_estimated,"
+            " t_uncached + t_implicit_hit + t_explicit_create + t_explicit_hit, t_output"
+            f" FROM line_items WHERE {' AND '.join(where)} ORDER BY ts_ms"
+        )
+
+        def run(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
+            return conn.execute(sql, args).fetchall()
+
+        acc: dict[tuple[str, str | None], ReplicaTotals] = {}
+        for model, replica, rid, estimated, prompt, output in await self.call(run):
+            totals = acc.get((model, replica))
+            if totals is None:
+                totals = acc[(model, replica)] = ReplicaTotals(model, replica)
+            totals.add(rid, int(prompt), int(output), bool(estimated))
+        return sorted_totals(acc)
 
     async def close(self) -> None:
         if self._closed:

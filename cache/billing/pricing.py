@@ -134,6 +134,10 @@ class LineItem:
     """The tokens are the gateway's estimate (prompt by its tokenizer, output by the stream events
     relayed), not the replica's usage: the client went away or the stream broke off before it came.
     Rows written before this field read as False."""
+    replica_id: str | None = None
+    """The policy's id of the replica that ran the generation (``upstream`` and ``batch`` rows), which
+    usage reconciliation compares with that replica's own counters; None for a served answer and for
+    rows written before this field."""
 
     @property
     def saved_micros(self) -> int:
@@ -181,6 +185,7 @@ def bill(
     ts_ms: int,
     client_request_id: str | None = None,
     price_factor_bp: int = FULL_PRICE_BP,
+    replica_id: str | None = None,
 ) -> LineItem:
     """Split a request's tokens by kind and price them.
 
@@ -255,6 +260,7 @@ def bill(
         reported_cached_tokens=reported_cached,
         client_request_id=client_request_id,
         usage_estimated=usage.estimated,
+        replica_id=replica_id if source not in SERVED else None,
     )
 
 

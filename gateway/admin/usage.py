@@ -1,14 +1,17 @@
-"""``GET /admin/usage``: tokens, cost and what caching saved, from the billing ledger."""
+"""``GET /admin/usage``: tokens, cost and what caching saved, from the billing ledger;
+``GET /admin/usage/reconcile``: the ledger's tokens per replica against the replica's own counters
+(``gateway.process.reconcile``)."""
 
 from __future__ import annotations
 
 import orjson
 from aiohttp import web
 
-from cache.billing.ledger import LedgerRangeUnavailable
+from cache.billing.ledger import LedgerRangeUnavailable, to_ms
 from cache.billing.report import parse_group_by, parse_time, report
 from gateway.errors import GatewayError
 from gateway.process.process import PROCESS
+from gateway.process.reconcile import reconcile
 
 
 async def usage_endpoint(request: web.Request) -> web.Response:
@@ -32,6 +35,32 @@ async def usage_endpoint(request: web.Request) -> web.Response:
             until=until,
             group_by=group_by,
         )
+    except LedgerRangeUnavailable as exc:
+        raise GatewayError(400, str(exc), code="range_unavailable") from None
+    return web.Response(body=orjson.dumps(rep), content_type="application/json")
+
+
+async def reconcile_endpoint(request: web.Request) -> web.Response:
+    """``GET /admin/usage/reconcile?since=&until=``: from the counters' last reading at or before
+    ``since`` (default: one ``billing.reconcile.window_s`` before ``until``) to their last at or before
+    ``until`` (default: the latest scrape), per replica: counted, billed, estimated rows, drift."""
+    process = request.app[PROCESS]
+    if process.metering is None:
+        raise GatewayError(404, "billing is disabled in this policy", code="billing_disabled")
+    q = request.query
+    try:
+        since, until = parse_time(q.get("since"), "since"), parse_time(q.get("until"), "until")
+    except ValueError as exc:
+        raise GatewayError(400, str(exc), code="invalid_request") from None
+    since_ms, until_ms = to_ms(since), to_ms(until)
+    if since_ms is not None and until_ms is not None and until_ms <= since_ms:
+        raise GatewayError(400, "until must be later than since", param="until", code="invalid_request")
+    if since_ms is None:
+        window_ms = int(process.state.policy.billing.reconcile.window_s * 1000)
+        end = until_ms if until_ms is not None else process.usage_counters.latest_ms()
+        since_ms = None if end is None else end - window_ms
+    try:
+        rep = await reconcile(process, since_ms, until_ms)
     except LedgerRangeUnavailable as exc:
         raise GatewayError(400, str(exc), code="range_unavailable") from None
     return web.Response(body=orjson.dumps(rep), content_type="application/json")

@@ -2,12 +2,22 @@
 
 Each row and the total say how many requests were billed on the gateway's estimate because the
 replica's usage never came (``estimated``: the client left, the stream broke off; docs/billing.md).
+
+``--reconcile`` compares the ledger's tokens per replica with the replicas' own counters. Those
+counters exist only in the running gateway (its scrape keeps them at window edges), so this mode asks
+the gateway (``GET /admin/usage/reconcile``, at ``--url`` or the policy's ``server`` address, with the
+admin token from the variable the policy names) instead of opening the ledger; it exits 3 when a
+replica's drift passed ``billing.reconcile.drift_threshold_pct``, so a cron job can alert on it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
+import urllib.error
+import urllib.parse
+import urllib.request
 from typing import Any
 
 import orjson
@@ -30,10 +40,117 @@ def add_usage_command(sub: Any) -> None:
     p.add_argument("--model")
     p.add_argument("--group-by", default="tenant,model", help="any of tenant,model,day,source")
     p.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    p.add_argument(
+        "--reconcile",
+        action="store_true",
+        help="compare the ledger per replica with the replicas' own token counters (asks the gateway)",
+    )
+    p.add_argument("--url", help="--reconcile: the gateway's base URL (default: the policy's server address)")
     p.set_defaults(func=cmd_usage)
 
 
+EXIT_DRIFT = 3  # --reconcile: a replica's drift passed the policy's threshold
+TABLE_IDS = 10  # estimated rows named per replica in the table
+
+
+def _fmt(v: object) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.2f}"
+    return str(v)
+
+
+def render_reconcile(rep: dict[str, Any]) -> str:
+    """One line per replica and kind: counted by the replica, billed, of which estimated, drift."""
+    head = [
+        "model",
+        "replica",
+        "kind",
+        "replica",
+        "ledger",
+        "estimated",
+        "drift",
+        "drift %",
+        "rows",
+        "est. rows",
+    ]
+    lines = [head]
+    for r in rep["replicas"] + ([rep["unattributed"]] if rep.get("unattributed") else []):
+        for kind in ("prompt_tokens", "generation_tokens"):
+            counted = r["replica_counters"][kind] if r["replica_counters"] else None
+            drift = r["drift"][kind] if r["drift"] else ("reset" if r["counter_reset"] else None)
+            share = r["drift_pct"][kind] if r["drift_pct"] else None
+            lines.append(
+                [
+                    r["model"],
+                    r["replica"] or "(none)",
+                    kind.removesuffix("_tokens"),
+                    _fmt(counted),
+                    _fmt(r["ledger"][kind]),
+                    _fmt(r["estimated"][kind]),
+                    _fmt(drift),
+                    _fmt(share),
+                    _fmt(r["ledger"]["rows"]),
+                    _fmt(r["estimated"]["rows"]),
+                ]
+            )
+    widths = [max(len(str(row[i])) for row in lines) for i in range(len(head))]
+    out = ["  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)) for row in lines]
+    t = rep["totals"]
+    out.append(
+        f"window {rep['since_ms']}..{rep['until_ms']} ms; drift prompt {t['drift']['prompt_tokens']}, "
+        f"generation {t['drift']['generation_tokens']} tokens; {t['estimated']['rows']} rows with estimated usage"
+        f"; threshold {rep['drift_threshold_pct']} %{' EXCEEDED' if rep['exceeded'] else ''}"
+    )
+    for r in rep["replicas"]:
+        if r["estimated"]["request_ids"]:
+            shown = r["estimated"]["request_ids"][:TABLE_IDS]  # --format json: the first 100
+            more = r["estimated"]["rows"] - len(shown)
+            out.append(
+                f"estimated on {r['replica']}: {', '.join(shown)}"
+                + (f" (and {more} more)" if more > 0 else "")
+            )
+    return "\n".join(out)
+
+
+def fetch_reconcile(base_url: str, token: str | None, since: str | None, until: str | None) -> dict[str, Any]:
+    query = urllib.parse.urlencode({k: v for k, v in (("since", since), ("until", until)) if v})
+    url = base_url.rstrip("/") + "/admin/usage/reconcile" + (f"?{query}" if query else "")
+    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            return orjson.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        try:
+            message = orjson.loads(exc.read())["error"]["message"]
+        except (ValueError, KeyError, TypeError):
+            message = exc.reason
+        raise ValueError(f"{url}: {exc.code} {message}") from None
+    except urllib.error.URLError as exc:
+        raise ValueError(f"{url}: {exc.reason}") from None
+
+
+def cmd_reconcile(args: Any) -> int:
+    try:
+        policy = load_policy(args.config)
+        parse_time(args.since, "--since"), parse_time(args.until, "--until")
+        host = policy.server.host if policy.server.host not in ("0.0.0.0", "::") else "127.0.0.1"
+        url = args.url or f"http://{host}:{policy.server.port}"
+        rep = fetch_reconcile(url, os.environ.get(policy.admin.token_env), args.since, args.until)
+    except (PolicyError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    if args.format == "json":
+        print(orjson.dumps(rep, option=orjson.OPT_INDENT_2).decode())
+    else:
+        print(render_reconcile(rep))
+    return EXIT_DRIFT if rep["exceeded"] else 0
+
+
 def cmd_usage(args: Any) -> int:
+    if args.reconcile:
+        return cmd_reconcile(args)
     try:
         policy = load_policy(args.config)
         since, until = parse_time(args.since, "--since"), parse_time(args.until, "--until")

@@ -3,6 +3,10 @@
 One gateway pod only sees its own share of the traffic; the replica's ``num_requests_running`` and
 ``num_requests_waiting`` include every pod's. The router ignores a report older than a few seconds, so a
 replica whose scrape fails falls back to the gateway's own in-flight count.
+
+The same scrape reads the replica's token counters (``vllm:prompt_tokens_total``,
+``vllm:generation_tokens_total``, SGLang's names) into the process's ``CounterLog``
+(``gateway.fleet.counters``), which keeps them at window edges for usage reconciliation.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -32,6 +37,9 @@ KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:tok
 
 
 SGLANG_CAPACITY = "sglang:max_total_num_tokens"
+# The replica's own token counters (cumulative since it started), for usage reconciliation.
+PROMPT_TOTAL = ("vllm:prompt_tokens_total", "sglang:prompt_tokens_total")
+GENERATION_TOTAL = ("vllm:generation_tokens_total", "sglang:generation_tokens_total")
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,9 +48,11 @@ class ReplicaLoad:
     waiting: float | None
     kv_usage: float | None
     kv_capacity_tokens: int | None = None  # what its KV cache holds, when the replica says
+    prompt_tokens_total: float | None = None  # its counters, summed over label sets (models, engines)
+    generation_tokens_total: float | None = None
 
 
-_WANTED = frozenset(RUNNING + WAITING + KV_USAGE + (SGLANG_CAPACITY,))
+_WANTED = frozenset(RUNNING + WAITING + KV_USAGE + PROMPT_TOTAL + GENERATION_TOTAL + (SGLANG_CAPACITY,))
 # The sample lines the gateway reads, found by one C-speed regex scan first: a vLLM /metrics page is
 # a thousand lines and more (histograms per model and bucket), and prometheus_client's pure-Python parser
 # held the event loop 79 ms per replica and scrape on a 1,434-line page built like vLLM's, against 2.1 ms
@@ -53,8 +63,10 @@ _LINES = re.compile(r"^(?:" + _NAMES + r")(?:\{[^\n]*\})?[ \t][^\n]*$", re.MULTI
 
 
 def parse_load(text: str) -> ReplicaLoad:
-    """Sum each gauge over its label sets (several engines or models behind one endpoint), and read
-    the KV capacity (vLLM's ``cache_config_info`` labels, SGLang's ``max_total_num_tokens``)."""
+    """Sum each gauge and counter over its label sets (several engines or models behind one
+    endpoint), and read the KV capacity (vLLM's ``cache_config_info`` labels, SGLang's
+    ``max_total_num_tokens``). A counter is read by its ``_total`` sample, whether its ``# TYPE``
+    line (which the filter drops) named the family without the suffix or not."""
     totals: dict[str, float] = {}
     capacity: int | None = None
     wanted = _WANTED
@@ -64,18 +76,25 @@ def parse_load(text: str) -> ReplicaLoad:
             if info is not None:
                 capacity = info.num_blocks * info.block_size
             continue
-        if family.name not in wanted:
+        if family.name not in wanted and family.name + "_total" not in wanted:
             continue
         for sample in family.samples:
-            if sample.name == family.name:
-                totals[family.name] = totals.get(family.name, 0.0) + sample.value
+            if sample.name in wanted:  # a gauge's own name, a counter's ``_total`` sample
+                totals[sample.name] = totals.get(sample.name, 0.0) + sample.value
 
     def first(names: tuple[str, ...]) -> float | None:
         return next((totals[n] for n in names if n in totals), None)
 
     if capacity is None and SGLANG_CAPACITY in totals:
         capacity = int(totals[SGLANG_CAPACITY])
-    return ReplicaLoad(first(RUNNING), first(WAITING), first(KV_USAGE), capacity)
+    return ReplicaLoad(
+        first(RUNNING),
+        first(WAITING),
+        first(KV_USAGE),
+        capacity,
+        first(PROMPT_TOTAL),
+        first(GENERATION_TOTAL),
+    )
 
 
 async def scrape_one(session: aiohttp.ClientSession, url: str, timeout_s: float) -> ReplicaLoad | None:
@@ -111,14 +130,28 @@ async def scrape_loop(process: Process, interval_s: float, timeout_s: float) -> 
     while True:
         state = process.state
         targets = [
-            (pool.router, r) for pool in state.pools.values() for r in pool.router.replicas if r.healthy
+            (name, pool.router, r)
+            for name, pool in state.pools.items()
+            for r in pool.router.replicas
+            if r.healthy
         ]
+        # One time for the round, taken before any replica is read: every replica's counters of a
+        # round share it, so a reconciliation window is one ledger period for all of them.
+        ts_ms = int(time.time() * 1000)
         loads = await asyncio.gather(
-            *(scrape_one(state.upstream.session, r.url, timeout_s) for _, r in targets),
+            *(scrape_one(state.upstream.session, r.url, timeout_s) for _, _, r in targets),
             return_exceptions=True,
         )
-        for (router, replica), load in zip(targets, loads, strict=True):
+        for (model, router, replica), load in zip(targets, loads, strict=True):
             if isinstance(load, ReplicaLoad):
                 router.update_reported(replica.id, load.running, load.waiting, load.kv_usage)
                 learn_capacity(router, replica, load.kv_capacity_tokens, learned)
+                if load.prompt_tokens_total is not None and load.generation_tokens_total is not None:
+                    process.usage_counters.observe(
+                        model,
+                        replica.id,
+                        ts_ms,
+                        int(load.prompt_tokens_total),
+                        int(load.generation_tokens_total),
+                    )
         await asyncio.sleep(interval_s)

@@ -71,6 +71,12 @@ _SPECS: tuple[tuple[Any, ...], ...] = (
     ("billed_cost", Counter, "billed_cost_micros_total", "Billed cost in micro-units of the policy currency.",
      ("tenant",)),
     ("ledger_errors", Counter, "ledger_errors_total", "Failed ledger writes.", ()),
+    ("usage_drift", Gauge, "usage_drift_tokens",
+     "Last complete reconciliation window per replica: its own token counter's increase minus the "
+     "ledger's tokens of its rows, by kind (prompt_tokens, generation_tokens).", ("model", "replica", "kind")),
+    ("usage_drift_exceeded", Counter, "usage_drift_exceeded_total",
+     "Reconciliation windows whose drift passed billing.reconcile.drift_threshold_pct.",
+     ("model", "replica", "kind")),
     ("explicit_entries", Gauge, "explicit_cache_entries",
      "Explicit prompt-cache entries (live, created, hits, expired).", ("state",)),
     # -- protocols: the Responses store, LoRA adapters
@@ -173,6 +179,8 @@ class GatewayMetrics:
     billed_tokens: Counter
     billed_cost: Counter
     ledger_errors: Counter
+    usage_drift: Gauge
+    usage_drift_exceeded: Counter
     explicit_entries: Gauge
     responses_stored: Counter
     adapter_requests: Counter

@@ -194,6 +194,7 @@ async def _write_row(ctx: RequestContext, metering: Metering, source: str) -> No
         model=pool.name,
         ts_ms=int(time.time() * 1000),
         price_factor_bp=ctx.state.policy.billing.batch_price_factor_bp if batch else FULL_PRICE_BP,
+        replica_id=decision.replica.id if fleet and decision is not None else None,
     )
     await metering.record(item)
     m = ctx.process.metrics

@@ -40,6 +40,7 @@ from gateway.batch.service import BatchService
 from gateway.batch.store import open_store
 from gateway.fleet import probes, scrape
 from gateway.fleet.adapters import AdapterLoader, adapters_loop
+from gateway.fleet.counters import CounterLog
 from gateway.fleet.discovery import start_discovery
 from gateway.fleet.kv_events import Listener, start_kv_events, stop_kv_events
 from gateway.fleet.sharing import SharedIndex, open_shared_index
@@ -53,6 +54,7 @@ from gateway.pipeline.tenant import server_secret
 from gateway.process.admission import Admission
 from gateway.process.exposition import open_listener
 from gateway.process.metering import Metering, open_metering
+from gateway.process.reconcile import reconcile_loop
 from gateway.process.reload import watch_file
 from gateway.process.state import State, build_state, replaced
 from gateway.upstream.health import FleetHealth
@@ -80,6 +82,8 @@ class Process:
     advisor: Advisor = field(init=False)
     redis: aioredis.Redis | None = None
     metering: Metering | None = None
+    # The replicas' token counters at window edges (the scrape's), for usage reconciliation.
+    usage_counters: CounterLog = field(default_factory=CounterLog)
     batch: BatchService | None = None  # batch.enabled: the Files and Batches API and the runs
     state: State = field(init=False)
     draining: bool = False
@@ -267,7 +271,7 @@ class Process:
 
     def start_loops(self, policy: Policy) -> None:
         """(Re)start the loops whose settings come from the policy (they read ``self.state`` afresh)."""
-        for name in ("health", "scrape", "watch", "adapters"):
+        for name in ("health", "scrape", "watch", "adapters", "reconcile"):
             task = self.tasks.pop(name, None)
             if task is not None:
                 task.cancel()
@@ -278,6 +282,10 @@ class Process:
             self.start_task(
                 "scrape", scrape.scrape_loop(self, policy.scrape.interval_s, policy.scrape.timeout_s)
             )
+        rc = policy.billing.reconcile
+        self.usage_counters.configure(rc.window_s, rc.windows_kept)
+        if policy.scrape.enabled and rc.enabled and self.metering is not None:
+            self.start_task("reconcile", reconcile_loop(self))
         if any(m.lora.discover for m in policy.models):
             self.start_task("adapters", adapters_loop(self))
         if policy.reload.watch_interval_s > 0 and self.policy_path is not None:

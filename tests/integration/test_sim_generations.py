@@ -112,3 +112,49 @@ async def test_a_replica_abort_and_a_dropped_connection_say_so(sim: Fleet) -> No
             2,
         )
     assert dropped["outcome"] == "dropped" and dropped["completion_tokens"] < 9
+
+
+def counter_values(text: str) -> tuple[float, float]:
+    values = {}
+    for line in text.splitlines():
+        for name in ("vllm:prompt_tokens_total", "vllm:generation_tokens_total"):
+            if line.startswith(name + "{") or line.startswith(name + " "):
+                values[name] = values.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
+    return values["vllm:prompt_tokens_total"], values["vllm:generation_tokens_total"]
+
+
+async def test_the_token_counters_are_the_sums_of_the_generation_records(sim: Fleet) -> None:
+    """What usage reconciliation relies on: ``vllm:prompt_tokens_total`` and
+    ``vllm:generation_tokens_total`` add up the records of every generation, however it ended
+    (completed whole or streamed, aborted by the client, dropped, malformed)."""
+    url = sim.urls[0]
+    async with aiohttp.ClientSession() as s:
+        for i, extra in enumerate(
+            ({"stream": True, "max_tokens": 5}, {"max_tokens": 5}, {"stream": True, "max_tokens": 2})
+        ):
+            async with s.post(url + "/v1/chat/completions", json=chat(f"whole {i}", **extra)) as r:
+                await r.read()
+        r = await s.post(url + "/v1/chat/completions", json=chat("left", max_tokens=400, stream=True))
+        await r.content.readline()
+        await r.content.readline()
+        r.close()
+        await until(s, url, "aborted")
+        async with s.post(url + "/sim/faults", json={"drop_mid_stream_after": 3}) as r:
+            assert r.status == 200
+        with pytest.raises(aiohttp.ClientError):
+            async with s.post(
+                url + "/v1/chat/completions", json=chat("drop", max_tokens=9, stream=True)
+            ) as r:
+                await r.read()
+        async with s.post(url + "/sim/faults", json={"malformed": True}) as r:
+            assert r.status == 200
+        async with s.post(url + "/v1/chat/completions", json=chat("broken", max_tokens=9)) as r:
+            await r.read()
+        async with s.post(url + "/sim/faults", json={}) as r:
+            assert r.status == 200
+        records = await until(s, url, "malformed")
+        async with s.get(url + "/metrics") as r:
+            prompt, generation = counter_values(await r.text())
+    assert {r["outcome"] for r in records} == {"completed", "aborted", "dropped", "malformed"}
+    assert prompt == sum(r["prompt_tokens"] for r in records)
+    assert generation == sum(r["completion_tokens"] for r in records)

@@ -41,3 +41,22 @@ def test_a_whole_vllm_like_page_reads_as_the_unfiltered_parser_does() -> None:
     text = page(models=2)
     assert parse_load(text) == _unfiltered(text)
     assert parse_load(text).running == 14.0
+
+
+def test_token_counters_of_vllm_and_sglang_are_read_and_summed() -> None:
+    """Usage reconciliation reads the replica's own token counters, summed over label sets."""
+    text = (
+        "# HELP vllm:prompt_tokens Number of prefill tokens processed.\n"
+        "# TYPE vllm:prompt_tokens counter\n"
+        'vllm:prompt_tokens_total{model_name="m",engine="0"} 1200.0\n'
+        'vllm:prompt_tokens_total{model_name="m",engine="1"} 34.0\n'
+        'vllm:prompt_tokens_created{model_name="m",engine="0"} 1.7e9\n'
+        'vllm:generation_tokens_total{model_name="m"} 56.0\n'
+        "vllm:num_requests_running 1\n"
+    )
+    load = parse_load(text)
+    assert (load.prompt_tokens_total, load.generation_tokens_total) == (1234.0, 56.0)
+    assert load == _unfiltered(text)
+    sg = parse_load("sglang:prompt_tokens_total 10\nsglang:generation_tokens_total 3\n")
+    assert (sg.prompt_tokens_total, sg.generation_tokens_total) == (10.0, 3.0)
+    assert parse_load("vllm:num_requests_running 1\n").prompt_tokens_total is None

@@ -55,7 +55,7 @@ Body = dict[str, Any]
 @dataclass(frozen=True)
 class App:
     name: str
-    make: Callable[[int, str], Body]  # (request index, variant: "as_is" | "fixed" | "marked") -> body
+    make: Callable[[int, str], Body]  # (request index, variant: "as_is", "fixed", "marked", "fixed+marked")
     expect: str | None
     held_out: bool = False
 
@@ -67,13 +67,15 @@ def _body(messages: list[dict[str, Any]], tools: list[Any] | None = None) -> Bod
     return b
 
 
-def _sys(text: str, variant: str) -> dict[str, Any]:
-    if variant == "marked":
-        return {
-            "role": "system",
-            "content": [{"type": "text", "text": text, "cache_control": {"type": "ephemeral"}}],
-        }
-    return {"role": "system", "content": text}
+def _sys(text: str, variant: str, rest: str = "") -> dict[str, Any]:
+    """The system message ``text + rest``; marked (``explicit_would_pay`` applied): a marker at the end
+    of ``text``, the stable part (``rest`` is the part that varies, in a second content part)."""
+    if "marked" in variant:
+        parts: list[dict[str, Any]] = [{"type": "text", "text": text, "cache_control": {"type": "ephemeral"}}]
+        if rest:
+            parts.append({"type": "text", "text": rest})
+        return {"role": "system", "content": parts}
+    return {"role": "system", "content": text + rest}
 
 
 def _user(text: str) -> dict[str, Any]:
@@ -93,11 +95,9 @@ def apps(seed: int) -> list[App]:
     def rag(i: int, v: str) -> Body:
         r = random.Random(seed * 100_003 + i)
         ps = "\n\n".join(f"[{k + 1}] {passages[r.randrange(len(passages))]}" for k in range(3))
-        if v == "as_is":
+        if "fixed" not in v:
             return _body([_sys(f"Context:\n{ps}\n\n{rag_instr}", v), _user(rag_q[i % 1000])])
-        if v == "marked":
-            return _body([_sys(f"Context:\n{ps}\n\n{rag_instr}", v), _user(rag_q[i % 1000])])
-        return _body([_sys(f"{rag_instr}\n\nContext:\n{ps}", v), _user(rag_q[i % 1000])])
+        return _body([_sys(rag_instr, v, f"\n\nContext:\n{ps}"), _user(rag_q[i % 1000])])
 
     out.append(App("rag_passages_first", rag, "variable_prefix"))
 
@@ -123,7 +123,7 @@ def apps(seed: int) -> list[App]:
 
     def agent(i: int, v: str) -> Body:
         ts = list(tools)
-        if v == "fixed":
+        if "fixed" in v:
             ts.sort(key=lambda t: t["function"]["name"])
         else:
             random.Random(seed * 1_000_003 + i).shuffle(ts)
@@ -141,8 +141,8 @@ def apps(seed: int) -> list[App]:
         return f"You are talking to {names[i % 40]}. Local time: 2026-12-01 {i % 24:02d}:{i * 7 % 60:02d}:{i * 13 % 60:02d}."
 
     def persona_app(i: int, v: str) -> Body:
-        if v == "fixed":
-            return _body([_sys(f"{persona}\n{who(i)}", v), _user(short_q[i % 1000])])
+        if "fixed" in v:
+            return _body([_sys(persona, v, f"\n{who(i)}"), _user(short_q[i % 1000])])
         return _body([_sys(f"{who(i)}\n{persona}", v), _user(short_q[i % 1000])])
 
     out.append(App("persona_name_time", persona_app, "variable_prefix"))
@@ -195,7 +195,7 @@ def apps(seed: int) -> list[App]:
 
     def fewshot(i: int, v: str) -> Body:
         ex = list(examples)
-        if v != "fixed":
+        if "fixed" not in v:
             random.Random(seed * 7_000_003 + i).shuffle(ex)
         return _body([_sys(fs_instr + "\n\n" + "\n\n".join(ex), v), _user(inputs[i % 1000])])
 
@@ -209,7 +209,7 @@ def apps(seed: int) -> list[App]:
 
     def code(i: int, v: str) -> Body:
         f = files[(i // 10) % 3]  # sessions of 10 requests on one file
-        if v == "fixed":
+        if "fixed" in v:
             return _body([_sys(code_sys, v), _user(f"File:\n{f}\n\nQuestion: {code_q[i % 1000]}")])
         return _body([_sys(code_sys, v), _user(f"Question: {code_q[i % 1000]}\n\nFile:\n{f}")])
 
@@ -222,7 +222,7 @@ def apps(seed: int) -> list[App]:
     tickets = [gen.tokens(40, 250) for _ in range(1000)]
 
     def support(i: int, v: str) -> Body:
-        if v == "fixed":
+        if "fixed" in v:
             return _body([_sys(sup_sys + "\n" + sup_rules, v), _user(tickets[i % 1000])])
         return _body([_sys(sup_sys, v), _user(tickets[i % 1000] + "\n\n" + sup_rules)])
 
@@ -334,7 +334,7 @@ def variant_for(findings: list[dict[str, Any]]) -> str:
         return "as_is"
     if kinds == {"explicit_would_pay"}:
         return "marked"
-    return "fixed"
+    return "fixed+marked" if "explicit_would_pay" in kinds else "fixed"
 
 
 async def measure_seed(lays: list[App], n: int, seed: int, workdir: Path) -> list[dict[str, Any]]:

@@ -540,7 +540,8 @@ def _explicit_findings(
 
 def _candidates(reqs: list[_Req], layouts: list[list[Unit]], min_tokens: int) -> list[int]:
     """Marked-prefix lengths to try: the ends of messages and unit boundaries of the prefix that at
-    least half of the recent requests share, from ``min_tokens`` up (at most 12 of them)."""
+    least half of the recent requests share, from ``min_tokens`` up (at most 6 of them: each is a
+    replay of the ring)."""
     counts: Counter[int] = Counter()
     ends: dict[int, int] = {}
     for units in layouts:
@@ -561,7 +562,7 @@ def _candidates(reqs: list[_Req], layouts: list[list[Unit]], min_tokens: int) ->
             bounds.append(ends[h])
     if not bounds:
         return []
-    step = max(1, len(bounds) // 12)
+    step = max(1, len(bounds) // 6)
     return sorted({*bounds[::step], bounds[-1]})
 
 

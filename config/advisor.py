@@ -41,7 +41,19 @@ class AdvisorConfig(BaseModel):
         512,
         ge=16,
         le=65_536,
-        description="repeated chunks a sketch tracks (it holds at most twice this many entries)",
+        description="unused since the ring of recent requests (recent_requests, recent_chunks); accepted for old policies",
+    )
+    recent_requests: int = Field(
+        256,
+        ge=16,
+        le=65_536,
+        description="recent (sampled) requests a sketch keeps as chunk hashes; findings replay them",
+    )
+    recent_chunks: int = Field(
+        65_536,
+        ge=1024,
+        le=1 << 24,
+        description="chunks the ring of recent requests holds at most (23 bytes each): bounds its memory",
     )
     chunk_bytes: int = Field(
         64, ge=16, le=4096, description="average content-defined chunk, in bytes of the rendered prompt"

@@ -1,43 +1,47 @@
-"""Findings: a snapshot of one (tenant, model) priced with that model's billing rules and prices.
+"""Findings: a snapshot of one (tenant, model) priced by replaying its recent prompts through ``bill``.
 
-Every estimate is "what the same traffic would have cost with the change", from the tenant's own
-counters, in token-equivalents at list price (a token billed at ``p`` % counts ``p / 100``) and in
-micro-units of the policy currency. Per request first (averaged over all observed requests), then per
-day at the observed rate. The rules and prices come from ``config/billing.py`` through
-``cache.billing.pricing.Rules`` / ``ModelPrices``; no percentage is written here.
+The model of the tenant's prompts (docs/advisor.md, "The model"): each recent request is a sequence of
+content-defined chunks; a chunk is *stable* when it is in at least ``min_share`` of the recent requests
+(exact counts over the ring, across message boundaries); a request's *shared prefix* is its leading
+chunks whose chained prefix another recent request also has. Problems, one finding each:
 
-Kinds (docs/advisor.md has the arithmetic):
+- ``reorder``: stable chunks whose neighbours vary between requests (both the stable chunk before and
+  the one after differ): the same blocks come in different orders (tools or examples shuffled). Fix:
+  a fixed order (sort them).
+- ``variable_prefix``: stable chunks after the shared prefix, behind content that varies (a timestamp,
+  a name, retrieved passages), not all in the last message. Fix: move the variable part after them.
+- ``fixed_tail``: the same, with every such stable chunk in the prompt's last message (rules or a file
+  after the user's input). Fix: move them before the variable content.
+- ``explicit_would_pay``: no ``cache_control`` today and marking a prefix would cost less (after the
+  fixes above).
+- ``explicit_loses``: the tenant's markers cost more than implicit caching of the same prompts.
+- ``explicit_below_minimum``: markers on prefixes shorter than ``explicit_min_tokens``: no effect.
+- ``below_implicit_minimum``: prompts under ``implicit_min_tokens`` whose prefix repeats: nothing to do.
 
-- ``variable_prefix``: a stable span sits after content that varies (a timestamp, an id): it is never
-  inside the repeatable prefix. Moving the variable part after it makes the span cached:
-  ``share × uncovered × tokens × (100 - implicit_cached_pct) %``.
-- ``fixed_tail``: the same, for a stable span that ends the prompt after variable content (rules after
-  the user's input): move it before the variable content.
-- ``explicit_would_pay``: no ``cache_control`` today, and marking the prefix the tenant reuses would
-  cost less than implicit caching: reads (reused within the TTL) at ``explicit_hit_pct`` instead of
-  ``implicit_cached_pct``, creations at ``explicit_create_pct`` instead of 100 % (new) or
-  ``implicit_cached_pct`` (reused after the TTL: a replica may still hold it). The prefix length with the
-  largest saving from ``explicit_min_tokens`` up is chosen.
-- ``explicit_loses``: the tenant's marked prefixes cost more than implicit caching would (used once:
-  created at 125 % and never read; reused only after the TTL): remove the markers.
-- ``explicit_below_minimum``: markers on prefixes shorter than ``explicit_min_tokens`` have no effect.
-- ``below_implicit_minimum``: prompts shorter than ``implicit_min_tokens`` whose prefix repeats: the
-  replica serves it from cache, the tenant is billed in full. Nothing to reorder: the saving is 0 and
-  ``forgone`` says what the discount would have been.
+Every saving is ``cache.advisor.replay.replay`` of the prompts as they are minus the replay of the
+advised layout (the fixes applied in the order above, each finding the difference it adds), so the
+billing rules are applied exactly as the ledger applies them (exclusivity of explicit and implicit
+caching, minimum lengths, the hit prices of each layer); a finding is given only when its saving is
+at least ``min_saving_pct`` of the input cost, so no advice raises the replayed cost.
 
-Implicit caching is assumed to hit whenever the prefix was seen before (the replica held it): the
-explicit verdicts are therefore conservative for ``cache_control``.
+Positions are prompt token offsets (from the start of the rendered prompt, as the router counts
+them) in the most recent request that has the problem; ``message_tokens`` are the same range from its
+message's start.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from cache.advisor.sketch import Snapshot, Span
+from cache.advisor.chunking import role_name
+from cache.advisor.replay import Prompt, replay
+from cache.advisor.sketch import Observed, Snapshot
 from cache.billing.pricing import ModelPrices, Rules
 
 Kind = Literal[
+    "reorder",
     "variable_prefix",
     "fixed_tail",
     "explicit_would_pay",
@@ -46,6 +50,7 @@ Kind = Literal[
     "below_implicit_minimum",
 ]
 KINDS: tuple[str, ...] = (
+    "reorder",
     "variable_prefix",
     "fixed_tail",
     "explicit_would_pay",
@@ -126,6 +131,7 @@ class Pricing:
     sample_rate: float
     min_requests: int
     min_saving_pct: float
+    min_share: float = 0.1
 
 
 def requests_per_day(snap: Snapshot, sample_rate: float) -> float:
@@ -150,12 +156,24 @@ class _Pricer:
         self.avg_prompt = snap.prompt_tokens / snap.requests if snap.requests else 0.0
         self.threshold = self.avg_prompt * p.min_saving_pct / 100
 
+    def threshold_micros(self, reqs: list[_Req]) -> float:
+        """``min_saving_pct`` of the recent requests' input cost at list price, micros per request."""
+        if not reqs:
+            return 0.0
+        avg = sum(q.obs.prompt_tokens for q in reqs) / len(reqs)
+        return max(1e-9, avg * self.p.prices.input_micros_per_1m / 1_000_000 * self.p.min_saving_pct / 100)
+
     def micros(self, token_equiv: float) -> float:
         return token_equiv * self.p.prices.input_micros_per_1m / 1_000_000
+
+    def tokens(self, micros: float) -> float:
+        price = self.p.prices.input_micros_per_1m
+        return micros * 1_000_000 / price if price else 0.0
 
     def finding(
         self, kind: str, where: Where, share: float, saving_tokens: float, advice: str, **detail: Any
     ) -> Finding:
+        """``saving_tokens``: token-equivalents per observed request."""
         return Finding(
             tenant=self.snap.tenant,
             model=self.snap.model,
@@ -174,13 +192,177 @@ class _Pricer:
         return f"{_tok(token_equiv * self.rpd)} tokens/day ({self.micros(token_equiv) * self.rpd / 1e6:,.2f} {self.p.prices.currency}/day)"
 
 
+# -- the model of the recent prompts ------------------------------------------------------------------
+
+GLUE = (
+    0x9E3779B97F4A7C15  # the unit that stands for the junctions of a sorted group: the same in every request
+)
+VARIES = 0.8  # a stable chunk's neighbour "varies" when its most common value is in under 80 % of cases
+
+Unit = tuple[int, int, int, int, int]  # hash, tokens, message, role code, start token
+
+
+@dataclass(slots=True)
+class _Req:
+    obs: Observed
+    units: list[Unit]
+
+    def prompt(self, units: list[Unit] | None = None, marked: int | None = None) -> Prompt:
+        u = self.units if units is None else units
+        o = self.obs
+        return Prompt(
+            [(x[0], x[1]) for x in u], o.prompt_tokens, o.marked_tokens if marked is None else marked, o.ts
+        )
+
+
+def _requests(snap: Snapshot) -> list[_Req]:
+    out = []
+    for o in snap.recent:
+        units = list(
+            zip(
+                o.hashes.tolist(),
+                (o.ends - o.starts).tolist(),
+                o.messages.tolist(),
+                o.roles.tolist(),
+                o.starts.tolist(),
+                strict=True,
+            )
+        )
+        out.append(_Req(o, units))
+    return out
+
+
+def _stable(reqs: list[_Req], min_share: float) -> tuple[set[int], Counter[int]]:
+    counts: Counter[int] = Counter()
+    for r in reqs:
+        counts.update({u[0] for u in r.units})
+    floor = max(2.0, min_share * len(reqs))
+    return {h for h, c in counts.items() if c >= floor}, counts
+
+
+def _shared(reqs: list[_Req], min_share: float) -> list[int]:
+    """Per request, how many leading units at least ``min_share`` of the recent requests (and two) also
+    start with: a prefix shared by chance with a few requests (the same user name) is no shared prefix."""
+    chains: list[list[int]] = []
+    counts: Counter[int] = Counter()
+    for r in reqs:
+        h, ch = 0, []
+        for u in r.units:
+            h = hash((h, u[0]))
+            ch.append(h)
+        chains.append(ch)
+        counts.update(ch)
+    floor = max(2.0, min_share * len(reqs))
+    out = []
+    for ch in chains:
+        k = 0
+        while k < len(ch) and counts[ch[k]] >= floor:
+            k += 1
+        out.append(k)
+    return out
+
+
+def _reorder_group(reqs: list[_Req], stable: set[int]) -> set[int]:
+    """Stable chunks (once per prompt) whose stable neighbours before and after both vary."""
+    pred: dict[int, Counter[int]] = {}
+    succ: dict[int, Counter[int]] = {}
+    repeated: set[int] = set()
+    for r in reqs:
+        seq = [u[0] for u in r.units if u[0] in stable]
+        c = Counter(seq)
+        repeated |= {h for h, n in c.items() if n > 1}
+        for i, h in enumerate(seq):
+            pred.setdefault(h, Counter())[seq[i - 1] if i else -1] += 1
+            succ.setdefault(h, Counter())[seq[i + 1] if i + 1 < len(seq) else -1] += 1
+
+    def varies(c: Counter[int]) -> bool:
+        return max(c.values()) < VARIES * sum(c.values())
+
+    # Blocks: chains of stable chunks that always follow each other. A block is in the group when the
+    # block before it and the block after it both vary.
+    group: set[int] = set()
+    for start, before in pred.items():
+        if start in repeated or not varies(before):
+            continue
+        chain, h = [start], start
+        while not varies(succ[h]):
+            nxt = succ[h].most_common(1)[0][0]
+            if nxt == -1 or nxt in repeated or nxt in chain or varies(pred[nxt]):
+                break
+            chain.append(nxt)
+            h = nxt
+        if varies(succ[h]):
+            group.update(chain)
+    return group if len(group) >= 2 else set()
+
+
+def _sorted_group(
+    r: _Req, group: set[int], stable: set[int], counts: Counter[int], always: float
+) -> list[Unit]:
+    """The request with its group's blocks in one fixed order: the group's extent (first to last group
+    chunk, and the recurring junction chunks just before and after it) becomes the stable chunks
+    sorted, then one unit for the junctions (the same in every request once the order is fixed)."""
+    idx = [i for i, u in enumerate(r.units) if u[0] in group]
+    if not idx:
+        return r.units
+    a, b = idx[0], idx[-1] + 1
+    while a > 0 and r.units[a - 1][0] not in stable and counts[r.units[a - 1][0]] >= 2:
+        a -= 1
+    while b < len(r.units) and r.units[b][0] not in stable and counts[r.units[b][0]] >= 2:
+        b += 1
+    ext = r.units[a:b]
+    # Chunks of the group in (nearly) every request lead, sorted; the rest (junctions, and chunks that
+    # depend on which block came before) are the glue, fixed too once the order is.
+    head = sorted((u for u in ext if counts[u[0]] >= always), key=lambda u: u[0])
+    glue = sum(u[1] for u in ext if counts[u[0]] < always)
+    first = ext[0]
+    return [*r.units[:a], *head, (GLUE, glue, first[2], first[3], first[4]), *r.units[b:]]
+
+
+def _cost(reqs: list[_Req], layouts: list[list[Unit]], pr: _Pricer, marked: int | None = None) -> float:
+    rules, prices, bs = pr.p.rules, pr.p.prices, pr.snap.block_size
+    prompts = [
+        r.prompt(u, None if marked is None else (marked if r.obs.prompt_tokens >= marked else 0))
+        for r, u in zip(reqs, layouts, strict=True)
+    ]
+    return replay(prompts, rules, prices, bs).per_request()
+
+
 def price(snap: Snapshot, p: Pricing) -> list[Finding]:
     """The findings of one snapshot, largest saving first. None below ``min_requests``."""
-    if snap.requests < p.min_requests:
+    if snap.requests < p.min_requests or not snap.recent:
         return []
     pr = _Pricer(snap, p)
-    out = [f for span in snap.spans if (f := _span_finding(pr, span)) is not None]
-    out += _explicit_findings(pr)
+    min_share = p.min_share
+    reqs = _requests(snap)
+    stable, counts = _stable(reqs, min_share)
+    threshold = pr.threshold_micros(reqs)
+    out: list[Finding] = []
+    layouts = [r.units for r in reqs]
+    base = _cost(reqs, layouts, pr)
+    # 1. Blocks whose order varies.
+    group = _reorder_group(reqs, stable)
+    if group:
+        having = sum(1 for r in reqs if any(u[0] in group for u in r.units))
+        fixed = [_sorted_group(r, group, stable, counts, 0.95 * having) for r in reqs]
+        cost = _cost(reqs, fixed, pr)
+        if base - cost >= threshold:
+            out.append(_reorder_finding(pr, reqs, group, base - cost))
+            layouts, base = fixed, cost
+    # 2. Stable content behind variable content: one problem per (message, role) of the variable part.
+    fixes, found = _misplaced(reqs, layouts, stable, group, min_share)
+    for key, (share, where, detail, last_only) in sorted(found.items()):
+        fixed = [fixes[key].get(i, u) for i, u in enumerate(layouts)]
+        cost = _cost(reqs, fixed, pr)
+        if base - cost >= threshold:
+            out.append(
+                _span_finding(
+                    pr, "fixed_tail" if last_only else "variable_prefix", where, share, base - cost, detail
+                )
+            )
+            layouts, base = fixed, cost
+    # 3. Explicit caching, on the layout with the fixes above.
+    out += _explicit_findings(pr, reqs, layouts, base, threshold)
     short = _short_finding(pr)
     if short is not None:
         out.append(short)
@@ -188,59 +370,106 @@ def price(snap: Snapshot, p: Pricing) -> list[Finding]:
     return out
 
 
-def _span_finding(pr: _Pricer, span: Span) -> Finding | None:
-    rules, snap = pr.p.rules, pr.snap
-    eligible = 1.0 if span.end >= rules.implicit_min_tokens else snap.long_requests / snap.requests
-    moved = span.share * span.uncovered * span.tokens * eligible  # tokens that would become cached
-    saving = moved * (100 - rules.implicit_cached_pct) / 100
-    if saving <= 0 or saving < pr.threshold:
-        return None
-    msg = "the tools header" if span.message < 0 else f"message {span.message}, {span.role}"
-    rng = f"tokens {_tok(span.start)}–{_tok(span.end)} ({msg}"
-    rng += f", starting as late as token {_tok(span.start_max)})" if span.moves else ")"
-    where = Where(
-        span.message,
-        span.role,
-        (span.start, span.end),
-        (span.message_start, span.message_start + span.tokens),
-        span.moves,
-    )
-    cached = min(snap.stable_prefix_tokens, span.start)
-    if span.tail <= snap.block_size * 2 and span.start > cached:
-        return pr.finding(
-            "fixed_tail",
-            where,
-            span.share,
-            saving,
-            f"{rng} repeat in {_pct(span.share)} of requests but come last, after content that varies "
-            f"(the repeated prefix ends at token {_tok(cached)}); moving them before the variable "
-            f"content (e.g. into the system message) would save {pr.per_day(saving)}",
-            variable_tokens=[cached, span.start_max],
-            tail_tokens=span.tail,
-        )
+def _misplaced(
+    reqs: list[_Req], layouts: list[list[Unit]], stable: set[int], group: set[int], min_share: float
+) -> tuple[
+    dict[tuple[int, int], dict[int, list[Unit]]],
+    dict[tuple[int, int], tuple[float, Where, dict[str, Any], bool]],
+]:
+    shared = _shared([_Req(r.obs, u) for r, u in zip(reqs, layouts, strict=True)], min_share)
+    fixes: dict[tuple[int, int], dict[int, list[Unit]]] = {}
+    seen: dict[tuple[int, int], list[int]] = {}
+    latest: dict[tuple[int, int], tuple[int, int, int, int, int, int, int]] = {}
+    last_only: dict[tuple[int, int], bool] = {}
+    starts: dict[tuple[int, int], list[int]] = {}
+    for i, (r, units) in enumerate(zip(reqs, layouts, strict=True)):
+        k = shared[i]
+        moved = [u for u in units[k:] if u[0] in stable and u[0] not in group and u[0] != GLUE]
+        if not moved or k >= len(units):
+            continue
+        var = units[k]
+        key = (var[2], var[3])
+        rest = [u for u in units[k:] if not (u[0] in stable and u[0] not in group and u[0] != GLUE)]
+        fixes.setdefault(key, {})[i] = [*units[:k], *moved, *rest]
+        seen.setdefault(key, []).append(i)
+        n_msgs = int(r.obs.messages.max()) if len(r.obs.messages) else 0
+        last_only[key] = last_only.get(key, True) and all(u[2] == n_msgs for u in moved)
+        ms = r.obs.message_starts
+        m = moved[0][2]
+        m_start = int(ms[m]) if 0 <= m < len(ms) else 0
+        end = moved[-1][4] + moved[-1][1]
+        latest[key] = (var[4], moved[0][4], end, m, moved[0][3], m_start, r.obs.prompt_tokens - end)
+        starts.setdefault(key, []).append(moved[0][4])
+    found = {}
+    n = len(reqs)
+    for key, idx in seen.items():
+        var_start, a, b, m, role, m_start, tail = latest[key]
+        moves = min(starts[key]) != max(starts[key])
+        where = Where(m, role_name(role), (a, b), (a - m_start, b - m_start), moves)
+        detail = {
+            "variable_tokens": [var_start, a],
+            "variable_message": key[0],
+            "starts": [min(starts[key]), max(starts[key])],
+            "tail_tokens": tail,
+        }
+        found[key] = (len(idx) / n, where, detail, last_only[key])
+    return fixes, found
+
+
+def _msg(m: int, role: str) -> str:
+    return "the tools header" if m < 0 else f"message {m}, {role}"
+
+
+def _reorder_finding(pr: _Pricer, reqs: list[_Req], group: set[int], saving_micros: float) -> Finding:
+    having = [r for r in reqs if any(u[0] in group for u in r.units)]
+    r = having[-1]
+    g = [u for u in r.units if u[0] in group]
+    a, b = min(u[4] for u in g), max(u[4] + u[1] for u in g)
+    msgs = {u[2] for u in g}
+    m = g[0][2] if len(msgs) == 1 else None
+    role = role_name(g[0][3]) if len(msgs) == 1 else None
+    ms = r.obs.message_starts
+    m_start = int(ms[m]) if m is not None and 0 <= m < len(ms) else 0
+    where = Where(m, role, (a, b), (a - m_start, b - m_start) if m is not None else None, True)
+    tokens = pr.tokens(saving_micros)
+    place = _msg(m, role or "") if m is not None else "several messages"
     return pr.finding(
-        "variable_prefix",
+        "reorder",
         where,
-        span.share,
-        saving,
-        f"tokens {_tok(cached)}–{_tok(span.start)} vary; {rng} repeat in {_pct(span.share)} of requests "
-        f"but are never inside a cached prefix; moving the variable part after them would save "
-        f"{pr.per_day(saving)}",
-        variable_tokens=[cached, span.start],
+        len(having) / len(reqs),
+        tokens,
+        f"tokens {_tok(a)}–{_tok(b)} ({place}) hold the same blocks in a different order from request to "
+        f"request ({len(group)} repeated chunks whose neighbours change); sending them in one fixed order "
+        f"(e.g. tools sorted by name) would save {pr.per_day(tokens)}",
+        chunks=len(group),
     )
 
 
-def _message_at(snap: Snapshot, token: int) -> tuple[int | None, str | None]:
-    """The message of the last stable chunk starting at or before ``token`` (None when there is none)."""
-    found: tuple[int | None, str | None] = (None, None)
-    for start, _length, message, role in snap.landmarks:
-        if start > token:
-            break
-        found = (message, role)
-    return found
+def _span_finding(
+    pr: _Pricer, kind: str, where: Where, share: float, saving_micros: float, detail: dict[str, Any]
+) -> Finding:
+    tokens = pr.tokens(saving_micros)
+    a, b = where.tokens
+    va, vb = detail["variable_tokens"]
+    place = _msg(where.message or 0, where.role or "")
+    rng = f"tokens {_tok(a)}–{_tok(b)} ({place})"
+    if kind == "fixed_tail":
+        text = (
+            f"{rng} repeat in many requests but come last, after content that varies (tokens "
+            f"{_tok(va)}–{_tok(vb)}); moving them before the variable content (e.g. into the system "
+            f"message) would save {pr.per_day(tokens)}"
+        )
+    else:
+        text = (
+            f"tokens {_tok(va)}–{_tok(vb)} (message {detail['variable_message']}) vary and come before "
+            f"{rng}, which repeat; moving the variable part after them would save {pr.per_day(tokens)}"
+        )
+    return pr.finding(kind, where, share, tokens, text, **detail)
 
 
-def _explicit_findings(pr: _Pricer) -> list[Finding]:
+def _explicit_findings(
+    pr: _Pricer, reqs: list[_Req], layouts: list[list[Unit]], base: float, threshold: float
+) -> list[Finding]:
     snap, r = pr.snap, pr.p.rules
     m = snap.marked
     out: list[Finding] = []
@@ -256,74 +485,85 @@ def _explicit_findings(pr: _Pricer) -> list[Finding]:
                 "minimum: the markers have no effect (billed as implicit caching)",
             )
         )
-    if m.requests:
-        marked = m.hit_tokens + m.new_tokens + m.stale_tokens
-        explicit = (
-            m.hit_tokens * r.explicit_hit_pct
-            + (m.new_tokens + m.stale_tokens) * r.explicit_create_pct
-            + (m.prompt_tokens - marked) * 100
-        )
-        implicit = m.repeat_tokens * r.implicit_cached_pct + (m.prompt_tokens - m.repeat_tokens) * 100
-        loss = (explicit - implicit) / 100 / snap.requests
-        if loss > 0 and loss >= pr.threshold:
+    if any(q.obs.marked_tokens for q in reqs):
+        unmarked = _cost(reqs, layouts, pr, marked=0)
+        loss = base - unmarked
+        if loss >= threshold:
+            marked = [q.obs.marked_tokens for q in reqs if q.obs.marked_tokens >= r.explicit_min_tokens]
             reason = "used_once" if m.new_tokens >= m.stale_tokens else "reused_after_ttl"
             why = (
                 "most marked prefixes are used once (created, never read)"
                 if reason == "used_once"
                 else f"marked prefixes come back only after the {r.explicit_ttl_s:.0f} s TTL (created again)"
             )
+            tokens = pr.tokens(loss)
             out.append(
                 pr.finding(
                     "explicit_loses",
-                    Where(None, None, (0, round(marked / m.requests))),
-                    m.requests / snap.requests,
-                    loss,
+                    Where(None, None, (0, round(sum(marked) / len(marked)) if marked else 0)),
+                    m.requests / snap.requests if snap.requests else 0.0,
+                    tokens,
                     f"cache_control costs more than it saves: {why}; created at {r.explicit_create_pct} %, "
-                    f"read at {r.explicit_hit_pct} % against {r.implicit_cached_pct} % for implicit caching; "
-                    f"removing the markers would save {pr.per_day(loss)}",
+                    f"read at {r.explicit_hit_pct} % against {r.implicit_cached_pct} % for implicit caching "
+                    f"(a marked request gets no implicit discount); removing the markers would save "
+                    f"{pr.per_day(tokens)}",
                     reason=reason,
-                    read_share=round(m.hit_tokens / marked, 4) if marked else 0.0,
+                    read_share=round(m.hit_tokens / max(1, m.hit_tokens + m.new_tokens + m.stale_tokens), 4),
                 )
             )
         return out
-    best = _best_explicit_prefix(snap, r)
-    if best is not None:
-        blocks, gain, share_within = best
-        length = blocks * snap.block_size
-        if gain > 0 and gain >= pr.threshold:
-            message, role = _message_at(snap, length - 1)
-            out.append(
-                pr.finding(
-                    "explicit_would_pay",
-                    Where(message, role, (0, length)),
-                    snap.reach[blocks - 1] / snap.requests,
-                    gain,
-                    f"the first {_tok(length)} tokens are reused within {r.explicit_ttl_s:.0f} s by "
-                    f"{_pct(share_within)} of the requests that reach them; marking them with cache_control "
-                    f"(read at {r.explicit_hit_pct} % instead of {r.implicit_cached_pct} %, created at "
-                    f"{r.explicit_create_pct} %) would save {pr.per_day(gain)}",
-                )
+    best: tuple[float, int] | None = None
+    for length in _candidates(reqs, layouts, r.explicit_min_tokens):
+        gain = base - _cost(reqs, layouts, pr, marked=length)
+        if best is None or gain > best[0]:
+            best = (gain, length)
+    if best is not None and best[0] >= threshold:
+        gain, length = best
+        tokens = pr.tokens(gain)
+        last = layouts[-1]
+        end_unit = next((u for u in last if u[4] + u[1] >= length), last[-1])
+        reach = sum(1 for q in reqs if q.obs.prompt_tokens >= length) / len(reqs)
+        out.append(
+            pr.finding(
+                "explicit_would_pay",
+                Where(end_unit[2], role_name(end_unit[3]), (0, length)),
+                reach,
+                tokens,
+                f"the first {_tok(length)} tokens (through message {end_unit[2]}) repeat within "
+                f"{r.explicit_ttl_s:.0f} s; marking them with cache_control (read at {r.explicit_hit_pct} % "
+                f"instead of {r.implicit_cached_pct} %, created at {r.explicit_create_pct} %, and the rest of "
+                f"a marked request billed in full) would save {pr.per_day(tokens)}",
             )
+        )
     return out
 
 
-def _best_explicit_prefix(snap: Snapshot, r: Rules) -> tuple[int, float, float] | None:
-    """(blocks, token-equivalent gain per request, share read within the TTL) of the best prefix."""
-    first = -(-r.explicit_min_tokens // snap.block_size)
-    best: tuple[int, float, float] | None = None
-    for k in range(first, len(snap.reach) + 1):
-        n, rep, win = snap.reach[k - 1], snap.repeat[k - 1], snap.within_ttl[k - 1]
-        if n == 0:
+def _candidates(reqs: list[_Req], layouts: list[list[Unit]], min_tokens: int) -> list[int]:
+    """Marked-prefix lengths to try: the ends of messages and unit boundaries of the prefix that at
+    least half of the recent requests share, from ``min_tokens`` up (at most 6 of them: each is a
+    replay of the ring)."""
+    counts: Counter[int] = Counter()
+    ends: dict[int, int] = {}
+    for units in layouts:
+        h, tok = 0, 0
+        for u in units:
+            h = hash((h, u[0]))
+            tok += u[1]
+            counts[h] += 1
+            ends.setdefault(h, tok)
+    half = len(layouts) / 2
+    units = layouts[-1]
+    h, bounds = 0, []
+    for u in units:
+        h = hash((h, u[0]))
+        if counts[h] < half:
             break
-        per_token = (
-            win * (r.implicit_cached_pct - r.explicit_hit_pct)
-            - (rep - win) * (r.explicit_create_pct - r.implicit_cached_pct)
-            - (n - rep) * (r.explicit_create_pct - 100)
-        )
-        gain = k * snap.block_size * per_token / 100 / snap.requests
-        if best is None or gain > best[1]:
-            best = (k, gain, win / n)
-    return best
+        if ends[h] >= min_tokens:
+            bounds.append(ends[h])
+    if not bounds:
+        return []
+    step = max(1, len(bounds) // 6)
+    return sorted({*bounds[::step], bounds[-1]})
 
 
 def _short_finding(pr: _Pricer) -> Finding | None:

@@ -15,8 +15,10 @@ Layers, from rows grouped by ``(tenant, model, source)`` (``Ledger.query``, SQLi
   value is the row's input value (``cost_without_cache − output``) pro rata of tokens, so no price is
   needed and a price change inside the period is accounted as it was billed.
 
-"What the advice would add" is the advisor's saving per day over the same period: the projected CSR
-is ``(saved + advice per day × days) / uncached``.
+"What the advice would add" is the advisor's saving per request times the tenant's requests billed
+upstream in the same period (rates and counts of the same period, never a per-day extrapolation over
+a period that holds fewer requests): the projected CSR is ``(saved + advice per request × upstream
+requests) / uncached``, at most 1 since no saving exceeds a request's input cost.
 """
 
 from __future__ import annotations
@@ -30,7 +32,6 @@ from cache.billing.ledger import UsageRow
 SERVED_LAYERS: tuple[str, ...] = ("response_cache", "coalesced", "semantic_cache")
 PROMPT_LAYERS: tuple[str, ...] = ("explicit", "implicit")
 LAYERS: tuple[str, ...] = (*SERVED_LAYERS, *PROMPT_LAYERS)
-DAY_S = 86_400.0
 
 
 @dataclass(slots=True)
@@ -54,7 +55,8 @@ class TenantSavings:
     uncached_micros: int = 0
     paid_micros: int = 0
     layers: dict[str, LayerSums] = field(default_factory=lambda: {n: LayerSums() for n in LAYERS})
-    advice_micros_per_day: float = 0.0
+    advice_micros_per_request: float = 0.0
+    upstream_requests: int = 0
 
     @property
     def saved_micros(self) -> int:
@@ -71,6 +73,8 @@ class TenantSavings:
         source = row.source
         if source is None:
             raise ValueError("savings need ledger rows grouped by source (group_by includes 'source')")
+        if source == "upstream":
+            self.upstream_requests += row.requests
         if source != "upstream":
             self.layers.setdefault(source, LayerSums()).add(row.cost_without_cache_micros, row.cost_micros)
             return
@@ -86,8 +90,7 @@ class TenantSavings:
         self.layers["implicit"].add(input_value * t.implicit_hit // input_tokens, m.implicit_hit)
 
     def to_dict(self, period_s: float) -> dict[str, Any]:
-        days = period_s / DAY_S
-        added = self.advice_micros_per_day * days
+        added = self.advice_micros_per_request * self.upstream_requests
         return {
             "tenant": self.tenant,
             "requests": self.requests,
@@ -106,7 +109,7 @@ class TenantSavings:
                 for name, s in self.layers.items()
             },
             "advice": {
-                "micros_per_day": round(self.advice_micros_per_day),
+                "micros_per_request": round(self.advice_micros_per_request, 3),
                 "micros_in_period": round(added),
                 "csr_with_advice": (self.saved_micros + added) / self.uncached_micros
                 if self.uncached_micros > 0
@@ -120,13 +123,13 @@ def savings_report(
     period_s: float,
     *,
     currency: str,
-    advice_micros_per_day: Mapping[str, float] | None = None,
+    advice_micros_per_request: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
     """Per tenant and overall, from rows grouped by ``("tenant", "model", "source")`` over a period of
-    ``period_s`` seconds; ``advice_micros_per_day`` maps tenants to the advisor's saving per day."""
+    ``period_s`` seconds; ``advice_micros_per_request`` maps tenants to the advisor's saving per request."""
     if period_s <= 0:
         raise ValueError("period_s must be positive")
-    advice = dict(advice_micros_per_day or {})
+    advice = dict(advice_micros_per_request or {})
     per: dict[str, TenantSavings] = {}
     overall = TenantSavings(None)
     for row in rows:
@@ -134,8 +137,11 @@ def savings_report(
         per.setdefault(key, TenantSavings(row.tenant)).add_row(row)
         overall.add_row(row)
     for t, micros in advice.items():
-        per.setdefault(t, TenantSavings(t)).advice_micros_per_day = micros
-    overall.advice_micros_per_day = sum(advice.values())
+        per.setdefault(t, TenantSavings(t)).advice_micros_per_request = micros
+    added = sum(per[t].advice_micros_per_request * per[t].upstream_requests for t in advice)
+    overall.advice_micros_per_request = (
+        added / overall.upstream_requests if overall.upstream_requests else 0.0
+    )
     return {
         "currency": currency,
         "period_s": period_s,
@@ -145,5 +151,14 @@ def savings_report(
 
 
 def advice_by_tenant(advice_doc: Mapping[str, Any]) -> dict[str, float]:
-    """Saving per day of each tenant in an advice document (``Advisor.advice``)."""
-    return {t["tenant"]: float(t["saving"]["micros_per_day"]) for t in advice_doc.get("tenants", [])}
+    """Saving per request of each tenant in an advice document (``Advisor.advice``): its findings'
+    savings per request, averaged over its models weighted by their observed requests."""
+    out = {}
+    for t in advice_doc.get("tenants", []):
+        n = sum(m["observed"]["requests"] for m in t["models"])
+        total = sum(
+            m["observed"]["requests"] * sum(f["saving"]["micros_per_request"] for f in m["findings"])
+            for m in t["models"]
+        )
+        out[t["tenant"]] = total / n if n else 0.0
+    return out

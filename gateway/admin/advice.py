@@ -50,7 +50,7 @@ async def advice_endpoint(request: web.Request) -> web.Response:
             rows,
             period_s,
             currency=process.state.policy.billing.currency,
-            advice_micros_per_day=advice_by_tenant(advice),
+            advice_micros_per_request=advice_by_tenant(advice),
         )
     return web.Response(
         body=orjson.dumps({"advice": advice, "savings": savings}), content_type="application/json"

@@ -63,7 +63,7 @@ async def test_csr_per_layer_from_either_ledger(ledger) -> None:
     for it in items():
         assert await ledger.record(it)
     rows = await ledger.query(group_by=("tenant", "model", "source"))
-    rep = savings_report(rows, 86_400, currency="USD", advice_micros_per_day={"acme": 1000.0})
+    rep = savings_report(rows, 86_400, currency="USD", advice_micros_per_request={"acme": 250.0})
     acme, beta = rep["tenants"]
     full = 2000 * 3 + 100 * 15  # 7,500 micros a request without any cache
     assert acme["uncached_micros"] == 6 * full and beta["uncached_micros"] == 2 * full
@@ -77,7 +77,10 @@ async def test_csr_per_layer_from_either_ledger(ledger) -> None:
     # Layers add up to the tenant's CSR (rounding aside).
     assert sum(x["csr"] for x in L.values()) == pytest.approx(acme["csr"], abs=1e-4)
     assert acme["csr"] == pytest.approx(acme["saved_micros"] / acme["uncached_micros"])
+    # The advice per request times the tenant's upstream requests of the period (a1-a4), not a per-day
+    # extrapolation over the period.
     assert acme["advice"]["micros_in_period"] == 1000
+    assert acme["advice"]["csr_with_advice"] <= 1
     assert acme["advice"]["csr_with_advice"] == pytest.approx(
         (acme["saved_micros"] + 1000) / acme["uncached_micros"]
     )

@@ -20,7 +20,7 @@ import random
 import sys
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -84,6 +84,9 @@ def replay(
     gateways: int = 1,
     share: str = "none",
     share_delay_s: float = 0.0,
+    published: float | None = 1.0,
+    report_cached: bool = True,
+    make_engine: Callable[[EngineConfig], Engine] = Engine,
 ) -> OfflineResult:
     """Offer ``wl`` to ``replicas`` engines behind a ``PoolRouter``: requests with ``at`` arrive at
     ``at / rate``; others are Poisson at ``rate`` per second; ``after`` holds a request until that one
@@ -97,13 +100,17 @@ def replay(
     routers' indexes ``share_delay_s`` later: the placement stream), ``index+prefill`` (also the
     queued prefill each sent, with the same delay), ``index+load`` (that and its requests in flight),
     ``merged`` (a probe: the index as ``index``, and one set of replica counters that every router
-    updates inside its decisions)."""
+    updates inside its decisions).
+
+    ``published``: the KV capacity the router is told, as a multiple of the engine's (in router blocks),
+    or None (unpublished: ``default_kv_capacity_blocks``). ``report_cached``: the router hears each
+    answer's ``cached_tokens`` (False: an engine that does not report it). ``make_engine``: the replicas'
+    engine model (``bench.routing_matrix`` has other eviction models)."""
     clock = [0.0]
+    true_blocks = engine.num_gpu_blocks * engine.block_size // routing.block_size
+    told = None if published is None else max(1, round(published * true_blocks))
     fleets = [
-        [
-            ReplicaState(id=f"r{i}", url=f"sim://{i}", kv_capacity_blocks=engine.num_gpu_blocks)
-            for i in range(replicas)
-        ]
+        [ReplicaState(id=f"r{i}", url=f"sim://{i}", kv_capacity_blocks=told) for i in range(replicas)]
         for _ in range(gateways)
     ]
     if share == "merged":  # one set of replica counters for every router: no separate processes can
@@ -120,7 +127,7 @@ def replay(
             shares[seq] = (g, d, what)
             push(now + share_delay_s, _SHARE, seq)
 
-    engines = [Engine(engine) for _ in range(replicas)]
+    engines = [make_engine(engine) for _ in range(replicas)]
     stepping = [False] * replicas
     events: list[tuple[float, int, int, int]] = []
     seq = 0
@@ -231,7 +238,7 @@ def replay(
                     )
             for ereq in out.finished:
                 i, d, _, g = decisions.pop(ereq)
-                routers[g].observe_usage(d, ereq.cached_tokens)
+                routers[g].observe_usage(d, ereq.cached_tokens if report_cached else None)
                 routers[g].release(d)
                 share_event(g, d, _FINISHED)
                 pending -= 1

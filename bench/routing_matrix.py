@@ -186,15 +186,13 @@ def trace_cells() -> list[Cell]:
 
 
 ZIPF = {"zipf": (16, 0.9), "zipf-s1.1": (16, 1.1), "zipf-24": (24, 0.9)}
-ZIPF_BLOCKS = 330  # about 3 prompts of 1.6k tokens (100 blocks each) a replica, plus running room
-ZIPF_RATE = 24.0
+ZIPF_BLOCKS = workloads.ZIPF_TIGHT_KV_BLOCKS
+ZIPF_RATE = workloads.ZIPF_TIGHT_RATE
 
 
 def zipf_workload(name: str, seed: int) -> workloads.Workload:
     prompts, s = ZIPF[name]
-    return workloads.shared_system_prompts(
-        seed=seed, requests=600, prompts=prompts, prompt_tokens=(1500, 1700), zipf_s=s
-    )
+    return workloads.zipf_tight(seed, 600, prompts, s)
 
 
 def run_cell(

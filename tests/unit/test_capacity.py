@@ -83,18 +83,19 @@ def test_a_64_token_engine_rounding_unlearns_nothing():
     """cached_tokens of a 64-token-block engine are multiples of 64: a prediction of 7 router blocks answered
     with 64 is its rounding. The old fixed one-block tolerance unlearned two entries per such answer."""
     router = one(capacity=10_000)
-    for tag in "abc":
-        d = router.route(chat(text(tag, 4)))
-        router.observe_usage(d, 0)
+    for tag in "ab":  # two other prompts, the index's oldest entries
+        router.release(router.route(chat(text(tag, 4))))
+    for cached in (128, 192):  # answers that teach the grain (gcd 64)
+        d = router.route(chat(text("g", 16) + str(cached)))
+        router.observe_usage(d, cached)
         router.release(d)
-    for tag in "abc":
-        d = router.route(chat(text(tag, 4) + "y" * 50))
-        router.observe_usage(d, 64 * 1)  # grain 64 learned from these answers
-        router.release(d)
-    d = router.route(chat(text("a", 8)))
-    assert d.matched_tokens == 4 * 16
+    first = router.route(chat(text("c", 7)))
+    router.release(first)
+    d = router.route(chat(text("c", 7) + "and more"))
+    assert d.matched_tokens == 7 * 16
     router.observe_usage(d, 64)
     assert router.index.stats().unlearned == 0
+    assert router.index.match(router.route(chat(text("a", 4))).block_hashes)["r0"] == 4
 
 
 def test_a_published_capacity_restarts_the_estimate_and_a_staying_replica_keeps_it():

@@ -1,7 +1,14 @@
 """Routing quality on production traces and synthetic workloads, with the peers on the same replicas.
 
     python -m bench.routing [--trace PATH] [--quick] [--write] [--policies P ...] [--workloads W ...]
-        [--workers-row] [--gateways N ...]
+        [--workers-row] [--gateways N ...] [--engine-block-size N] [--capacity pub|unpub|x0.5|x2]
+        [--routing KEY=VALUE ...]
+
+``--engine-block-size`` and ``--capacity`` are the process cells of ``bench.routing_matrix``: the
+replicas' KV block, and the capacity the gateway's policy names (the engine's, none, half, twice; but
+``pub`` the replicas publish no ``vllm:cache_config_info``). ``--routing`` sets gateway routing fields
+(e.g. ``learn_capacity=false evict_weight=0``: the policy before issue 24). ``zipf_tight`` (not in the
+default set): 16 shared prompts of 1.6k tokens under Zipf s = 0.9, KV for about 3 a replica.
 
 Each workload runs once per router, one after another, on the same simulated replicas (the engine
 model of ``bench.sim``: vLLM V1's scheduler and paged KV cache, step costs of Llama-3-8B on an

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import argparse
+
+from bench.sim.cli import add_arguments, config_from_args
+from bench.sim.metrics import make_registry, render
+from bench.sim.state import Replica
 from config.routing import RoutingConfig
 from router.capacity import MAX_FACTOR, CapacityLearner
 from router.pool import PoolRouter
@@ -135,3 +140,15 @@ def test_a_copy_that_evicts_from_a_full_cache_pays_for_it():
     exceeds one re-prefill, and the copy evicts another prompt that will be prefilled again."""
     assert copied(0.0)
     assert not copied(1.0)
+
+
+def test_a_simulator_that_publishes_no_capacity():
+    """bench.routing's ``--capacity`` cells other than ``pub`` need replicas whose KV capacity the gateway
+    cannot read: the simulator's ``--no-cache-config-info``."""
+    for flags, published in (([], True), (["--no-cache-config-info"], False)):
+        parser = argparse.ArgumentParser()
+        add_arguments(parser)
+        cfg = config_from_args(parser.parse_args(flags))
+        text = render(make_registry(Replica(cfg))).decode()
+        assert ("vllm:cache_config_info" in text) == published
+        assert "vllm:num_requests_running" in text

@@ -1,7 +1,14 @@
 """Routing quality on production traces and synthetic workloads, with the peers on the same replicas.
 
     python -m bench.routing [--trace PATH] [--quick] [--write] [--policies P ...] [--workloads W ...]
-        [--workers-row] [--gateways N ...]
+        [--workers-row] [--gateways N ...] [--engine-block-size N] [--capacity pub|unpub|x0.5|x2]
+        [--routing KEY=VALUE ...]
+
+``--engine-block-size`` and ``--capacity`` are the process cells of ``bench.routing_matrix``: the
+replicas' KV block, and the capacity the gateway's policy names (the engine's, none, half, twice; but
+``pub`` the replicas publish no ``vllm:cache_config_info``). ``--routing`` sets gateway routing fields
+(e.g. ``learn_capacity=false evict_weight=0``: the policy before issue 24). ``zipf_tight`` (not in the
+default set): 16 shared prompts of 1.6k tokens under Zipf s = 0.9, KV for about 3 a replica.
 
 Each workload runs once per router, one after another, on the same simulated replicas (the engine
 model of ``bench.sim``: vLLM V1's scheduler and paged KV cache, step costs of Llama-3-8B on an
@@ -75,8 +82,9 @@ GATEWAY_POLICIES = ["round_robin", "least_load", "consistent_hash", "chwbl", "pr
 ROUTERS = GATEWAY_POLICIES + list(PEERS)
 DEFAULT_ROUTERS = ["round_robin", "prefix_affinity", "smg", "sglang-router"]
 SYNTHETIC = ["shared_system", "multi_turn", "agent_loop", "no_sharing", "hot_prefix", "tight_cache"]
+EXTRA_WORKLOADS = ["zipf_tight"]  # not in the default set: issue 24's tight cache under Zipf popularity
 TRACE_KV = {"mooncake_kv25": 0.25, "mooncake_kv100": 1.0}
-WORKLOADS = SYNTHETIC + list(TRACE_KV)
+WORKLOADS = SYNTHETIC + list(TRACE_KV) + EXTRA_WORKLOADS
 WORKERS = 2
 WORKERS_ROW = f"prefix_affinity, {WORKERS} workers"
 
@@ -108,6 +116,8 @@ FLEETS = {f.name: f for f in [GatewayFleet(WORKERS, "workers", False), *fleet_ro
 RATES = {"shared_system": 32.0, "multi_turn": 32.0, "agent_loop": 32.0, "no_sharing": 32.0,
          "hot_prefix": 32.0, "tight_cache": 8.0}  # fmt: skip
 ACCESS_LOG = bool(os.environ.get("ROUTING_BENCH_ACCESS_LOG"))
+ROUTING_EXTRA: dict[str, Any] = {}  # --routing KEY=VALUE: the gateway's routing fields of every run
+CAPACITY_TOLD = {"pub": 1.0, "unpub": None, "x0.5": 0.5, "x2": 2.0}
 TIGHT_KV_BLOCKS = 150  # about 2 of tight_cache's 8 prefixes (66 blocks each) a replica, plus running room
 
 
@@ -121,6 +131,14 @@ class SimSettings:
     speed: float = 1.0
     token_scale: float = 1.0
     stream_interval: int = 1
+    block_size: int = 16  # the engine's block (kv_capacity_blocks counts these)
+    told: float | None = 1.0  # the capacity the gateway is told, x the engine's (None: told nothing)
+
+    @property
+    def told_blocks(self) -> int | None:
+        """The replicas' ``kv_capacity_blocks`` in the gateway's policy (16-token blocks), if any."""
+        true = self.kv_capacity_blocks * self.block_size // 16
+        return None if self.told is None else max(1, round(self.told * true))
 
     def args(self) -> list[str]:
         out = [
@@ -131,6 +149,10 @@ class SimSettings:
         ]  # fmt: skip
         if self.token_scale != 1.0:
             out += ["--token-scale", f"{self.token_scale:g}"]
+        if self.block_size != 16:
+            out += ["--block-size", str(self.block_size)]
+        if self.told != 1.0:  # told another capacity than the engine's, or none: the engine says nothing
+            out += ["--no-cache-config-info"]
         return out
 
 
@@ -372,6 +394,7 @@ def gateway_policy(
     """The YAML policy of one run: the replicas with their real KV capacity and the routing policy;
     everything else at its default (a fleet of gateway processes: the shared index on, Redis for pods)."""
     extra: dict[str, Any] = {"shared_index": {"enabled": True}} if shared else {}
+    told = {} if sim.told_blocks is None else {"kv_capacity_blocks": sim.told_blocks}
     if redis_url is not None:
         extra["redis"] = {"url": redis_url}
         extra["cache"] = {"enabled": False}  # the response cache would be shared too: not what is measured
@@ -389,11 +412,8 @@ def gateway_policy(
             {
                 "name": workloads.MODEL,
                 "backend": "vllm",
-                "replicas": [
-                    {"url": u, "id": f"r{i}", "kv_capacity_blocks": sim.kv_capacity_blocks}
-                    for i, u in enumerate(urls)
-                ],
-                "routing": {"policy": policy, "seed": seed},
+                "replicas": [{"url": u, "id": f"r{i}", **told} for i, u in enumerate(urls)],
+                "routing": {**ROUTING_EXTRA, "policy": policy, "seed": seed},
             }
         ],
         "tenancy": {"allow_anonymous": True},
@@ -540,14 +560,18 @@ def bounds(wl: workloads.Workload, fleet_blocks: int) -> tuple[OracleResult, Ora
 def make_cases(args: argparse.Namespace) -> list[Case]:
     cases: list[Case] = []
     n = args.replicas
+    bs, told = args.engine_block_size, CAPACITY_TOLD[args.capacity]
     for name in args.workloads:
         if name in TRACE_KV:
             continue
-        wl = workloads.make(name, quick=args.quick)
-        kv = TIGHT_KV_BLOCKS if name == "tight_cache" else args.kv_capacity_blocks
-        sim = SimSettings(n, kv, args.max_num_seqs, args.speed)
+        if name == "zipf_tight":
+            wl, kv, rate = workloads.zipf_tight(), workloads.ZIPF_TIGHT_KV_BLOCKS, workloads.ZIPF_TIGHT_RATE
+        else:
+            wl, rate = workloads.make(name, quick=args.quick), RATES[name]
+            kv = TIGHT_KV_BLOCKS if name == "tight_cache" else args.kv_capacity_blocks
+        sim = SimSettings(n, kv * 16 // bs, args.max_num_seqs, args.speed, block_size=bs, told=told)
         orc, pooled = bounds(wl, kv * n)
-        cases.append(Case(name, wl.title, wl, sim, args.rate_scale * RATES[name] / args.speed, orc, pooled))
+        cases.append(Case(name, wl.title, wl, sim, args.rate_scale * rate / args.speed, orc, pooled))
     wanted = [w for w in args.workloads if w in TRACE_KV]
     if wanted and args.trace:
         scale = traces.Scale(traces.MOONCAKE, args.token_scale)
@@ -566,7 +590,8 @@ def make_cases(args: argparse.Namespace) -> list[Case]:
             wl = workloads.Workload(
                 name, f"Mooncake conversation trace, fleet KV {frac:.0%} of the working set", reqs
             )
-            sim = SimSettings(n, kv, args.max_num_seqs, speed, args.token_scale, args.trace_stream_interval)
+            sim = SimSettings(n, kv * 16 // bs, args.max_num_seqs, speed, args.token_scale,
+                              args.trace_stream_interval, bs, told)  # fmt: skip
             orc, pooled = bounds(wl, kv * n)
             cases.append(Case(name, wl.title, wl, sim, None, orc, pooled))
     elif wanted:
@@ -663,14 +688,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="trace runs also with N gateway processes sharing their placements: --workers N "
                    "on one port, and N processes on N ports with Redis (the client spreads requests)")  # fmt: skip
     p.add_argument("--seed", type=int, default=0, help="arrivals and routing tie breaks")
+    p.add_argument("--engine-block-size", type=int, default=16, help="the replicas' KV block (tokens)")
+    p.add_argument("--capacity", choices=sorted(CAPACITY_TOLD), default="pub",
+                   help="the KV capacity the gateway is told: the engine's, none, half, twice (but pub: the "
+                   "replicas publish no vllm:cache_config_info)")  # fmt: skip
+    p.add_argument("--routing", action="append", default=[], help="gateway routing field, KEY=VALUE")
     p.add_argument("--json", help="also write the raw results to this file")
     args = p.parse_args(argv)
     if args.workloads is None:
-        args.workloads = [w for w in WORKLOADS if not (args.quick and w == "mooncake_kv100")]
+        args.workloads = [w for w in SYNTHETIC + list(TRACE_KV) if not (args.quick and w == "mooncake_kv100")]
     if args.trace_requests is None:
         args.trace_requests = 600 if args.quick else 4000
     if args.trace_seconds is None:
         args.trace_seconds = 30.0 if args.quick else 90.0
+    ROUTING_EXTRA.update({k: yaml.safe_load(v) for k, v in (kv.split("=", 1) for kv in args.routing)})
     for name in ("trace_rate", "trace_seconds", "token_scale", "rate_scale", "speed"):
         if not getattr(args, name) > 0:
             p.error(f"--{name.replace('_', '-')} must be > 0")

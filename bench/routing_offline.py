@@ -20,7 +20,7 @@ import random
 import sys
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -85,6 +85,9 @@ def replay(
     share: str = "none",
     share_delay_s: float = 0.0,
     stream: bool = True,
+    published: float | None = 1.0,
+    report_cached: bool = True,
+    make_engine: Callable[[EngineConfig], Engine] = Engine,
 ) -> OfflineResult:
     """Offer ``wl`` to ``replicas`` engines behind a ``PoolRouter``: requests with ``at`` arrive at
     ``at / rate``; others are Poisson at ``rate`` per second; ``after`` holds a request until that one
@@ -103,13 +106,17 @@ def replay(
     ``stream=False``: non-streamed answers. The router hears no first byte (a whole answer comes at its
     end): it releases a request's queued prefill when its timer says so (``PoolRouter.prefill_due_s``,
     as the gateway's ``dispatch._prefill_timer`` does; never with ``nonstream_prefill_release: end``)
-    and learns from the end of each answer (``answered_whole``)."""
+    and learns from the end of each answer (``answered_whole``).
+
+    ``published``: the KV capacity the router is told, as a multiple of the engine's (in router blocks),
+    or None (unpublished: ``default_kv_capacity_blocks``). ``report_cached``: the router hears each
+    answer's ``cached_tokens`` (False: an engine that does not report it). ``make_engine``: the replicas'
+    engine model (``bench.routing_matrix`` has other eviction models)."""
     clock = [0.0]
+    true_blocks = engine.num_gpu_blocks * engine.block_size // routing.block_size
+    told = None if published is None else max(1, round(published * true_blocks))
     fleets = [
-        [
-            ReplicaState(id=f"r{i}", url=f"sim://{i}", kv_capacity_blocks=engine.num_gpu_blocks)
-            for i in range(replicas)
-        ]
+        [ReplicaState(id=f"r{i}", url=f"sim://{i}", kv_capacity_blocks=told) for i in range(replicas)]
         for _ in range(gateways)
     ]
     if share == "merged":  # one set of replica counters for every router: no separate processes can
@@ -128,7 +135,7 @@ def replay(
             shares[seq] = (g, d, what)
             push(now + share_delay_s, _SHARE, seq)
 
-    engines = [Engine(engine) for _ in range(replicas)]
+    engines = [make_engine(engine) for _ in range(replicas)]
     stepping = [False] * replicas
     events: list[tuple[float, int, int, int]] = []
     seq = 0
@@ -254,7 +261,7 @@ def replay(
                     )
             for ereq in out.finished:
                 i, d, _, g = decisions.pop(ereq)
-                routers[g].observe_usage(d, ereq.cached_tokens)
+                routers[g].observe_usage(d, ereq.cached_tokens if report_cached else None)
                 if not stream:
                     routers[g].answered_whole(d)
                     if not d._prefill_released:

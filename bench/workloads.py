@@ -295,6 +295,17 @@ def tight_cache(
     return Workload("tight_cache", "6. Tight cache (8 long prefixes, each replica holds about 2)", out)
 
 
+def zipf_tight(seed: int = 1, requests: int = 600, prompts: int = 16, zipf_s: float = 0.9) -> Workload:
+    """Issue 24's tight cache under Zipf popularity: ``prompts`` shared system prompts of about 1.6k
+    tokens (100 blocks), for replicas whose KV holds about 3 of them (the benchmarks size it so)."""
+    wl = shared_system_prompts(seed, requests, prompts, (1500, 1700), zipf_s=zipf_s)
+    return Workload("zipf_tight", f"Tight cache, {prompts} shared prompts, Zipf s = {zipf_s:g}", wl.requests)
+
+
+ZIPF_TIGHT_KV_BLOCKS = 330  # about 3 of zipf_tight's prompts a replica, plus running room
+ZIPF_TIGHT_RATE = 24.0
+
+
 # name -> (generator, keyword arguments that set its size for a default and for a --quick run)
 SIZES: dict[str, tuple[Callable[..., Workload], dict[str, Any], dict[str, Any]]] = {
     "shared_system": (shared_system_prompts, {"requests": 200}, {"requests": 70}),

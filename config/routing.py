@@ -232,6 +232,18 @@ class RoutingConfig(BaseModel):
         description="when a non-streamed request's queued prefill is released: at its predicted prefill end, "
         "or at the end of the request (the replica sends nothing earlier)",
     )
+    evict_weight: float = Field(
+        1.0,
+        ge=0.0,
+        le=1000.0,
+        description="prefix_affinity: queued prefill tokens one token counts as that a placement evicts from "
+        "a full cache (it will be prefilled again); 0 scores only what a placement prefills",
+    )
+    learn_capacity: bool = Field(
+        True,
+        description="learn each replica's effective KV capacity from its answers' cached_tokens, starting "
+        "from the published or default one (false: the index keeps that bound)",
+    )
     index_ttl_s: float | None = Field(None, gt=0, description="forget index entries older than this")
     default_kv_capacity_blocks: int = Field(
         8192, ge=1, le=16_777_216, description="index bound of a replica whose KV capacity is unknown"

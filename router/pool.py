@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 
 from config.routing import RoutingConfig
 from router.blocks import block_hashes, root_hash, route_key
+from router.capacity import CapacityLearner
 from router.engine_prompt import EnginePrompt
 from router.exact_index import ExactIndex
 from router.explain import explain
@@ -58,6 +59,10 @@ class PoolRouter:
         self.tokenizer: Tokenizer = tokenizer or make_tokenizer(cfg.tokenizer)
         self.clock = clock
         self.index = PrefixIndex(cfg.index_ttl_s)
+        # The index's bound per replica, learned from cached_tokens (router.capacity); None: fixed bounds.
+        self.capacity: CapacityLearner | None = (
+            CapacityLearner(cfg.block_size) if cfg.learn_capacity else None
+        )
         self.replicas: list[ReplicaState] = []
         self._by_id: dict[str, ReplicaState] = {}
         self.decisions = 0
@@ -102,22 +107,38 @@ class PoolRouter:
                 )
                 r = old
             new.append(r)
-            self.index.add_replica(r.id, r.kv_capacity_blocks or self.cfg.default_kv_capacity_blocks)
+            start = r.kv_capacity_blocks or self.cfg.default_kv_capacity_blocks
+            est = self.capacity.estimate(r.id) if self.capacity is not None else None
+            if est is None or est.start != start:
+                self.index.add_replica(r.id, self._start_capacity(r.id, start))
+            else:  # a staying replica keeps what its answers taught
+                self.index.add_replica(r.id, est.bound)
         for gone in set(self._by_id) - set(ids):
             self.index.drop_replica(gone)
+            if self.capacity is not None:
+                self.capacity.drop(gone)
             if self.exact is not None:
                 self.exact.drop_replica(gone)
         self.replicas = new
         self._by_id = {r.id: r for r in new}
 
     def set_capacity(self, replica_id: str, kv_capacity_blocks: int) -> bool:
-        """The replica's KV capacity in blocks, once learnt (e.g. from its metrics): re-bounds its index."""
+        """The replica's KV capacity in blocks, once learnt (e.g. from its metrics): re-bounds its index,
+        and restarts its learned estimate there (a published capacity is a starting point)."""
         r = self._by_id.get(replica_id)
         if r is None or kv_capacity_blocks < 1:
             return False
         r.kv_capacity_blocks = kv_capacity_blocks
-        self.index.add_replica(replica_id, kv_capacity_blocks)
+        self.index.add_replica(replica_id, self._start_capacity(replica_id, kv_capacity_blocks))
         return True
+
+    def capacity_bound(self, replica_id: str) -> int | None:
+        """The bound the index now keeps for a replica: learned, else the configured or default one."""
+        r = self._by_id.get(replica_id)
+        if r is None:
+            return None
+        est = self.capacity.estimate(replica_id) if self.capacity is not None else None
+        return est.bound if est is not None else r.kv_capacity_blocks or self.cfg.default_kv_capacity_blocks
 
     def replica(self, replica_id: str) -> ReplicaState | None:
         return self._by_id.get(replica_id)
@@ -259,19 +280,30 @@ class PoolRouter:
     def observe_usage(self, decision: Decision, cached_tokens: int | None) -> None:
         """The replica's own ``cached_tokens`` for a decision: accounted against the index's prediction,
         and the truth for the approximate index. Fewer cached tokens than predicted (beyond the one
-        block an engine recomputes when the whole prompt hits) mean the replica evicted blocks its index
-        still lists: as many of its least recently sent entries are unlearned, so the index shrinks to
-        what the replica really keeps (running requests pin blocks an index bound cannot see)."""
+        engine block an engine recomputes when the whole prompt hits; the engine's block is learned as
+        the grain of the reported counts) mean the replica evicted blocks its index still lists: as
+        many of its least recently sent entries are unlearned, so the index shrinks to what the replica
+        really keeps (running requests pin blocks an index bound cannot see). With ``learn_capacity``
+        both directions also move the replica's capacity estimate (``router.capacity``)."""
         if cached_tokens is None or not decision.block_hashes:
             return
         cached = max(0, cached_tokens)
         self._predicted += decision.matched_tokens
         self._observed += cached
-        if decision.engine_block_hashes or decision.replica.id not in self._by_id:
+        rid = decision.replica.id
+        if decision.engine_block_hashes or rid not in self._by_id:
             return  # precise mode: the replica's events keep its index true
-        missing = (decision.matched_tokens - cached) // decision.block_size - 1
+        learner = self.capacity
+        if learner is None:
+            missing = (decision.matched_tokens - cached) // decision.block_size - 1
+        else:
+            ev = learner.evidence(decision.matched_tokens, cached)
+            missing = ev.missing
+            bound = learner.observe(rid, ev, self.index.size(rid))
+            if bound is not None:
+                self.index.add_replica(rid, bound)
         if missing > 0:
-            self.index.unlearn_oldest(decision.replica.id, missing, frozenset(decision.block_hashes))
+            self.index.unlearn_oldest(rid, missing, frozenset(decision.block_hashes))
 
     def learn(self, replica_id: str, hashes: Sequence[int]) -> bool:
         """Another gateway process sent these blocks to ``replica_id``: the index learns them as if this
@@ -292,6 +324,9 @@ class PoolRouter:
         self.exact = exact
 
     # -- internals ------------------------------------------------------------------------------------
+    def _start_capacity(self, replica_id: str, blocks: int) -> int:
+        return self.capacity.start(replica_id, blocks) if self.capacity is not None else blocks
+
     def _prefix(
         self, request: RouteRequest, ctx: PickContext, engine: tuple[list[int], int] | None = None
     ) -> tuple[int, ...]:

@@ -90,6 +90,9 @@ class SimConfig:
     overhead_s: float = 0.005  # simple mode
     speed: float = 1.0
     block_size: int = 16
+    publish_cache_config: bool = (
+        True  # vllm:cache_config_info in /metrics (False: an engine that says nothing)
+    )
     bytes_per_token: int = 4
     default_max_tokens: int = 16
     max_model_len: int = 32768

@@ -51,12 +51,13 @@ class ReplicaCollector(Collector):
         # Name used by vLLM before v0.10, for scrapers that still read it.
         yield gauge("vllm:gpu_cache_usage_perc", "GPU KV-cache usage. 1 means 100 percent usage.",
                     rep.kv_usage())  # fmt: skip
-        info = GaugeMetricFamily(
-            "vllm:cache_config_info", "Information of the LLMEngine CacheConfig",
-            labels=["block_size", "num_gpu_blocks", "enable_prefix_caching"],
-        )  # fmt: skip
-        info.add_metric([str(rep.cfg.block_size), str(rep.cfg.kv_capacity_blocks), "True"], 1.0)
-        yield info
+        if rep.cfg.publish_cache_config:
+            info = GaugeMetricFamily(
+                "vllm:cache_config_info", "Information of the LLMEngine CacheConfig",
+                labels=["block_size", "num_gpu_blocks", "enable_prefix_caching"],
+            )  # fmt: skip
+            info.add_metric([str(rep.cfg.block_size), str(rep.cfg.kv_capacity_blocks), "True"], 1.0)
+            yield info
         if rep.engine is not None:  # counted by the scheduler when it admits a request, as vLLM does
             st = rep.engine.stats
             queries, hits, preemptions = st.prefix_queries, st.prefix_hits, st.preemptions

@@ -143,8 +143,9 @@ class FleetHealth:
                 if router.exact is not None:  # precise mode: its KV-event view is gone with its cache
                     router.exact.purge(replica.id)
             elif not ejected and not known:
+                bound = router.capacity_bound(replica.id)
                 router.index.add_replica(
-                    replica.id, replica.kv_capacity_blocks or router.cfg.default_kv_capacity_blocks
+                    replica.id, bound or replica.kv_capacity_blocks or router.cfg.default_kv_capacity_blocks
                 )
             replica.healthy = routable
         self.metrics.child(self.metrics.replica_healthy, rec.replica_id).set(1 if routable else 0)

@@ -36,6 +36,7 @@ def make_policy(cfg: RoutingConfig) -> RoutingPolicy:
             decode_cost_tokens=cfg.decode_cost_tokens,
             shared_window=cfg.shared_window,
             min_match_fraction=cfg.min_match_fraction,
+            evict_weight=cfg.evict_weight,
         )
     if cfg.policy == "session":
         from router.policies.session import Session

@@ -1,0 +1,273 @@
+"""Routing robustness matrix: prefix_affinity where its picture of the replicas is wrong, in virtual time.
+
+    python -m bench.routing_matrix --trace PATH [--split tune|heldout] [--requests 4000] [--kv 0.25]
+        [--variants before after] [--cells NAME ...] [--write]
+
+Each cell changes one thing the router cannot see, on ``bench.routing_offline.replay`` (the router core in
+front of 4 engine models, one event queue, deterministic):
+
+- the engine's block size: 1 (SGLang's radix cache), 16 (vLLM), 64;
+- the capacity the router is told: the engine's (``pub``), none (``unpub``: ``default_kv_capacity_blocks``),
+  half (``x0.5``) or twice (``x2``) the engine's;
+- eviction: vLLM's LRU by block (``block``), by whole prompt (``prompt``: a block's eviction takes every
+  idle block its request cached), or a second, slower tier (``tier``: blocks evicted from the GPU go to a
+  CPU LRU twice its size, and a GPU miss that is a CPU hit is loaded back, as LMCache or SGLang HiCache
+  do; load time not modelled);
+- ``cached_tokens`` reported (``cached``) or absent (``nocache``).
+
+Plus tight caches under Zipf popularity over shared prompts (``zipf``: 16 prompts of about 1.6k tokens,
+s = 0.9, 4 replicas holding about 3 each; ``zipf-s1.1``, ``zipf-24``: other exponents and counts).
+
+Splits, fixed before any tuning: ``tune`` is the Mooncake conversation trace's first ``--requests``
+records and the Zipf workloads with seed 1; ``heldout`` is another window of the same trace (records
+6,000 to 6,000 + ``--requests``) and seed 2. ``before`` is the policy as it was (fixed index bound,
+``evict_weight`` 0); ``after`` the defaults. The pooled bound is one LRU of the fleet's total KV (with the
+CPU tier's, for ``tier`` cells). The peers run only in ``python -m bench.routing`` (processes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from bench import traces, workloads
+from bench.oracle import oracle
+from bench.report import table, write_section
+from bench.routing_offline import OfflineResult, replay
+from bench.sim.engine import BlockPool, Engine, EngineConfig, EngineCosts, EngineRequest
+from config.routing import RoutingConfig
+
+HELDOUT_OFFSET = 6000  # first record of the held-out window of the trace
+TIER_FACTOR = 2  # CPU tier blocks per GPU block
+VARIANTS: dict[str, dict[str, object]] = {
+    "before": {"learn_capacity": False, "evict_weight": 0.0},
+    "after": {},
+}
+
+
+class PromptPool(BlockPool):
+    """Eviction by whole prompt: evicting a block evicts every idle block its request cached."""
+
+    __slots__ = ("current", "group", "members")
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__(capacity)
+        self.current = 0
+        self.group: dict[int, int] = {}
+        self.members: dict[int, list[int]] = {}
+
+    def cache(self, h: int) -> bool:
+        if not super().cache(h):
+            return False
+        self.group[h] = self.current
+        self.members.setdefault(self.current, []).append(h)
+        return True
+
+    def take(self, n: int) -> None:
+        ev, ref = self.evictable, self.ref
+        rest = n
+        while rest:
+            f = min(rest, self.fresh)
+            self.fresh -= f
+            rest -= f
+            if not rest:
+                break
+            h, _ = ev.popitem(last=False)
+            del ref[h]
+            self.evictions += 1
+            rest -= 1
+            for o in self.members.pop(self.group.pop(h, -1), ()):
+                if o != h and o in ev:
+                    del ev[o]
+                    del ref[o]
+                    self.group.pop(o, None)
+                    self.fresh += 1
+                    self.evictions += 1
+        self.held += n
+
+
+class PromptEngine(Engine):
+    def __init__(self, cfg: EngineConfig) -> None:
+        super().__init__(cfg)
+        self.pool = PromptPool(cfg.num_gpu_blocks)
+
+    def _cache_full(self, req: EngineRequest, tokens: int) -> None:
+        self.pool.current = id(req)  # type: ignore[attr-defined]
+        super()._cache_full(req, tokens)
+
+
+class TierPool(BlockPool):
+    """A GPU pool with a CPU tier: evicted hashes go to a CPU LRU; a GPU miss found there is loaded back."""
+
+    __slots__ = ("cpu", "cpu_capacity", "loaded")
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__(capacity)
+        self.cpu: OrderedDict[int, None] = OrderedDict()
+        self.cpu_capacity = TIER_FACTOR * capacity
+        self.loaded = 0
+
+    def take(self, n: int) -> None:
+        f = min(n, self.fresh)
+        self.fresh -= f
+        cpu = self.cpu
+        for _ in range(n - f):
+            h, _ = self.evictable.popitem(last=False)
+            del self.ref[h]
+            cpu[h] = None
+            cpu.move_to_end(h)
+        self.evictions += n - f
+        while len(cpu) > self.cpu_capacity:
+            cpu.popitem(last=False)
+        self.held += n
+
+    def longest_hit(self, hashes: Sequence[int], max_blocks: int) -> int:
+        n = super().longest_hit(hashes, max_blocks)
+        if n >= max_blocks or n >= len(hashes) or hashes[n] not in self.cpu:
+            return n
+        ev = self.evictable
+        for h in hashes[:n]:  # this prompt's GPU hits are not what a load evicts
+            if h in ev:
+                ev.move_to_end(h)
+        while n < max_blocks and n < len(hashes) and hashes[n] in self.cpu and self.free > 0:
+            h = hashes[n]
+            del self.cpu[h]
+            self.take(1)  # a free GPU block for the loaded one (its victim goes to the CPU tier)
+            self.held -= 1
+            self.ref[h] = 0
+            ev[h] = None
+            self.loaded += 1
+            n += 1
+        return n
+
+
+class TierEngine(Engine):
+    def __init__(self, cfg: EngineConfig) -> None:
+        super().__init__(cfg)
+        self.pool = TierPool(cfg.num_gpu_blocks)
+
+
+ENGINES: dict[str, Callable[[EngineConfig], Engine]] = {
+    "block": Engine,
+    "prompt": PromptEngine,
+    "tier": TierEngine,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    block: int = 16
+    capacity: str = "pub"  # pub, unpub, x0.5, x2
+    eviction: str = "block"
+    cached: bool = True
+
+    @property
+    def name(self) -> str:
+        return f"bs{self.block} {self.capacity} {self.eviction} {'cached' if self.cached else 'nocache'}"
+
+    @property
+    def published(self) -> float | None:
+        return {"pub": 1.0, "unpub": None, "x0.5": 0.5, "x2": 2.0}[self.capacity]
+
+
+def trace_cells() -> list[Cell]:
+    """Block size x capacity (LRU by block, cached_tokens reported), then eviction and cached_tokens
+    around the cells that the first part shows hardest."""
+    cells = [Cell(b, c) for b in (16, 64) for c in ("pub", "unpub", "x0.5", "x2")]
+    cells += [Cell(1, c) for c in ("pub", "unpub")]  # a minute each: hashing every token
+    cells += [Cell(64, c, e) for e in ("prompt", "tier") for c in ("pub", "unpub")]
+    cells += [Cell(16, c, cached=False) for c in ("pub", "unpub", "x0.5", "x2")]
+    cells += [Cell(64, "unpub", cached=False)]
+    return cells
+
+
+ZIPF = {"zipf": (16, 0.9), "zipf-s1.1": (16, 1.1), "zipf-24": (24, 0.9)}
+ZIPF_BLOCKS = workloads.ZIPF_TIGHT_KV_BLOCKS
+ZIPF_RATE = workloads.ZIPF_TIGHT_RATE
+
+
+def zipf_workload(name: str, seed: int) -> workloads.Workload:
+    prompts, s = ZIPF[name]
+    return workloads.zipf_tight(seed, 600, prompts, s)
+
+
+def run_cell(
+    wl: workloads.Workload, ecfg: EngineConfig, cell: Cell, variant: str, rate: float
+) -> OfflineResult:
+    cfg = RoutingConfig(policy="prefix_affinity", seed=0, **VARIANTS[variant])  # type: ignore[arg-type]
+    return replay(wl, cfg, ecfg, 4, rate, published=cell.published, report_cached=cell.cached,
+                  make_engine=ENGINES[cell.eviction])  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--trace", help="Mooncake conversation_trace.jsonl")
+    p.add_argument("--split", choices=["tune", "heldout"], default="tune")
+    p.add_argument("--requests", type=int, default=4000)
+    p.add_argument("--kv", type=float, default=0.25, help="fleet KV / working set of the window")
+    p.add_argument("--variants", nargs="+", choices=sorted(VARIANTS), default=["before", "after"])
+    p.add_argument("--cells", nargs="+", help="only these cells (names as printed, or zipf names)")
+    p.add_argument("--write", action="store_true", help="write the table into docs/benchmarks.md")
+    args = p.parse_args(argv)
+    seed = 1 if args.split == "tune" else 2
+    jobs: list[tuple[str, Cell, workloads.Workload, EngineConfig, float, int]] = []
+    if args.trace:
+        fmt = traces.FORMATS["mooncake"]
+        scale = traces.Scale(fmt, 8.0)
+        start = 0 if args.split == "tune" else HELDOUT_OFFSET
+        recs = traces.read_trace(args.trace, fmt, start + args.requests)[start:]
+        wl = traces.trace_workload(recs, scale, "trace", "trace")
+        ws = traces.working_set_blocks(recs, scale)
+        for cell in trace_cells():
+            if args.cells and cell.name not in args.cells:
+                continue
+            blocks = max(1, int(args.kv * ws / 4) * 16 // cell.block)
+            ecfg = EngineConfig(num_gpu_blocks=blocks, block_size=cell.block, costs=EngineCosts().scaled(8.0))
+            jobs.append((f"mooncake {args.split}", cell, wl, ecfg, 0.5, blocks * cell.block // 16))
+    for name in ZIPF:
+        if args.cells and name not in args.cells:
+            continue
+        ecfg = EngineConfig(num_gpu_blocks=ZIPF_BLOCKS)
+        jobs.append((f"{name} seed {seed}", Cell(), zipf_workload(name, seed), ecfg, ZIPF_RATE, ZIPF_BLOCKS))
+    rows: list[list[str]] = []
+    worst: dict[str, float] = {}
+    pooled_cache: dict[tuple[int, int], float] = {}
+    for label, cell, wl, ecfg, rate, per_replica in jobs:
+        tier = TIER_FACTOR + 1 if cell.eviction == "tier" else 1
+        key = (id(wl), per_replica * tier)
+        if key not in pooled_cache:
+            bodies = [r.body for r in wl.requests]
+            pooled_cache[key] = oracle(bodies, capacity_blocks=per_replica * tier * 4).hit_rate
+        pooled = pooled_cache[key]
+        row = [label, cell.name if label.startswith("mooncake") else "-", f"{pooled:.3f}"]
+        for v in args.variants:
+            t0 = time.perf_counter()
+            res = run_cell(wl, ecfg, cell, v, rate)
+            ratio = res.hit / pooled if pooled else float("nan")
+            worst[v] = min(worst.get(v, 9.0), ratio)
+            imb = res.imbalance(res.per_replica_prompt)
+            row += [f"{res.hit:.3f}", f"{ratio:.3f}", f"{imb:.2f}"]
+            print(f"{label:22s} {row[1]:26s} {v:6s} hit={res.hit:.3f} pooled={pooled:.3f} ratio={ratio:.3f} "
+                  f"imb={imb:.2f} ({time.perf_counter() - t0:.0f}s)", flush=True)  # fmt: skip
+        rows.append(row)
+    headers = ["stream", "cell", "pooled bound"]
+    for v in args.variants:
+        headers += [f"{v}: hit", f"{v}: of pooled", f"{v}: imbalance"]
+    rows.append(["worst", "", ""] + [x for v in args.variants for x in ("", f"{worst.get(v, 0):.3f}", "")])
+    md = "\n".join([
+        f"### Routing robustness matrix, {args.split} split", "",
+        f"Command: `python -m bench.routing_matrix {' '.join(sys.argv[1:] if argv is None else argv)}` "
+        "(virtual time, 4 replicas, prefix_affinity before / after learned capacity and the eviction term).",
+        "", table(headers, rows),
+    ])  # fmt: skip
+    print(md)
+    if args.write:
+        write_section(f"routing-matrix-{args.split}", md)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

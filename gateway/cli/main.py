@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from bench.sim import SimConfig, start_replicas
 from bench.sim import cli as sim_cli
 from config import PolicyError, load_policy, parse_policy
-from config.checks import policy_warnings, secret_problem
+from config.checks import metrics_token_problem, policy_warnings, secret_problem
 from config.loader import example_path
 from config.policy import ModelPoolConfig, Policy
 from config.routing import PolicyName
@@ -98,8 +98,9 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     try:
         policy = load_policy(args.file)
         warnings = check_files(policy, args.file, create=False) + policy_warnings(policy)
-        if (problem := secret_problem(policy, os.environ)) is not None:
-            warnings.append(problem)
+        for check in (secret_problem, metrics_token_problem):
+            if (problem := check(policy, os.environ)) is not None:
+                warnings.append(problem)
     except PolicyError as err:
         print(err.render(), file=sys.stderr)
         return 1
@@ -172,9 +173,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except PolicyError as err:
         print(err.render(), file=sys.stderr)
         return 1
-    if (problem := secret_problem(policy, os.environ)) is not None:
-        print(f"error: {problem[0]}: {problem[1]}", file=sys.stderr)  # before any worker starts
-        return 1
+    for check in (secret_problem, metrics_token_problem):
+        if (problem := check(policy, os.environ)) is not None:
+            print(f"error: {problem[0]}: {problem[1]}", file=sys.stderr)  # before any worker starts
+            return 1
     configure_logging(policy.server.log_level)
     for path, message in warnings + policy_warnings(policy):
         log.warning("policy warning", extra={"event": "policy_warning", "path": path, "warning": message})

@@ -131,7 +131,10 @@ def test_check_config_warns_when_the_metrics_listener_is_off_loopback_without_a_
     assert "warning: server.metrics_host: the /metrics listener on 0.0.0.0 has no token" in result.stderr
     assert "server.metrics_token_env" in result.stderr
     path.write_text(MINIMAL + "server: {metrics_host: 10.1.2.3, metrics_token_env: METRICS_TOKEN}\n")
-    assert "warning" not in _check_config(path).stderr
+    assert "warning" not in _check_config(path, {"METRICS_TOKEN": "t0ken"}).stderr
+    unset = _check_config(path)  # the variable it names is not set: serve would refuse
+    assert "warning: server.metrics_token_env: METRICS_TOKEN is not set" in unset.stderr
+    assert "server.metrics_host" not in unset.stderr
     path.write_text(MINIMAL + "server: {metrics_host: 0.0.0.0, metrics_port: null}\n")  # no listener
     assert "warning" not in _check_config(path).stderr
 

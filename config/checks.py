@@ -42,6 +42,20 @@ def policy_warnings(policy: Policy) -> list[tuple[str, str]]:
                 "tenants, or listen on a loopback address)",
             )
         )
+    if (
+        server.metrics_port is not None
+        and server.metrics_token_env is None
+        and not is_loopback(server.metrics_host)
+    ):
+        out.append(
+            (
+                "server.metrics_host",
+                f"the /metrics listener on {server.metrics_host} has no token: whoever reaches it reads "
+                "per-tenant spend, tokens and advice savings and the replicas' names (set "
+                "server.metrics_token_env, keep the port to the scraper with a NetworkPolicy, or set "
+                "observability.tenant_labels: hashed or none)",
+            )
+        )
     return out
 
 
@@ -70,4 +84,17 @@ def secret_problem(policy: Policy, environ: Mapping[str, str]) -> tuple[str, str
         f"every pod must hash prompts with one "
         f"server secret, or nothing one pod writes matches another's; serve refuses to start without it "
         f"(export {name} with the same value in every pod)",
+    )
+
+
+def metrics_token_problem(policy: Policy, environ: Mapping[str, str]) -> tuple[str, str] | None:
+    """(path, message) when ``server.metrics_token_env`` names a variable ``environ`` does not set:
+    ``serve`` refuses rather than open the listener without the token the operator asked for."""
+    name, server = policy.server.metrics_token_env, policy.server
+    if name is None or server.metrics_port is None or environ.get(name):
+        return None
+    return (
+        "server.metrics_token_env",
+        f"{name} is not set: the /metrics listener wants its bearer token from it (export {name}, or "
+        "set server.metrics_token_env: null)",
     )

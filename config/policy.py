@@ -44,7 +44,28 @@ class ServerConfig(_Strict):
         description="port of the separate /metrics listener (worker i of --workers listens on this + i; "
         "0: any free port; null: none). The serving port answers /metrics only with the admin token",
     )
-    metrics_host: str | None = Field(None, description="address of the /metrics listener (null: server.host)")
+    metrics_host: str = Field(
+        "127.0.0.1",
+        min_length=1,
+        description="address of the /metrics listener: loopback, whatever server.host is (the Helm chart "
+        "sets the pod address for the scraper)",
+    )
+    metrics_token_env: str | None = Field(
+        None,
+        min_length=1,
+        description="environment variable holding a bearer token the /metrics listener requires "
+        "(Prometheus `authorization`); null: none (check-config warns when the listener is off loopback)",
+    )
+
+
+class ObservabilityConfig(_Strict):
+    """What the metrics say about tenants."""
+
+    tenant_labels: Literal["name", "hashed", "none"] = Field(
+        "name",
+        description="the tenant label of metrics: the listed tenant's id (others: other); hashed: a keyed "
+        "hash of it (t-<12 hex>, stable for one server secret); none: every tenant is all",
+    )
 
 
 class LimitsConfig(_Strict):
@@ -307,6 +328,7 @@ class Policy(_Strict):
     batch: BatchConfig = Field(default_factory=BatchConfig)
     protocols: ProtocolsConfig = Field(default_factory=ProtocolsConfig)
     tracing: TracingConfig = Field(default_factory=TracingConfig)
+    observability: ObservabilityConfig = Field(default_factory=ObservabilityConfig)
     shared_index: SharedIndexConfig = Field(default_factory=SharedIndexConfig)
 
     @model_validator(mode="after")

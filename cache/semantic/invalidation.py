@@ -74,9 +74,9 @@ def plan_event(
         return plan
     assert mapping.slot_field is not None
     raw = event.get(mapping.slot_field)
-    if not isinstance(raw, str | int) or isinstance(raw, bool) or not str(raw).strip():
+    if not isinstance(raw, str) or not raw.strip():  # 123 is refused, as the message says (issue 31)
         raise EventError(f"'{mapping.slot_field}' must be a non-empty string", mapping.slot_field)
-    tag = slot_tag(secret, mapping.slot, canonical_value(mapping.slot, str(raw)))
+    tag = slot_tag(secret, mapping.slot, canonical_value(mapping.slot, raw))
     if every:
         plan.removals = [Removal(tag, None, (*all_intents, NO_INTENT))]
     elif intents:

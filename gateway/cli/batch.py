@@ -1,14 +1,19 @@
 """``prefix-gateway batch``: a running gateway's Batch API from the command line, on the real ``openai`` client.
 
-    prefix-gateway batch submit FILE [--wait] [--endpoint URL] [--window 24h] [--metadata KEY=VALUE ...]
+    prefix-gateway batch submit FILE [--wait] [--json] [--endpoint URL] [--window 24h] [--metadata KEY=VALUE ...]
     prefix-gateway batch status ID
+    prefix-gateway batch list [--limit N] [--json]
     prefix-gateway batch results ID -o OUT [--errors FILE]
     prefix-gateway batch cancel ID
+
+``--url``, ``--api-key`` and ``--config`` go before or after the verb (``batch submit f.jsonl --url
+...`` as ``batch --url ... submit f.jsonl``).
 
 The gateway is ``--url`` (else ``$PREFIX_GATEWAY_URL``, else the address of the ``--config`` policy, else
 http://127.0.0.1:8080); the tenant's key ``--api-key`` (else ``$OPENAI_API_KEY``, else ``EMPTY`` for a
 gateway that allows anonymous callers). ``submit`` prints the batch id on stdout (and, with ``--wait``,
-the finished batch); ``--wait`` polls every ``--poll`` seconds with a progress bar on stderr (lines
+the finished batch); with ``--json`` stdout is one JSON document, the batch object (the finished one
+with ``--wait``), which ``jq`` reads, and everything else goes to stderr; ``--wait`` polls every ``--poll`` seconds with a progress bar on stderr (lines
 answered of the batch's total) until the batch ends, and exits 0 only if it completed (a failed batch's
 errors are printed with their line numbers). ``status`` prints the batch object as JSON; ``results``
 writes the output file (and the error file, if asked and there is one); ``cancel`` prints the status the
@@ -18,6 +23,7 @@ client, whose dependency ``tqdm`` draws the bar).
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import os
 import sys
@@ -47,15 +53,29 @@ ENDED = frozenset({"completed", "failed", "expired", "cancelled"})
 DEFAULT_URL = "http://127.0.0.1:8080"
 
 
-def add_batch_command(sub: Any) -> None:
-    p = sub.add_parser("batch", help="submit, follow, fetch and cancel batches on a running gateway")
+def _connection_args(p: Any, default: Any) -> None:
+    """``--url``, ``--config``, ``--api-key``: on ``batch`` and on each verb (a verb's default is
+    SUPPRESS, so one given before the verb is not overwritten by the verb's parser)."""
     p.add_argument(
-        "--url", help=f"the gateway's base URL ($PREFIX_GATEWAY_URL, or the policy's, or {DEFAULT_URL})"
+        "--url",
+        default=default,
+        help=f"the gateway's base URL ($PREFIX_GATEWAY_URL, or the policy's, or {DEFAULT_URL})",
     )
-    p.add_argument("--config", help="the gateway's policy file (for its address)")
-    p.add_argument("--api-key", help="the tenant's API key ($OPENAI_API_KEY, or EMPTY)")
+    p.add_argument("--config", default=default, help="the gateway's policy file (for its address)")
+    p.add_argument("--api-key", default=default, help="the tenant's API key ($OPENAI_API_KEY, or EMPTY)")
+
+
+def add_batch_command(sub: Any) -> None:
+    p = sub.add_parser("batch", help="submit, follow, list, fetch and cancel batches on a running gateway")
+    _connection_args(p, None)
     verbs = p.add_subparsers(dest="verb", required=True)
-    submit = verbs.add_parser("submit", help="upload a JSONL file and create a batch over it")
+
+    def verb(name: str, help: str) -> Any:
+        parser = verbs.add_parser(name, help=help)
+        _connection_args(parser, argparse.SUPPRESS)
+        return parser
+
+    submit = verb("submit", "upload a JSONL file and create a batch over it")
     submit.add_argument("file", type=Path)
     submit.add_argument(
         "--endpoint", default="/v1/chat/completions", help="the lines' url (default %(default)s)"
@@ -66,13 +86,19 @@ def add_batch_command(sub: Any) -> None:
         "--wait", action="store_true", help="follow the batch to its end, with a progress bar"
     )
     submit.add_argument("--poll", type=float, default=2.0, help="seconds between polls with --wait")
-    status = verbs.add_parser("status", help="the batch object, as JSON")
+    submit.add_argument(
+        "--json", action="store_true", help="stdout: one JSON document, the batch (progress on stderr)"
+    )
+    status = verb("status", "the batch object, as JSON")
     status.add_argument("id")
-    results = verbs.add_parser("results", help="download a batch's output (and error) file")
+    listing = verb("list", "the tenant's batches, newest first")
+    listing.add_argument("--limit", type=int, default=20, help="at most this many (default %(default)s)")
+    listing.add_argument("--json", action="store_true", help="stdout: one JSON document, the list")
+    results = verb("results", "download a batch's output (and error) file")
     results.add_argument("id")
     results.add_argument("-o", "--output", required=True, type=Path, help="where to write the output file")
     results.add_argument("--errors", type=Path, help="where to write the error file, if the batch has one")
-    cancel = verbs.add_parser("cancel", help="cancel a batch (its answered lines are kept)")
+    cancel = verb("cancel", "cancel a batch (its answered lines are kept)")
     cancel.add_argument("id")
     p.set_defaults(func=cmd_batch)
 
@@ -145,12 +171,15 @@ def submit(client: Any, args: Any) -> int:
     batch = client.batches.create(
         input_file_id=uploaded.id, endpoint=args.endpoint, completion_window=args.window, metadata=metadata
     )
-    print(batch.id, flush=True)
+    if not args.json:
+        print(batch.id, flush=True)
     if not args.wait:
         print(
             f"batch {batch.id}: {batch.status} ({uploaded.bytes} bytes uploaded as {uploaded.id})",
             file=sys.stderr,
         )
+        if args.json:
+            print(_dump(batch))
         return 0
     batch = follow(client, batch, args.poll)
     print(_dump(batch))
@@ -192,6 +221,25 @@ def status(client: Any, args: Any) -> int:
     return 0
 
 
+def listing(client: Any, args: Any) -> int:
+    if not 1 <= args.limit <= 100:
+        raise ValueError(f"--limit takes 1 to 100, got {args.limit}")
+    page = client.batches.list(limit=args.limit)
+    batches = list(page.data)
+    if args.json:
+        doc = {"object": "list", "data": [b.model_dump() for b in batches], "has_more": bool(page.has_more)}
+        print(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())
+        return 0
+    for b in batches:
+        counts = b.request_counts
+        done = f"{counts.completed + counts.failed}/{counts.total}" if counts is not None else "-"
+        failed = f" ({counts.failed} failed)" if counts is not None and counts.failed else ""
+        print(f"{b.id}  {b.status:<11} {done}{failed}  created {b.created_at}")
+    if not batches:
+        print("no batches", file=sys.stderr)
+    return 0
+
+
 def results(client: Any, args: Any) -> int:
     batch = client.batches.retrieve(args.id)
     if batch.status not in ENDED:
@@ -218,4 +266,4 @@ def cancel(client: Any, args: Any) -> int:
     return 0
 
 
-VERBS = {"submit": submit, "status": status, "results": results, "cancel": cancel}
+VERBS = {"submit": submit, "status": status, "list": listing, "results": results, "cancel": cancel}

@@ -3,6 +3,10 @@
 Each row and the total say how many requests were billed on the gateway's estimate because the
 replica's usage never came (``estimated``: the client left, the stream broke off; docs/billing.md).
 
+The ledger is the policy's (``--config``), or a SQLite file named by ``--ledger`` (which wins over the
+policy's path): ``prefix-gateway demo`` writes ``./var/ledger.db`` under the directory it ran in, not
+beside the example policy, and prints the ``--ledger`` command that reads it (issue 31, item 6).
+
 ``--reconcile`` compares the ledger's tokens per replica with the replicas' own counters. Those
 counters exist only in the running gateway (its scrape keeps them at window edges), so this mode asks
 the gateway (``GET /admin/usage/reconcile``, at ``--url`` or the policy's ``server`` address, with the
@@ -28,12 +32,15 @@ from cache.billing.report import parse_group_by, parse_time, render_csv, render_
 from cache.redis_guard import RedisGuard
 from cache.store_redis import connect
 from config import PolicyError, load_policy
+from config.billing import BillingConfig
+from config.policy import RedisConfig
 
 
 def add_usage_command(sub: Any) -> None:
     """``prefix-gateway usage``: the same report as ``GET /admin/usage``, read from the policy's ledger."""
     p = sub.add_parser("usage", help="usage report from the billing ledger (tokens, cost, savings)")
-    p.add_argument("--config", required=True, help="the gateway's policy file (names the ledger)")
+    p.add_argument("--config", help="the gateway's policy file (names the ledger and the currency)")
+    p.add_argument("--ledger", metavar="PATH", help="a SQLite ledger file (instead of the policy's)")
     p.add_argument("--since", help="ISO date/time or epoch seconds (inclusive)")
     p.add_argument("--until", help="ISO date/time or epoch seconds (exclusive)")
     p.add_argument("--tenant")
@@ -132,6 +139,9 @@ def fetch_reconcile(base_url: str, token: str | None, since: str | None, until: 
 
 
 def cmd_reconcile(args: Any) -> int:
+    if not args.config:  # the gateway's address and the variable holding its admin token
+        print("error: --reconcile needs --config FILE (the running gateway's policy)", file=sys.stderr)
+        return 1
     try:
         policy = load_policy(args.config)
         parse_time(args.since, "--since"), parse_time(args.until, "--until")
@@ -151,8 +161,16 @@ def cmd_reconcile(args: Any) -> int:
 def cmd_usage(args: Any) -> int:
     if args.reconcile:
         return cmd_reconcile(args)
+    if not args.config and not args.ledger:
+        print("error: give --config FILE (the policy names the ledger) or --ledger PATH", file=sys.stderr)
+        return 1
     try:
-        policy = load_policy(args.config)
+        policy = load_policy(args.config) if args.config else None
+        billing = policy.billing if policy is not None else BillingConfig()
+        redis_cfg = policy.redis if policy is not None else RedisConfig()
+        if args.ledger:
+            ledger_cfg = billing.ledger.model_copy(update={"kind": "sqlite", "path": args.ledger})
+            billing = billing.model_copy(update={"ledger": ledger_cfg})
         since, until = parse_time(args.since, "--since"), parse_time(args.until, "--until")
         group_by = parse_group_by(args.group_by)
     except (PolicyError, ValueError) as exc:
@@ -161,20 +179,18 @@ def cmd_usage(args: Any) -> int:
 
     async def run() -> dict[str, Any]:
         redis = None
-        if policy.billing.ledger.kind == "redis":
-            if policy.redis.url is None:
+        if billing.ledger.kind == "redis":
+            if redis_cfg.url is None:
                 raise ValueError("billing.ledger.kind is 'redis' but redis.url is not set")
             # A report may wait for Redis: the request path's millisecond deadline is not for it.
-            redis = connect(
-                policy.redis.url, policy.redis.socket_timeout_s, guard=RedisGuard(op_timeout_ms=30_000)
-            )
+            redis = connect(redis_cfg.url, redis_cfg.socket_timeout_s, guard=RedisGuard(op_timeout_ms=30_000))
         ledger = await open_ledger(
-            policy.billing.ledger, redis_client=redis, key_prefix=policy.redis.key_prefix, create=False
+            billing.ledger, redis_client=redis, key_prefix=redis_cfg.key_prefix, create=False
         )
         try:
             return await report(
                 ledger,
-                policy.billing.currency,
+                billing.currency,
                 tenant=args.tenant,
                 model=args.model,
                 since=since,

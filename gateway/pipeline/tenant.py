@@ -3,6 +3,11 @@
 The salt is ``base64url(HMAC-SHA256(server secret, len(group) || group))``: length-prefixing the id means
 no tenant id can be chosen to collide with another's input, and only the server knows the secret.
 Tenants of one sharing group share a salt, hence cache entries and prefix blocks.
+
+The tenant label of metrics (``observability.tenant_labels``): the listed tenant's id, ``other`` for
+the unlisted (bounded cardinality); ``hashed``, ``t-`` and 12 hex digits of an HMAC of the id under the
+server secret (a plain hash of a short name is reversed by guessing names); ``none``, ``all`` for every
+tenant, for operators whose monitoring must not tell tenants apart.
 """
 
 from __future__ import annotations
@@ -28,10 +33,24 @@ class Tenant:
     group: str
     salt: str
     listed: bool  # named in the policy (bounded metric-label cardinality)
+    metric_label: str  # its tenant label in metrics (``metric_label``)
 
-    @property
-    def metric_label(self) -> str:
-        return self.id if self.listed else "other"
+
+OTHER_TENANT = "other"
+ALL_TENANTS = "all"
+
+
+def metric_label(secret: bytes, mode: str, tenant_id: str, listed: bool) -> str:
+    """The tenant label of ``tenant_id`` in metrics under ``observability.tenant_labels`` ``mode``."""
+    if mode == "none":
+        return ALL_TENANTS
+    if not listed:
+        return OTHER_TENANT
+    if mode == "hashed":
+        ident = tenant_id.encode("utf-8")
+        mac = hmac.new(secret, b"metric-label\0" + ident, hashlib.sha256).hexdigest()
+        return f"t-{mac[:12]}"
+    return tenant_id
 
 
 def derive_salt(secret: bytes, group_id: str) -> str:
@@ -70,21 +89,20 @@ def server_secret(cfg: TenancyConfig, *, required: bool) -> bytes:
 
 
 class TenantResolver:
-    def __init__(self, cfg: TenancyConfig, secret: bytes):
+    def __init__(self, cfg: TenancyConfig, secret: bytes, labels: str = "name"):
         self.cfg = cfg
         self._secret = secret
+        self._labels = labels
         self._by_digest: dict[str, Tenant] = {}
         self._by_id: dict[str, Tenant] = {}
         for t in cfg.tenants:
             group = t.group or t.id
-            tenant = Tenant(t.id, group, derive_salt(secret, group), listed=True)
+            tenant = self._make(t.id, group, listed=True)
             self._by_id[t.id] = tenant
             for digest in t.api_key_sha256:
                 self._by_digest[digest] = tenant
         default = cfg.default_tenant
-        self.default = self._by_id.get(default) or Tenant(
-            default, default, derive_salt(secret, default), True
-        )
+        self.default = self._by_id.get(default) or self._make(default, default, listed=True)
         self._proxies = [ipaddress.ip_network(p, strict=False) for p in cfg.trusted_proxies]
 
     def tenant(self, tenant_id: str) -> Tenant:
@@ -94,7 +112,17 @@ class TenantResolver:
             return listed
         if tenant_id == self.default.id:
             return self.default
-        return Tenant(tenant_id, tenant_id, derive_salt(self._secret, tenant_id), listed=False)
+        return self._make(tenant_id, tenant_id, listed=False)
+
+    def _make(self, tenant_id: str, group: str, *, listed: bool) -> Tenant:
+        label = metric_label(self._secret, self._labels, tenant_id, listed)
+        return Tenant(tenant_id, group, derive_salt(self._secret, group), listed, label)
+
+    def label_of(self, label: str) -> str:
+        """The metric label for a tenant id, or for ``other`` (the advisor's gauges are keyed by id)."""
+        if label == OTHER_TENANT and label not in self._by_id:
+            return metric_label(self._secret, self._labels, label, listed=False)
+        return self.tenant(label).metric_label
 
     def salt_for(self, tenant_id: str) -> str:
         """The salt a tenant's requests carry (its group's), listed or not."""
@@ -118,7 +146,7 @@ class TenantResolver:
             return tenant
         if len(value) > 128 or not all(c.isalnum() or c in "._:-" for c in value):
             raise GatewayError(400, f"invalid {name} header", code="invalid_tenant")
-        return Tenant(value, value, derive_salt(self._secret, value), listed=False)
+        return self._make(value, value, listed=False)
 
     def resolve(self, headers: object, peer: str | None) -> Tenant:
         """Tenant of a request from its headers (a case-insensitive mapping) and peer address."""

@@ -5,12 +5,23 @@ Rust routers (smg's ``--prometheus-port``) and vLLM's production stack do, they 
 separate listener, which a NetworkPolicy or the pod network keeps to the scraper. The serving port
 still answers ``/metrics``, but only with the admin token (``gateway.server.endpoints``).
 
+It binds ``server.metrics_host``, loopback unless the operator names another address (the Helm chart
+names the pod's, for the scraper), never ``server.host``: with ``host: 0.0.0.0`` the listener used to
+publish per-tenant spend, tokens and advice savings on every interface (issue 31, item 5). With
+``server.metrics_token_env`` it wants ``Authorization: Bearer <token>`` (Prometheus' ``authorization``
+of a scrape config), compared in constant time; without one ``check-config`` warns when the listener
+is off loopback. The tenant label itself may be hashed or dropped (``observability.tenant_labels``,
+``gateway.pipeline.tenant``).
+
 The listener is a resource of the ``Process``: opened after the state is built, closed in the same
 exit stack, after the drain (a scrape during shutdown still answers).
 """
 
 from __future__ import annotations
 
+import hmac
+import os
+from collections import defaultdict
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -52,7 +63,7 @@ async def exposition(process: Process) -> web.Response:
 def set_advice_gauges(process: Process) -> None:
     """The advisor's potential savings per tenant (listed, else ``other``) and finding kind; series of
     kinds that no longer apply drop to 0 (``gauge_values`` lists every kind of a present tenant)."""
-    metrics = process.metrics
+    metrics, tenants = process.metrics, process.state.tenants
     listed = {t.id for t in process.state.policy.tenancy.tenants}
     values = gauge_values(process.advisor.advice(), listed)
     for name, gauge in (
@@ -60,8 +71,11 @@ def set_advice_gauges(process: Process) -> None:
         (GAUGE_SAVING_TOKENS, metrics.advice_saving_tokens),
         (GAUGE_FINDINGS, metrics.advice_findings),
     ):
+        labelled: dict[tuple[str, str], float] = defaultdict(float)  # hashed / none: the policy's labels
         for (tenant, kind), value in values[name].items():
-            metrics.child(gauge, tenant, kind).set(value)
+            labelled[(tenants.label_of(tenant), kind)] += value
+        for (label, kind), value in labelled.items():
+            metrics.child(gauge, label, kind).set(value)
 
 
 async def set_batch_gauges(process: Process) -> None:
@@ -79,10 +93,39 @@ async def set_batch_gauges(process: Process) -> None:
         metrics.child(metrics.batches, status).set(counts.get(status, 0))
 
 
-async def open_listener(process: Process, host: str, port: int) -> tuple[web.AppRunner, str]:
-    """Serve ``GET /metrics`` (and nothing else) on ``host:port``; returns the runner and its URL."""
+def metrics_token(env_name: str | None) -> str | None:
+    """The listener's token from ``server.metrics_token_env``; an operator who named a variable and
+    left it unset gets a refusal at start, not an open listener."""
+    if env_name is None:
+        return None
+    token = os.environ.get(env_name)
+    if not token:
+        raise RuntimeError(
+            f"{env_name} is not set (server.metrics_token_env names it for the /metrics listener)"
+        )
+    return token
 
-    async def handler(_request: web.Request) -> web.Response:
+
+def bearer_ok(header: str | None, token: str) -> bool:
+    """True when ``header`` is ``Bearer <token>`` (the scheme case-insensitive), in constant time."""
+    scheme, _, given = (header or "").partition(" ")
+    ok = hmac.compare_digest(given.strip().encode("utf-8"), token.encode("utf-8"))
+    return ok and scheme.lower() == "bearer"
+
+
+async def open_listener(
+    process: Process, host: str, port: int, token: str | None = None
+) -> tuple[web.AppRunner, str]:
+    """Serve ``GET /metrics`` (and nothing else) on ``host:port``, behind the bearer ``token`` when
+    given; returns the runner and its URL."""
+
+    async def handler(request: web.Request) -> web.Response:
+        if token is not None and not bearer_ok(request.headers.get("Authorization"), token):
+            return web.Response(
+                status=401,
+                text="metrics token required (Authorization: Bearer)\n",
+                headers={"WWW-Authenticate": 'Bearer realm="metrics"'},
+            )
         return await exposition(process)
 
     app = web.Application()
@@ -96,4 +139,4 @@ async def open_listener(process: Process, host: str, port: int) -> tuple[web.App
         await runner.cleanup()
         raise
     h, p = runner.addresses[0][:2]
-    return runner, f"http://{h}:{p}"
+    return runner, f"http://[{h}]:{p}" if ":" in h else f"http://{h}:{p}"

@@ -52,7 +52,7 @@ from gateway.pipeline.context import RequestContext
 from gateway.pipeline.lifecycle import Event, Hooks
 from gateway.pipeline.tenant import server_secret
 from gateway.process.admission import Admission
-from gateway.process.exposition import open_listener
+from gateway.process.exposition import metrics_token, open_listener
 from gateway.process.metering import Metering, open_metering
 from gateway.process.reconcile import reconcile_loop
 from gateway.process.reload import watch_file
@@ -154,7 +154,9 @@ class Process:
         server = policy.server
         if server.metrics_port is not None:
             port = server.metrics_port + self.worker if server.metrics_port else 0
-            runner, self.metrics_url = await open_listener(self, server.metrics_host or server.host, port)
+            runner, self.metrics_url = await open_listener(
+                self, server.metrics_host, port, metrics_token(server.metrics_token_env)
+            )
             stack.push_async_callback(runner.cleanup)
         if policy.batch.enabled:
             await self._open_batches(policy)

@@ -41,6 +41,8 @@ RESTART_ONLY = (
     ("server", "keepalive_timeout_s"),
     ("server", "metrics_port"),
     ("server", "metrics_host"),
+    ("server", "metrics_token_env"),
+    ("observability", None),
     ("limits", "max_body_bytes"),
     ("limits", "max_header_bytes"),
     ("limits", "max_headers"),

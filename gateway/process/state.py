@@ -98,7 +98,7 @@ def build_state(
         pools[cfg.name], apply = _pool(cfg, policy, previous, discovered)
         if apply is not None:
             pending.append(apply)
-    tenants = TenantResolver(policy.tenancy, secret)
+    tenants = TenantResolver(policy.tenancy, secret, policy.observability.tenant_labels)
     names = [m.name for m in policy.models]
     rules = {n: rules_from_config(policy.billing, n) for n in names}
     prices = {n: prices_from_config(policy.billing, n) for n in names}

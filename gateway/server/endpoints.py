@@ -66,13 +66,13 @@ async def stored_response(request: web.Request) -> web.Response:
         if request.method == "DELETE":
             return await responses_api.forget(state.conversations, tenant.id, response_id, metrics)
         record = await responses_api.stored(state.conversations, tenant.id, response_id, metrics)
+        body = (
+            responses_api.input_items_page(record, request.query)
+            if request.path.endswith("/input_items")
+            else record["response"]
+        )
     except GatewayError as err:
         return error_response(err)
-    body = (
-        responses_api.input_items_page(record)
-        if request.path.endswith("/input_items")
-        else record["response"]
-    )
     return web.Response(body=orjson.dumps(body), content_type="application/json")
 
 

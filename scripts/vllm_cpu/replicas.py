@@ -16,8 +16,12 @@ Each replica: ``python -m vllm.entrypoints.openai.api_server`` from the vLLM ven
 ``sha256_cbor`` hashes (reproducible by the gateway, see ``router.vllm_hash``), prompt-token details
 in usage, and optionally KV-cache events: published to the gateway's SUB socket under the topic
 ``replica_id`` (``--kv-events``, the gateway binds), or from a publisher each replica binds itself
-(``--kv-events-bind``: ``tcp://*:<base-port + 100 + i>``, replay on ``--replay-base-port + i``; every
-gateway process connects, ``kv_events.mode: connect``). The script writes pid files under
+(``--kv-events-bind``: ``ipc://$VLLM_CPU_HOME/run/<id>-<port>.kv-events``, replay on
+``tcp://127.0.0.1:<--replay-base-port + i>``; every gateway process connects, ``kv_events.mode:
+connect``). Loopback only, as the rest: vLLM binds its publisher only for an endpoint holding ``*``
+(every interface) or ``ipc://`` and *connects* to any other (``tcp://127.0.0.1:...`` would connect), so
+the publisher it binds is a Unix socket, which nothing off the host reaches; it used to be
+``tcp://*:<base-port + 100 + i>``, on every interface (issue 31, item 8). The script writes pid files under
 ``$VLLM_CPU_HOME/run`` so that ``stop`` ends exactly the processes it started.
 """
 
@@ -93,7 +97,7 @@ class ReplicaSpec:
     kv_space_gib: int = 1
     block_size: int | None = None  # None: vLLM's CPU default (128); else a multiple of 32
     kv_events_endpoint: str | None = None  # the gateway's bound SUB socket, e.g. tcp://127.0.0.1:5557
-    events_port: int | None = None  # the replica binds its own publisher here (tcp://*:port) instead
+    events_socket: Path | None = None  # the replica binds its own publisher here (ipc://path) instead
     replay_port: int | None = None  # ROUTER socket for missed batches (bound by the replica)
     max_num_seqs: int = 16
     dev_mode: bool = False  # VLLM_SERVER_DEV_MODE=1: POST /reset_prefix_cache (benchmarks reset between runs)
@@ -106,7 +110,7 @@ class ReplicaSpec:
     @property
     def events_endpoint(self) -> str | None:
         """Where a gateway process connects to hear this replica (when it binds its publisher)."""
-        return f"tcp://127.0.0.1:{self.events_port}" if self.events_port else None
+        return f"ipc://{self.events_socket}" if self.events_socket else None
 
     @property
     def replay_endpoint(self) -> str | None:
@@ -123,15 +127,20 @@ def fleet_specs(
     return [
         ReplicaSpec(
             replica_id=f"r{i}",
-            port=free_port(),
+            port=port,
             core=i,
             kv_events_endpoint=events_endpoint,
-            events_port=free_port() if bind_events else None,
+            events_socket=events_socket(f"r{i}", port) if bind_events else None,
             replay_port=free_port() if events else None,
             **common,
         )
-        for i in range(n)
+        for i, port in enumerate(free_port() for _ in range(n))
     ]
+
+
+def events_socket(replica_id: str, port: int) -> Path:
+    """Where a replica started with ``bind_events`` binds its publisher (a Unix socket: loopback)."""
+    return HOME / "run" / f"{replica_id}-{port}.kv-events"
 
 
 @dataclass
@@ -192,12 +201,12 @@ def command(spec: ReplicaSpec) -> list[str]:
         args += ["--block-size", str(spec.block_size)]
     if spec.kv_bytes is not None:
         args += ["--kv-cache-memory-bytes", spec.kv_bytes]
-    if spec.kv_events_endpoint is not None or spec.events_port is not None:
+    if spec.kv_events_endpoint is not None or spec.events_socket is not None:
         events = {
             "enable_kv_cache_events": True,
             "publisher": "zmq",
-            # vLLM binds an endpoint with "*" (its own publisher) and connects to any other
-            "endpoint": spec.kv_events_endpoint or f"tcp://*:{spec.events_port}",
+            # vLLM binds an endpoint with "*" or ipc:// (its own publisher) and connects to any other
+            "endpoint": spec.kv_events_endpoint or spec.events_endpoint,
             "topic": spec.replica_id,
         }
         if spec.replay_endpoint:
@@ -230,6 +239,8 @@ def start(spec: ReplicaSpec, log_dir: Path | None = None) -> Replica:
     check_installed()
     log_dir = log_dir or HOME / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
+    if spec.events_socket is not None:
+        spec.events_socket.parent.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{spec.replica_id}.log"
     out = open(log_path, "wb")  # noqa: SIM115 - owned by the child process
     popen = subprocess.Popen(
@@ -339,7 +350,7 @@ def cli_specs(args: argparse.Namespace) -> list[ReplicaSpec]:
             kv_bytes=args.kv_bytes,
             block_size=args.block_size,
             kv_events_endpoint=args.kv_events,
-            events_port=args.base_port + 100 + i if args.kv_events_bind else None,
+            events_socket=events_socket(f"r{i}", args.base_port + i) if args.kv_events_bind else None,
             replay_port=args.replay_base_port + i if args.kv_events or args.kv_events_bind else None,
         )
         for i in range(args.n)
@@ -379,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
         reps.append(r)
     wait_ready(reps)
     for r in reps:
-        events = f" events={r.spec.events_endpoint}" if r.spec.events_port else ""
+        events = f" events={r.spec.events_endpoint}" if r.spec.events_socket else ""
         print(f"{r.spec.replica_id} {r.url}{events} log={r.log_path}")
     if args.kv_events or args.kv_events_bind:
         print("# the gateway policy for these replicas (precise mode):")

@@ -107,7 +107,10 @@ EVERYTHING: dict[str, Any] = {
     "serviceAccount": {"annotations": {"example.com/role": "gw"}},
     "secret": {"serverSecret": "s" * 32, "adminToken": "t" * 32},
     "redis": {"enabled": True, "persistence": {"enabled": True, "storageClassName": "fast"}},
-    "metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}}},
+    "metrics": {
+        "serviceMonitor": {"enabled": True, "labels": {"release": "prom"}},
+        "token": {"existingSecret": "scrape-token"},
+    },
     "dashboard": {"enabled": True, "labels": {"team": "ml"}},
     "networkPolicy": {
         "enabled": True,

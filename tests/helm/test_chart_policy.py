@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.helm.chart import FULLNAME, ROOT, VALUE_SETS, env_of, gateway_container, policy_text, render
+from tests.helm.chart import FULLNAME, ROOT, VALUE_SETS, env_of, gateway_container, only, policy_text, render
 
 # What the pod's environment supplies to ${...} references of the example policies.
 POD_ENV = {
@@ -18,6 +18,8 @@ POD_ENV = {
     "PREFIX_GATEWAY_ADMIN_TOKEN": "y" * 32,
     "TEAM_SEARCH_KEY_SHA256": "a" * 64,
     "TEAM_ADS_KEY_SHA256": "b" * 64,
+    "POD_IP": "10.0.0.7",  # the downward API's status.podIP
+    "PREFIX_GATEWAY_METRICS_TOKEN": "z" * 32,
 }
 
 
@@ -74,6 +76,44 @@ def test_policy_is_served_on_all_interfaces_on_the_container_port() -> None:
     ]
     moved = gateway_container(render({"policy": {"server": {"metrics_port": 9100}}}))
     assert {"name": "metrics", "containerPort": 9100, "protocol": "TCP"} in moved["ports"]
+
+
+def test_the_metrics_listener_binds_the_pod_address_behind_an_optional_token() -> None:
+    """Issue 31, item 5: the policy's metrics listener defaults to loopback; in a pod the scraper must
+    reach it, so the chart binds the pod's address (never 0.0.0.0), and with metrics.token the listener
+    wants the Secret's token, which the ServiceMonitor sends."""
+    manifests = render({"metrics": {"serviceMonitor": {"enabled": True}}})
+    policy = yaml.safe_load(policy_text(manifests))
+    assert policy["server"]["metrics_host"] == "${POD_IP}"
+    assert "metrics_token_env" not in policy["server"]
+    env = env_of(gateway_container(manifests))
+    assert env["POD_IP"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+    assert "PREFIX_GATEWAY_METRICS_TOKEN" not in env
+    assert "authorization" not in only(manifests, "ServiceMonitor")["spec"]["endpoints"][0]
+
+    guarded = render(
+        {"metrics": {"serviceMonitor": {"enabled": True}, "token": {"existingSecret": "scrape"}}}
+    )
+    policy = yaml.safe_load(policy_text(guarded))
+    assert policy["server"]["metrics_token_env"] == "PREFIX_GATEWAY_METRICS_TOKEN"
+    env = env_of(gateway_container(guarded))
+    ref = {"secretKeyRef": {"name": "scrape", "key": "metrics-token"}}
+    assert env["PREFIX_GATEWAY_METRICS_TOKEN"]["valueFrom"] == ref
+    endpoint = only(guarded, "ServiceMonitor")["spec"]["endpoints"][0]
+    assert endpoint["authorization"] == {"type": "Bearer", "credentials": ref["secretKeyRef"]}
+
+    moved = yaml.safe_load(policy_text(render({"policy": {"server": {"metrics_host": "127.0.0.1"}}})))
+    assert moved["server"]["metrics_host"] == "127.0.0.1"  # the operator's own choice stands
+
+
+def test_check_config_warns_about_the_rendered_metrics_listener_only_without_a_token(tmp_path: Path) -> None:
+    path = tmp_path / "policy.yaml"
+    path.write_text(policy_text(render()))
+    result = check_config(path, {})
+    assert result.returncode == 0, result.stderr
+    assert "warning: server.metrics_host: the /metrics listener on 10.0.0.7 has no token" in result.stderr
+    path.write_text(policy_text(render({"metrics": {"token": {"existingSecret": "scrape"}}})))
+    assert "server.metrics_host" not in check_config(path, {}).stderr
 
 
 def test_redis_url_is_wired_only_when_a_redis_is_configured() -> None:

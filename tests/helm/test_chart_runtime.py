@@ -87,7 +87,8 @@ def test_rendered_policy_runs_a_gateway_that_honours_the_pod_contract(replica: s
     assert rendered["server"]["host"] == "0.0.0.0"
     rendered["server"]["host"] = "127.0.0.1"  # the one change: tests listen on loopback only
     policy.write_text(yaml.safe_dump(rendered))
-    env = {"PREFIX_GATEWAY_SECRET": "x" * 32, "PREFIX_GATEWAY_ADMIN_TOKEN": "y" * 32}
+    # the pod's address, from the downward API: here the test's loopback
+    env = {"PREFIX_GATEWAY_SECRET": "x" * 32, "PREFIX_GATEWAY_ADMIN_TOKEN": "y" * 32, "POD_IP": "127.0.0.1"}
     assert {e["name"] for e in container["env"]} >= set(env)
 
     # the container's CMD, with the rendered policy in place of the mounted ConfigMap

@@ -79,3 +79,61 @@ async def test_submit_wait_status_results_cancel(tmp_path: Path) -> None:
         assert code == 0
         code, out, err = await cli("cancel", out.strip(), url=gw.url)
         assert code == 0 and out.split(": ")[1].strip() in ("cancelling", "cancelled"), err
+
+
+async def run(*args: str) -> tuple[int, str, str]:
+    """``prefix-gateway ARGS`` exactly as given (no ``--url`` put in front)."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "gateway",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={k: v for k, v in os.environ.items() if k != "PREFIX_GATEWAY_URL"} | {"OPENAI_API_KEY": "none"},
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def test_url_after_the_verb_json_for_jq_and_list(tmp_path: Path) -> None:
+    """Issue 31, item 6: ``batch submit f.jsonl --url ...`` failed (``--url`` had to precede the
+    verb); ``submit --wait`` printed an id line then JSON, which ``jq`` cannot read; no ``batch list``."""
+    wl = make_batch(
+        seed=3, requests=4, templates=1, system_tokens=(50, 60), user_tokens=(5, 6), max_tokens=(2, 3)
+    )
+    src = tmp_path / "in.jsonl"
+    src.write_bytes(wl.jsonl())
+    async with sim_fleet(1) as fleet, gateway(batch_policy(fleet.urls, tmp_path)) as gw:
+        code, out, err = await run(
+            "batch",
+            "submit",
+            str(src),
+            "--url",
+            gw.url,
+            "--wait",
+            "--poll",
+            "0.1",
+            "--json",
+            "--api-key",
+            "x",
+        )
+        assert code == 0, err
+        done = orjson.loads(out)  # the whole of stdout is one JSON document
+        assert done["status"] == "completed" and done["request_counts"]["completed"] == 4
+        assert "4/4" in err  # the progress, on stderr
+        code, out, err = await run("batch", "submit", str(src), "--json", "--url", gw.url)
+        assert code == 0, err
+        second = orjson.loads(out)
+        assert second["id"].startswith("batch_") and second["id"] != done["id"]
+        code, out, err = await run("batch", "list", "--url", gw.url, "--json")
+        assert code == 0, err
+        listed = orjson.loads(out)
+        assert {b["id"] for b in listed["data"]} == {done["id"], second["id"]}
+        code, out, err = await run("batch", "--url", gw.url, "list")  # before the verb still works
+        assert code == 0, err
+        lines = out.splitlines()
+        assert len(lines) == 2 and any(line.startswith(done["id"]) and "completed" in line for line in lines)
+        code, out, err = await run("batch", "list", "--url", gw.url, "--limit", "0")
+        assert code == 1 and "--limit" in err

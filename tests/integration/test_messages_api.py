@@ -133,3 +133,74 @@ async def test_a_replicas_error_comes_back_in_anthropics_shape() -> None:
         assert err.value.body["type"] == "error" and "context length" in err.value.body["error"]["message"]
         assert len(await sim_requests(fleet.urls[0])) == 1
         await c.close()
+
+
+SAMPLING = ("temperature", "top_k", "top_p")
+BAD_REQUESTS = {  # issue 31, item 4: what Anthropic's API refuses, each once forwarded and answered 200
+    "text block without text": (
+        {"messages": [{"role": "user", "content": [{"type": "text"}]}]},
+        "messages[0].content[0].text",
+    ),
+    "tool name not a string": ({"tools": [{"name": 5, "input_schema": {"type": "object"}}]}, "tools[0].name"),
+    "image data not base64": (
+        {
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [
+                        {
+                            "type": "image",
+                            "source": {"type": "base64", "media_type": "image/png", "data": "%%%not"},
+                        }
+                    ],
+                }
+            ]
+        },
+        "messages[0].content[0].source.data",
+    ),
+    "temperature above 1": ({"temperature": 5}, "temperature"),
+    "negative top_k": ({"top_k": -5}, "top_k"),
+    "top_p above 1": ({"top_p": 1.5}, "top_p"),
+    "tool_use without input": (
+        {
+            "messages": [
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "f"}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]},
+            ]
+        },
+        "messages[1].content[0].input",
+    ),
+    "tool_choice of an unknown type": ({"tool_choice": {"type": "sometimes"}}, "tool_choice"),
+}
+
+
+async def test_what_anthropics_api_refuses_is_refused_in_its_shape() -> None:
+    """Each request, sent with the real ``anthropic`` client, is a 400 ``invalid_request_error`` that
+    names the field, and never reaches the replica; count_tokens refuses the same content."""
+    async with sim_fleet(1) as fleet, gateway(policy(fleet.urls)) as gw:
+        c = anthropic.AsyncAnthropic(base_url=gw.url, api_key=KEY, max_retries=0)
+        base = {"model": "sim-llama", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}
+        for label, (change, field) in BAD_REQUESTS.items():
+            # the client has no sampling parameters any more (anthropic 2.x): sent as extra_body
+            sampling = {k: v for k, v in change.items() if k in SAMPLING}
+            typed = {k: v for k, v in change.items() if k not in SAMPLING}
+            with pytest.raises(anthropic.BadRequestError) as bad:
+                await c.messages.create(**{**base, **typed}, extra_body=sampling)
+            assert bad.value.status_code == 400, label
+            assert bad.value.body["type"] == "error", label
+            assert bad.value.body["error"]["type"] == "invalid_request_error", label
+            assert field in bad.value.body["error"]["message"], (label, bad.value.body)
+        text_less = BAD_REQUESTS["text block without text"][0]
+        with pytest.raises(anthropic.BadRequestError):
+            await c.messages.count_tokens(model="sim-llama", **text_less)
+        assert await sim_requests(fleet.urls[0]) == []
+        # the same fields within their ranges are served
+        ok = await c.messages.create(
+            **base,
+            extra_body={"temperature": 1, "top_k": 0, "top_p": 0.5},
+            tools=[{"name": "get_weather", "input_schema": {"type": "object"}}],
+            tool_choice={"type": "auto"},
+        )
+        assert ok.type == "message"
+        await c.close()

@@ -322,3 +322,35 @@ async def test_redis_away_is_503_never_a_wrong_not_found() -> None:
                 await c.responses.retrieve(answered.id)
             assert metrics.redis_errors.labels("responses", "get")._value.get() == 2
             await c.close()
+
+
+async def test_background_is_refused_and_input_items_are_paginated_as_openai_does() -> None:
+    """Issue 31, item 4: ``background: true`` was answered synchronously; ``input_items`` ignored
+    ``limit``, ``order`` and ``after`` (all items, ``first_id``/``last_id`` null, ``has_more`` false)."""
+    async with sim_fleet(1) as fleet, gateway(policy_for(fleet.urls, tenancy=TENANCY)) as gw:
+        c = client(gw.url)
+        with pytest.raises(openai.BadRequestError) as bg:
+            await c.responses.create(model="sim-llama", input="later", background=True)
+        assert bg.value.status_code == 400 and bg.value.body["param"] == "background"
+        assert await sim_requests(fleet.urls[0]) == []
+        said = [f"line {i}" for i in range(7)]
+        inputs = [{"role": "user", "content": text} for text in said]
+        r = await c.responses.create(model="sim-llama", input=inputs, max_output_tokens=2)
+        page = await c.responses.input_items.list(r.id, limit=2, order="asc")
+        assert [item.content for item in page.data] == said[:2]
+        assert page.has_more is True
+        assert page.first_id == page.data[0].id and page.last_id == page.data[1].id
+        newest = await c.responses.input_items.list(r.id, limit=3)  # OpenAI's default order: desc
+        assert [item.content for item in newest.data] == said[::-1][:3]
+        after = await c.responses.input_items.list(r.id, limit=3, order="asc", after=page.last_id)
+        assert [item.content for item in after.data] == said[2:5]
+        walked = [item.content async for item in c.responses.input_items.list(r.id, limit=2)]
+        assert walked == said[::-1]  # the client's auto-pagination follows has_more and after
+        last = await c.responses.input_items.list(r.id, limit=100, order="asc")
+        assert len(last.data) == 7 and last.has_more is False
+        async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {KEYS['t1']}"}) as s:
+            for query in ("limit=0", "limit=101", "limit=x", "order=sideways", "after=msg_nowhere"):
+                async with s.get(f"{gw.url}/v1/responses/{r.id}/input_items?{query}") as resp:
+                    assert resp.status == 400, query
+                    assert (await resp.json())["error"]["type"] == "invalid_request_error", query
+        await c.close()

@@ -115,6 +115,10 @@ async def test_paraphrases_hit_events_invalidate_tenants_stay_apart(
             assert result["removed"] == 5
             async with s.post(gw.url + "/admin/cache/events", json={"type": "Nope"}, headers=admin) as r:
                 assert r.status == 400 and (await r.json())["error"]["param"] == "type"
+            numbered = {"type": "ProductSpecUpdated", "product_id": 123, "changed_fields": ["battery"]}
+            async with s.post(gw.url + "/admin/cache/events", json=numbered, headers=admin) as r:
+                err = (await r.json())["error"]
+                assert r.status == 400 and (err["param"], err["code"]) == ("product_id", "invalid_event")
             _, headers, _ = await post(ask("iPhone 15 battery life in hours?"))
             assert headers["x-cache"] == "miss"  # removed: generated again
             _, headers, _ = await post(ask("Pixel 8 battery life in hours?"))

@@ -116,6 +116,18 @@ def test_usage_cli_reads_the_sqlite_ledger(tmp_path: Path) -> None:
         text=True,
     )
     assert bad.returncode == 1 and "--since" in bad.stderr
+    # issue 31, item 6: the ledger by its path, without the policy (the demo's ./var/ledger.db)
+    by_path = subprocess.run(
+        [sys.executable, "-m", "gateway", "usage", "--ledger", str(ledger)], capture_output=True, text=True
+    )
+    assert by_path.returncode == 0, by_path.stderr
+    assert "alpha" in by_path.stdout and "total: 2 requests" in by_path.stdout
+    for args in (["--ledger", str(ledger.parent / "nothing.db")], []):
+        missing = subprocess.run(
+            [sys.executable, "-m", "gateway", "usage", *args], capture_output=True, text=True
+        )
+        assert missing.returncode == 1 and "Traceback" not in missing.stderr
+        assert ("no SQLite ledger" if args else "--ledger PATH") in missing.stderr, missing.stderr
 
 
 async def test_cache_purge_by_tenant(monkeypatch: pytest.MonkeyPatch) -> None:

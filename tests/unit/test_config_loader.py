@@ -118,6 +118,27 @@ def test_check_config_warns_and_serve_refuses_pods_sharing_redis_without_a_secre
     assert "warning" not in _check_config(path).stderr
 
 
+def test_check_config_warns_when_the_metrics_listener_is_off_loopback_without_a_token(tmp_path: Path) -> None:
+    """Issue 31, item 5: the listener publishes per-tenant spend. It binds loopback whatever
+    server.host is; an operator who moves it off loopback without a token is told so."""
+    assert parse_policy(MINIMAL + "server: {host: 0.0.0.0}\n").server.metrics_host == "127.0.0.1"
+    path = tmp_path / "p.yaml"
+    path.write_text(MINIMAL + "server: {host: 0.0.0.0}\n")
+    assert "server.metrics_host" not in _check_config(path).stderr  # API everywhere, metrics on loopback
+    path.write_text(MINIMAL + "server: {metrics_host: 0.0.0.0}\n")
+    result = _check_config(path)
+    assert result.returncode == 0, result.stderr
+    assert "warning: server.metrics_host: the /metrics listener on 0.0.0.0 has no token" in result.stderr
+    assert "server.metrics_token_env" in result.stderr
+    path.write_text(MINIMAL + "server: {metrics_host: 10.1.2.3, metrics_token_env: METRICS_TOKEN}\n")
+    assert "warning" not in _check_config(path, {"METRICS_TOKEN": "t0ken"}).stderr
+    unset = _check_config(path)  # the variable it names is not set: serve would refuse
+    assert "warning: server.metrics_token_env: METRICS_TOKEN is not set" in unset.stderr
+    assert "server.metrics_host" not in unset.stderr
+    path.write_text(MINIMAL + "server: {metrics_host: 0.0.0.0, metrics_port: null}\n")  # no listener
+    assert "warning" not in _check_config(path).stderr
+
+
 def test_check_config_refuses_a_trusted_header_without_trusted_proxies(tmp_path: Path) -> None:
     path = tmp_path / "p.yaml"
     path.write_text(MINIMAL + "tenancy: {trusted_header: x-tenant-id}\n")

@@ -179,6 +179,11 @@ def test_event_plans_name_exactly_the_mapped_intents() -> None:
         ROUTE.plan({"type": "ProductSpecUpdated", "changed_fields": ["battery"]})
     with pytest.raises(EventError):
         ROUTE.plan({"type": "Nope"})
+    for not_a_string in (123, 1.5, True, ["iPhone 15"], {"id": "x"}, "  "):  # issue 31, item 4
+        with pytest.raises(EventError, match="'product_id' must be a non-empty string"):
+            ROUTE.plan(
+                {"type": "ProductSpecUpdated", "product_id": not_a_string, "changed_fields": ["battery"]}
+            )
 
 
 @pytest.mark.parametrize(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import re
 
 import pytest
 from multidict import CIMultiDict
@@ -96,3 +97,19 @@ def test_trusted_header_only_from_trusted_proxies() -> None:
     assert dynamic.id == "newcomer" and not dynamic.listed and dynamic.metric_label == "other"
     with pytest.raises(GatewayError):
         r.resolve(headers(x_tenant_id="a"), "192.168.1.1")  # untrusted peer: header ignored, no key → 401
+
+
+def test_tenant_labels_name_hash_or_drop_the_tenant() -> None:
+    """Issue 31, item 5: ``observability.tenant_labels`` for operators whose monitoring must not see
+    tenant names: hashed under the server secret (a plain hash of a name is reversed by guessing), or
+    one ``all`` label; unlisted tenants stay ``other`` (bounded cardinality)."""
+    cfg = TenancyConfig.model_validate({"tenants": [{"id": "alice"}, {"id": "bob"}]})
+    named, hashed, none = (TenantResolver(cfg, SECRET, mode) for mode in ("name", "hashed", "none"))
+    assert [named.label_of(t) for t in ("alice", "stranger", "other")] == ["alice", "other", "other"]
+    alice, bob = hashed.label_of("alice"), hashed.label_of("bob")
+    assert re.fullmatch(r"t-[0-9a-f]{12}", alice) and alice != bob and "alice" not in alice
+    assert alice == TenantResolver(cfg, SECRET, "hashed").tenant("alice").metric_label  # stable
+    assert alice != TenantResolver(cfg, b"another", "hashed").label_of("alice")  # keyed by the secret
+    assert alice != "t-" + hashlib.sha256(b"alice").hexdigest()[:12]
+    assert hashed.label_of("stranger") == "other"
+    assert {none.label_of(t) for t in ("alice", "bob", "stranger", "other")} == {"all"}

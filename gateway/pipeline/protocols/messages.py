@@ -9,7 +9,8 @@ find the marked prefix in the chat request as in any chat request, the markers a
 the replica unless the pool accepts them, and the answer's ``usage`` comes from the request's ledger
 line item: ``cache_creation_input_tokens`` (the marked prefix written), ``cache_read_input_tokens``
 (read back: an explicit hit, or the replica's own prefix-cache hit), ``input_tokens`` (the rest, at the
-full price). Errors come in Anthropic's shape; a stream is Anthropic's events (``message_start``,
+full price). The request is checked against Anthropic's documented schema first
+(``anthropic_schema``). Errors come in Anthropic's shape; a stream is Anthropic's events (``message_start``,
 ``content_block_start``, ``content_block_delta``, ``content_block_stop``, ``message_delta`` with the
 final usage, ``message_stop``), each with its ``event:`` line as the Anthropic clients require.
 """
@@ -25,6 +26,7 @@ from aiohttp import web
 from cache.billing.markers import strip_markers
 from gateway.errors import GatewayError
 from gateway.pipeline.parse import ParsedRequest
+from gateway.pipeline.protocols.anthropic_schema import validate_messages
 from gateway.pipeline.protocols.base import FrontEnd
 
 if TYPE_CHECKING:
@@ -175,8 +177,7 @@ async def prepare(ctx: RequestContext) -> None:
         isinstance(body["stop_sequences"], list) and all(isinstance(s, str) for s in body["stop_sequences"])
     ):
         raise _bad("stop_sequences: must be an array of strings", "stop_sequences")
-    if body.get("tools") is not None and not isinstance(body["tools"], list):
-        raise _bad("tools: must be an array", "tools")
+    validate_messages(body)
     ctx.exchange = "msg_" + os.urandom(12).hex()
     parsed = ctx.parsed
     ctx.parsed = ParsedRequest("chat", to_chat(body), parsed.model, parsed.stream, parsed.prompt_chars)
@@ -329,6 +330,7 @@ async def prepare_count(ctx: RequestContext) -> None:
     ``/tokenize`` of the chat request: the replica's own chat template counts the tokens."""
     assert ctx.parsed is not None
     body = ctx.parsed.body
+    validate_messages(body, count=True)
     chat = strip_markers(to_chat({**body, "max_tokens": 1}))
     tokenize = {"model": body["model"], "messages": chat["messages"], "add_generation_prompt": True}
     if "tools" in chat:

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -222,6 +222,15 @@ async def prepare(ctx: RequestContext) -> None:
                 "previous_response_not_found",
             )
         history = record["items"]
+    background = body.get("background")
+    if background is not None and not isinstance(background, bool):
+        raise _bad("'background' must be a boolean", "background")
+    if background:
+        raise _bad(
+            "background responses are not supported by this gateway (it answers while the client waits: "
+            "send background: false, or stream)",
+            "background",
+        )
     items = history + input_items(body["input"])
     if len(items) > cfg.max_chain_items:
         raise _bad(
@@ -521,15 +530,46 @@ async def stored(
     return record
 
 
-def input_items_page(record: dict[str, Any]) -> dict[str, Any]:
-    """``GET /v1/responses/{id}/input_items``: the conversation's input items (history included)."""
+PAGE_DEFAULT, PAGE_MAX = 20, 100  # OpenAI's limit of a list: default 20, 1 to 100
+
+
+def _page_params(query: Mapping[str, str]) -> tuple[int, str, str | None]:
+    raw = query.get("limit", str(PAGE_DEFAULT))
+    limit = int(raw) if raw.isdigit() else 0
+    if not 1 <= limit <= PAGE_MAX:
+        raise _bad(f"limit: must be an integer from 1 to {PAGE_MAX}, got {raw!r}", "limit")
+    order = query.get("order", "desc")
+    if order not in ("asc", "desc"):
+        raise _bad(f"order: must be 'asc' or 'desc', got {order!r}", "order")
+    return limit, order, query.get("after")
+
+
+def input_items_page(record: dict[str, Any], query: Mapping[str, str]) -> dict[str, Any]:
+    """``GET /v1/responses/{id}/input_items``: the conversation's input items (history included), a
+    page of ``limit`` (default 20, at most 100) in ``order`` (default ``desc``, newest first, as OpenAI)
+    after the item ``after``. An item the client sent without an id gets one derived from the
+    response's id and its position (stable for the record: the cursor of the next page)."""
+    limit, order, after = _page_params(query)
     items = record["items"][: len(record["items"]) - len(record["response"]["output"])]
+    stem = record["response"]["id"].removeprefix("resp_")[:24]
+    listed = [
+        item if item.get("id") else {"id": f"msg_{stem}{i:05d}", **item} for i, item in enumerate(items)
+    ]
+    if order == "desc":
+        listed.reverse()
+    start = 0
+    if after is not None:
+        ids = [item["id"] for item in listed]
+        if after not in ids:
+            raise _bad(f"after: no input item with id {after!r} in this response", "after")
+        start = ids.index(after) + 1
+    page = listed[start : start + limit]
     return {
         "object": "list",
-        "data": items,
-        "first_id": items[0].get("id") if items else None,
-        "last_id": items[-1].get("id") if items else None,
-        "has_more": False,
+        "data": page,
+        "first_id": page[0]["id"] if page else None,
+        "last_id": page[-1]["id"] if page else None,
+        "has_more": start + limit < len(listed),
     }
 
 

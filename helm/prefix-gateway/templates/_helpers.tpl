@@ -78,7 +78,9 @@ app.kubernetes.io/part-of: prefix-gateway
 {{- end -}}
 
 {{/*
-The policy as written to the ConfigMap: values.policy with server.host/port defaulted for a pod,
+The policy as written to the ConfigMap: values.policy with server.host/port defaulted for a pod, the
+/metrics listener on the pod's address (${POD_IP}, from the downward API: the scraper reaches it, the
+loopback default would not), behind the metrics token when metrics.token names a Secret,
 redis.url pointing at ${REDIS_URL} when a Redis is configured and the policy names none, and the
 SQLite ledger in the writable ledger volume when the policy names no path (a relative path would
 resolve against the policy's own read-only directory).
@@ -87,6 +89,12 @@ resolve against the policy's own read-only directory).
 {{- $policy := deepCopy .Values.policy -}}
 {{- $server := merge (deepCopy (default (dict) $policy.server)) (dict "host" "0.0.0.0" "port" 8080) -}}
 {{- $_ := set $server "metrics_port" (include "prefix-gateway.metricsPort" . | int) -}}
+{{- if not $server.metrics_host -}}
+{{- $_ := set $server "metrics_host" "${POD_IP}" -}}
+{{- end -}}
+{{- if .Values.metrics.token.existingSecret -}}
+{{- $_ := set $server "metrics_token_env" "PREFIX_GATEWAY_METRICS_TOKEN" -}}
+{{- end -}}
 {{- $_ := set $policy "server" $server -}}
 {{- $billing := deepCopy (default (dict) $policy.billing) -}}
 {{- $ledger := deepCopy (default (dict) $billing.ledger) -}}

@@ -4,6 +4,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from datetime import datetime
+from typing import TYPE_CHECKING
+
 import orjson
 from aiohttp import web
 
@@ -13,15 +17,31 @@ from gateway.errors import GatewayError
 from gateway.process.process import PROCESS
 from gateway.process.reconcile import reconcile
 
+if TYPE_CHECKING:
+    from gateway.process.process import Process
 
-async def usage_endpoint(request: web.Request) -> web.Response:
-    """``GET /admin/usage?tenant=&model=&since=&until=&group_by=tenant,model,day,source``."""
+
+def _billing(request: web.Request) -> Process:
+    """The process, when its policy bills (else the admin API's 404)."""
     process = request.app[PROCESS]
     if process.metering is None:
         raise GatewayError(404, "billing is disabled in this policy", code="billing_disabled")
-    q = request.query
+    return process
+
+
+def _window(q: Mapping[str, str]) -> tuple[datetime | None, datetime | None]:
+    """``since`` and ``until`` of a query (a 400 in the admin API's shape when one does not parse)."""
     try:
-        since, until = parse_time(q.get("since"), "since"), parse_time(q.get("until"), "until")
+        return parse_time(q.get("since"), "since"), parse_time(q.get("until"), "until")
+    except ValueError as exc:
+        raise GatewayError(400, str(exc), code="invalid_request") from None
+
+
+async def usage_endpoint(request: web.Request) -> web.Response:
+    """``GET /admin/usage?tenant=&model=&since=&until=&group_by=tenant,model,day,source``."""
+    process, q = _billing(request), request.query
+    since, until = _window(q)
+    try:
         group_by = parse_group_by(q.get("group_by"))
     except ValueError as exc:
         raise GatewayError(400, str(exc), code="invalid_request") from None
@@ -44,14 +64,8 @@ async def reconcile_endpoint(request: web.Request) -> web.Response:
     """``GET /admin/usage/reconcile?since=&until=``: from the counters' last reading at or before
     ``since`` (default: one ``billing.reconcile.window_s`` before ``until``) to their last at or before
     ``until`` (default: the latest scrape), per replica: counted, billed, estimated rows, drift."""
-    process = request.app[PROCESS]
-    if process.metering is None:
-        raise GatewayError(404, "billing is disabled in this policy", code="billing_disabled")
-    q = request.query
-    try:
-        since, until = parse_time(q.get("since"), "since"), parse_time(q.get("until"), "until")
-    except ValueError as exc:
-        raise GatewayError(400, str(exc), code="invalid_request") from None
+    process = _billing(request)
+    since, until = _window(request.query)
     since_ms, until_ms = to_ms(since), to_ms(until)
     if since_ms is not None and until_ms is not None and until_ms <= since_ms:
         raise GatewayError(400, "until must be later than since", param="until", code="invalid_request")

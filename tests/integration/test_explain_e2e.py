@@ -39,7 +39,11 @@ async def test_a_non_streamed_request_releases_its_prefill_before_its_answer_end
     # needs between the predicted release and the answer's end.
     async with (
         sim_fleet(1, speed=1.0, decode_s_per_token=0.02) as fleet,
-        gateway(policy_for(fleet.urls, routing={"policy": "prefix_affinity"})) as gw,
+        # An assumed rate of 1,000 tokens/s predicts the prefill's end about 1 s after the decision: the
+        # test's polls (due earlier on the same loop) see it queued first, however loaded the machine.
+        gateway(
+            policy_for(fleet.urls, routing={"policy": "prefix_affinity", "prefill_tokens_per_s": 1000})
+        ) as gw,
         aiohttp.ClientSession() as s,
     ):
         rep = gw.state.pools["sim-llama"].router.replicas[0]

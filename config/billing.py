@@ -89,6 +89,12 @@ class RulesOverride(_Strict):
 ModelPriceConfig.model_rebuild()
 
 
+# Group commit of the SQLite ledger (cache/billing/ledger_sqlite.py): a group of rows closes this
+# many ms after its first row or at this many rows, whichever first; measured in bench.ledger_commit.
+GROUP_COMMIT_MS = 0.0
+GROUP_COMMIT_ROWS = 256
+
+
 class LedgerConfig(_Strict):
     kind: Literal["sqlite", "redis"] = "sqlite"
     path: str = Field(
@@ -100,6 +106,19 @@ class LedgerConfig(_Strict):
         "normal",
         description="SQLite: 'normal' survives a killed or crashed gateway (WAL); 'full' also power loss, "
         "at one fsync per group commit on the answer's path",
+    )
+    group_commit_ms: float = Field(
+        GROUP_COMMIT_MS,
+        ge=0,
+        le=1000,
+        description="SQLite: a group commit closes this long after its first row (or at group_commit_rows); "
+        "each answer's end waits for its own group's commit; 0: commit what is queued, wait for nothing",
+    )
+    group_commit_rows: int = Field(
+        GROUP_COMMIT_ROWS,
+        ge=1,
+        le=100_000,
+        description="SQLite: most rows in one group commit (1: one commit per row)",
     )
     stream_maxlen: int = Field(1_000_000, ge=1000, description="Redis: line items kept (approximate trim)")
     counters_ttl_days: int = Field(400, ge=1, description="Redis: per-day counters expire after this")

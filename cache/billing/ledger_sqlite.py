@@ -2,11 +2,23 @@
 
 Why one thread: the stdlib ``sqlite3`` module blocks, and SQLite allows one writer at a time anyway. All
 statements run on a dedicated thread that owns the connection; the event loop only enqueues work and
-awaits a future. Consecutive ``record`` calls waiting in the queue are committed in one transaction (up
-to ``batch_max``), so durability costs one fsync per batch, not per request.
+awaits a future.
+
+Group commit: the rows of many requests share one transaction and so one commit (one fsync under
+``full``). A group opens with the first row the writer takes; it takes every row already queued and
+then waits up to ``group_commit_ms`` (measured from the first row) for more, and closes at
+``group_commit_rows`` rows or at that deadline, whichever first (or early, when a query or ``close``
+is queued behind it). Each ``record`` resolves only after *its* group's COMMIT returned, so the
+answer's end still waits for a durable row; a group whose transaction fails is retried row by row,
+each in its own transaction, and a row that fails again fails its waiter: no waiter is told a row is
+written that was not committed. ``group_commit_ms=0`` (the policy's default) is the opportunistic
+form: commit what is queued, wait for nothing; the rows that arrive during one commit form the next group, so groups grow
+with the load by themselves. ``python -m bench.ledger_commit`` (docs/benchmarks.md) measured a window
+on top: more rows per commit when rows arrive spread out, but less throughput and more wait per row in
+every case it ran (concurrency 1 and 32, ``full`` and ``normal``), hence off by default.
 
 Durability (``synchronous``):
-- ``full`` (default): in WAL mode SQLite fsyncs the WAL at every commit. Once ``record`` has returned,
+- ``full`` (this class's default; the policy's is ``normal``): in WAL mode SQLite fsyncs the WAL at every commit. Once ``record`` has returned,
   the row survives a process kill *and* a power loss / kernel panic.
 - ``normal``: the WAL is fsynced only at checkpoints. A committed row survives a process kill (it is
   in the OS page cache, which outlives the process) but the last transactions may be lost on power
@@ -30,6 +42,7 @@ import contextlib
 import queue
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -48,6 +61,7 @@ from cache.billing.ledger import (
     sorted_totals,
 )
 from cache.billing.pricing import KINDS, LineItem
+from config.billing import GROUP_COMMIT_MS, GROUP_COMMIT_ROWS
 
 _KIND_COLS = [f"t_{k}" for k in KINDS] + [f"m_{k}" for k in KINDS]
 
@@ -145,25 +159,41 @@ def _columns(conn: sqlite3.Connection) -> set[str]:
 class SqliteLedger:
     """Use ``await SqliteLedger.open(path)``; ``await close()`` when done."""
 
-    def __init__(self, path: str, synchronous: str = "full", batch_max: int = 256, create: bool = True):
+    def __init__(
+        self,
+        path: str,
+        synchronous: str = "full",
+        group_commit_rows: int = GROUP_COMMIT_ROWS,
+        create: bool = True,
+        group_commit_ms: float = GROUP_COMMIT_MS,
+    ):
         if synchronous not in ("full", "normal"):
             raise ValueError("synchronous must be 'full' or 'normal'")
+        if group_commit_rows < 1 or group_commit_ms < 0:
+            raise ValueError("group_commit_rows must be >= 1 and group_commit_ms >= 0")
         self.path = path
         self.create = create  # False: a missing file is an error (a report must not invent a ledger)
         self.synchronous = synchronous
-        self.batch_max = batch_max
+        self.group_commit_rows = group_commit_rows
+        self.group_commit_ms = group_commit_ms
         self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._ready = threading.Event()
         self._open_error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="billing-ledger-sqlite", daemon=True)
         self._closed = False
-        self.commits = 0  # transactions committed (batches), for tests and metrics
+        self.commits = 0  # transactions committed (groups), for tests and metrics
 
     @classmethod
     async def open(
-        cls, path: str, synchronous: str = "full", batch_max: int = 256, *, create: bool = True
+        cls,
+        path: str,
+        synchronous: str = "full",
+        group_commit_rows: int = GROUP_COMMIT_ROWS,
+        *,
+        create: bool = True,
+        group_commit_ms: float = GROUP_COMMIT_MS,
     ) -> SqliteLedger:
-        ledger = cls(path, synchronous, batch_max, create)
+        ledger = cls(path, synchronous, group_commit_rows, create, group_commit_ms)
         ledger._thread.start()
         await asyncio.to_thread(ledger._ready.wait, 30.0)
         if ledger._open_error is not None:
@@ -211,19 +241,31 @@ class SqliteLedger:
                 if job[0] == "call":
                     self._do_call(conn, job)
                     continue
-                batch = [job]
-                while len(batch) < self.batch_max:
-                    try:
-                        nxt = self._jobs.get_nowait()
-                    except queue.Empty:
-                        break
-                    if nxt is _STOP or nxt[0] != "record":
-                        pending = nxt
-                        break
-                    batch.append(nxt)
+                batch, pending = self._group(job)
                 self._do_records(conn, batch)
         finally:
             conn.close()
+
+    def _group(self, first: tuple[Any, ...]) -> tuple[list[tuple[Any, ...]], Any]:
+        """The group ``first`` opens: rows until ``group_commit_rows`` or ``group_commit_ms`` after
+        ``first``, whichever first; a query or stop job closes it early and is returned to run next."""
+        batch = [first]
+        deadline = time.monotonic() + self.group_commit_ms / 1000.0
+        while len(batch) < self.group_commit_rows:
+            try:
+                nxt = self._jobs.get_nowait()
+            except queue.Empty:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                try:
+                    nxt = self._jobs.get(timeout=left)
+                except queue.Empty:
+                    break
+            if nxt is _STOP or nxt[0] != "record":
+                return batch, nxt
+            batch.append(nxt)
+        return batch, None
 
     @staticmethod
     def _resolve(outcomes: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[Any], Any, Any]]) -> None:
@@ -250,7 +292,8 @@ class SqliteLedger:
             inserted = [conn.execute(_INSERT, _row_values(it)).rowcount == 1 for it in items]
             conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            if conn.in_transaction:  # a failed COMMIT may have rolled back already
+                conn.execute("ROLLBACK")
             raise
         self.commits += 1
         return inserted

@@ -29,4 +29,10 @@ async def open_ledger(
             counters_ttl_days=cfg.counters_ttl_days,
             idempotency_ttl_s=cfg.idempotency_ttl_s,
         )
-    return await SqliteLedger.open(cfg.path, synchronous=cfg.synchronous, create=create)
+    return await SqliteLedger.open(
+        cfg.path,
+        synchronous=cfg.synchronous,
+        group_commit_rows=cfg.group_commit_rows,
+        create=create,
+        group_commit_ms=cfg.group_commit_ms,
+    )

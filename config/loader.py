@@ -6,6 +6,8 @@ operator can fix a policy without reading our source.
 Files a policy names (a tokenizer, a chat template, the SQLite ledger) are resolved against the
 policy file's own directory when relative (``base_dir``), so every command that reads one policy
 (``serve``, ``usage``, ``check-config``), from whatever working directory, means the same files.
+The keys file (``tenancy.keys_file``) is read here too, its digests merged into the tenants, so every
+load of the policy (a reload included) reads the keys as they are now.
 A policy from elsewhere (an upload to ``POST /admin/reload``) expands only the environment variables
 its caller passes (``env``): the file policy's ``admin.upload_env``.
 """
@@ -21,6 +23,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from config.keys import KeysFileError, merge_keys, read_keys
 from config.policy import Policy
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -89,7 +92,22 @@ def resolve_paths(policy: Policy, base_dir: str | os.PathLike[str]) -> Policy:
     batch = b.model_copy(
         update={"dir": _resolved(b.dir, base), "sqlite_path": _resolved(b.sqlite_path, base)}
     )
-    return policy.model_copy(update={"models": models, "billing": billing, "batch": batch})
+    tenancy = policy.tenancy.model_copy(update={"keys_file": _resolved(policy.tenancy.keys_file, base)})
+    return policy.model_copy(
+        update={"models": models, "billing": billing, "batch": batch, "tenancy": tenancy}
+    )
+
+
+def with_keys_file(policy: Policy, source: str) -> Policy:
+    """The policy with the digests of ``tenancy.keys_file`` merged into its tenants (``config.keys``)."""
+    path = policy.tenancy.keys_file
+    if path is None:
+        return policy
+    try:
+        tenancy = merge_keys(policy.tenancy, read_keys(path))
+    except KeysFileError as exc:
+        raise PolicyError(source, [("tenancy.keys_file", str(exc))]) from None
+    return policy.model_copy(update={"tenancy": tenancy})
 
 
 def _join(path: str, key: Any) -> str:
@@ -128,12 +146,14 @@ def parse_policy(
     *,
     base_dir: str | os.PathLike[str] | None = None,
     unset: str = "is not set",
+    keys: bool = True,
 ) -> Policy:
     """Parse policy YAML text into a validated ``Policy``; raise ``PolicyError`` otherwise.
 
     ``env``: the variables ``${...}`` may name (default: the process environment; ``unset`` explains a
     name that is not there). ``base_dir``: what relative file paths are relative to (default: as given,
-    i.e. the working directory)."""
+    i.e. the working directory). ``keys``: merge the keys file (``prefix-gateway keys`` reads the policy
+    without it, to edit the file)."""
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -150,10 +170,13 @@ def parse_policy(
     except ValidationError as exc:
         problems = [(_loc_to_path(e["loc"]), _explain(e)) for e in exc.errors()]
         raise PolicyError(source, problems) from None
-    return policy if base_dir is None else resolve_paths(policy, base_dir)
+    policy = policy if base_dir is None else resolve_paths(policy, base_dir)
+    return with_keys_file(policy, source) if keys else policy
 
 
-def load_policy(path: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> Policy:
+def load_policy(
+    path: str | os.PathLike[str], env: Mapping[str, str] | None = None, *, keys: bool = True
+) -> Policy:
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
@@ -161,7 +184,7 @@ def load_policy(path: str | os.PathLike[str], env: Mapping[str, str] | None = No
         raise PolicyError(str(p), [("", f"cannot read file: {exc.strerror or exc}")]) from None
     except UnicodeDecodeError:
         raise PolicyError(str(p), [("", "file is not UTF-8 text")]) from None
-    return parse_policy(text, str(p), env, base_dir=p.absolute().parent)
+    return parse_policy(text, str(p), env, base_dir=p.absolute().parent, keys=keys)
 
 
 EXAMPLES_DIR = Path(__file__).parent / "examples"

@@ -234,6 +234,13 @@ class TenantConfig(_Strict):
     id: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:-]+$", description="tenant id")
     api_key_sha256: list[str] = Field(default_factory=list, description="hex SHA-256 digests of API keys")
     group: str | None = Field(None, description="tenants of one group share a cache salt")
+    models: list[str] | None = Field(
+        None,
+        min_length=1,
+        description="the models (and LoRA adapters, by the name a client sends as model) this tenant may "
+        "call: names or glob patterns (llama-*); another model answers 404 model_not_found and "
+        "/v1/models lists only these; None: every model",
+    )
 
     @field_validator("api_key_sha256")
     @classmethod
@@ -256,6 +263,12 @@ class TenancyConfig(_Strict):
     trusted_header: str | None = Field(None, description="e.g. x-tenant-id, honoured from trusted_proxies")
     trusted_proxies: list[str] = Field(default_factory=list, description="peer addresses or CIDRs")
     tenants: list[TenantConfig] = Field(default_factory=list)
+    keys_file: str | None = Field(
+        None,
+        description="a YAML list of {tenant, name, sha256} (prefix-gateway keys create/revoke write it; "
+        "relative to the policy file): its digests join the named tenants' api_key_sha256; reloaded "
+        "with the policy (SIGHUP, reload.watch_interval_s, POST /admin/reload)",
+    )
 
     @model_validator(mode="after")
     def _unique(self) -> TenancyConfig:

@@ -22,6 +22,7 @@ from gateway.batch.runner import BatchLine, Send, Slot
 from gateway.errors import error_body
 from gateway.fleet.pools import Pool
 from gateway.pipeline.handler import call
+from gateway.pipeline.tenant import allows
 from router.tokenizers import Tokenizer
 
 if TYPE_CHECKING:
@@ -37,6 +38,9 @@ class PoolFleet:
 
     def serves(self, model: str) -> bool:
         return model in self._process.state.pools
+
+    def allows(self, tenant: str, model: str) -> bool:
+        return allows(self._process.state.tenants.tenant(tenant), model)
 
     def replicas(self, model: str) -> Sequence[str]:
         return [r.id for r in self._pool(model).router.replicas if r.healthy]

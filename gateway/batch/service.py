@@ -73,6 +73,10 @@ class Fleet(Protocol):
 
     def serves(self, model: str) -> bool: ...
 
+    def allows(self, tenant: str, model: str) -> bool:
+        """Whether the tenant may call the model (``tenancy.tenants[].models``)."""
+        ...
+
     def replicas(self, model: str) -> Sequence[str]:
         """Ids of the pool's replicas that may take requests now."""
         ...
@@ -311,7 +315,7 @@ class BatchService:
             validate_input,
             path,
             endpoint=rec.endpoint,
-            serves=self.fleet.serves,
+            serves=lambda model: self.fleet.serves(model) and self.fleet.allows(rec.tenant, model),
             max_file_bytes=lim.max_file_bytes,
             max_line_bytes=self.max_line_bytes,
             max_lines=lim.max_lines,

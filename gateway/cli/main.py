@@ -1,4 +1,4 @@
-"""``prefix-gateway`` command line: serve, check-config, sim, demo, usage, advise, batch, semantic."""
+"""``prefix-gateway`` command line: serve, check-config, sim, demo, usage, advise, batch, keys, semantic."""
 
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ from config.policy import ModelPoolConfig, Policy
 from config.routing import PolicyName
 from gateway.cli.advise import add_advise_command
 from gateway.cli.batch import add_batch_command
+from gateway.cli.keys import add_keys_command
 from gateway.cli.quickstart import DiscoveryError, policy_from_flags
 from gateway.cli.semantic import add_semantic_command, semantic_problems
 from gateway.cli.usage import add_usage_command
@@ -389,6 +390,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_usage_command(sub)
     add_advise_command(sub)
     add_batch_command(sub)
+    add_keys_command(sub)
     add_semantic_command(sub)
 
     demo = sub.add_parser("demo", help="gateway + 3 simulated replicas with the embedded local policy")

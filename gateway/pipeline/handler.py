@@ -49,7 +49,7 @@ from gateway.pipeline.context import RESENT, RequestContext
 from gateway.pipeline.lifecycle import Event
 from gateway.pipeline.parse import ENDPOINTS, parse_request, validate
 from gateway.pipeline.protocols import FRONTENDS
-from gateway.pipeline.tenant import Tenant
+from gateway.pipeline.tenant import Tenant, allows, not_accessible
 
 if TYPE_CHECKING:
     from gateway.pipeline.protocols.base import FrontEnd
@@ -139,11 +139,11 @@ async def _run(ctx: RequestContext, read: Awaitable[None]) -> web.StreamResponse
         await read
         assert ctx.parsed is not None
         await ctx.frontend.prepare(ctx)
+        if not allows(ctx.tenant, ctx.parsed.model):
+            raise not_accessible(ctx.parsed.model)
         ctx.pool, ctx.adapter = find_pool(state.pools, ctx.parsed.model)
         if ctx.pool is None:
-            raise GatewayError(
-                404, f"The model '{ctx.parsed.model}' does not exist", param="model", code="model_not_found"
-            )
+            raise not_accessible(ctx.parsed.model)
         billing.prepare(ctx)
         await billing.pin(ctx)
         await limits.admit(ctx)

@@ -8,11 +8,18 @@ The tenant label of metrics (``observability.tenant_labels``): the listed tenant
 the unlisted (bounded cardinality); ``hashed``, ``t-`` and 12 hex digits of an HMAC of the id under the
 server secret (a plain hash of a short name is reversed by guessing names); ``none``, ``all`` for every
 tenant, for operators whose monitoring must not tell tenants apart.
+
+A listed tenant's ``models`` (names or ``fnmatch`` glob patterns, matched case-sensitively against the
+name the client sends, a LoRA adapter's included) bound what it may call: ``allows``. A model outside
+them answers as OpenAI answers a model the key cannot use (404 ``model_not_found``, the same answer as a
+model that does not exist, so a key learns nothing of the models it may not use); ``None`` allows every
+model, as for unlisted tenants and the anonymous default when it is not listed.
 """
 
 from __future__ import annotations
 
 import base64
+import fnmatch
 import hashlib
 import hmac
 import ipaddress
@@ -34,6 +41,24 @@ class Tenant:
     salt: str
     listed: bool  # named in the policy (bounded metric-label cardinality)
     metric_label: str  # its tenant label in metrics (``metric_label``)
+    models: tuple[str, ...] | None = None  # names or glob patterns it may call; None: every model
+
+
+def allows(tenant: Tenant, model: str) -> bool:
+    """Whether ``tenant`` may call ``model`` (a pool's name or a LoRA adapter's)."""
+    if tenant.models is None:
+        return True
+    return any(fnmatch.fnmatchcase(model, pattern) for pattern in tenant.models)
+
+
+def not_accessible(model: str) -> GatewayError:
+    """OpenAI's answer to a model that does not exist or that the key may not use (the same answer)."""
+    return GatewayError(
+        404,
+        f"The model `{model}` does not exist or you do not have access to it.",
+        param="model",
+        code="model_not_found",
+    )
 
 
 OTHER_TENANT = "other"
@@ -97,7 +122,7 @@ class TenantResolver:
         self._by_id: dict[str, Tenant] = {}
         for t in cfg.tenants:
             group = t.group or t.id
-            tenant = self._make(t.id, group, listed=True)
+            tenant = self._make(t.id, group, listed=True, models=t.models)
             self._by_id[t.id] = tenant
             for digest in t.api_key_sha256:
                 self._by_digest[digest] = tenant
@@ -114,9 +139,10 @@ class TenantResolver:
             return self.default
         return self._make(tenant_id, tenant_id, listed=False)
 
-    def _make(self, tenant_id: str, group: str, *, listed: bool) -> Tenant:
+    def _make(self, tenant_id: str, group: str, *, listed: bool, models: list[str] | None = None) -> Tenant:
         label = metric_label(self._secret, self._labels, tenant_id, listed)
-        return Tenant(tenant_id, group, derive_salt(self._secret, group), listed, label)
+        allowed = None if models is None else tuple(models)
+        return Tenant(tenant_id, group, derive_salt(self._secret, group), listed, label, allowed)
 
     def label_of(self, label: str) -> str:
         """The metric label for a tenant id, or for ``other`` (the advisor's gauges are keyed by id)."""

@@ -14,7 +14,9 @@ A policy uploaded as the body of ``POST /admin/reload`` is not the operator's fi
 the environment variables the file policy lists in ``admin.upload_env`` (never the salt secret or a
 token by accident), its relative paths resolve against the policy file's directory, and it never
 becomes ``Process.file_policy`` (what public endpoints and the next upload's allow-list come from).
-Every reload loads the files the new policy names first (``process.preflight``).
+Every reload loads the files the new policy names first (``process.preflight``), the keys file
+(``tenancy.keys_file``) included: SIGHUP after ``keys revoke`` applies it, and the watch stamps the keys
+file as well as the policy file.
 """
 
 from __future__ import annotations
@@ -165,24 +167,30 @@ async def reload(process: Process, *, text: str | None = None, source: str = "si
     return ReloadResult(True, "ok", message, needs_restart=needs_restart)
 
 
+def _stat(path: str | None) -> tuple[float, int] | None:
+    if path is None:
+        return None
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_mtime, st.st_size)
+
+
 async def watch_file(process: Process, interval_s: float) -> None:
-    """Reload when the policy file's mtime (or size) changes; a ConfigMap update swaps a symlink, which
-    ``os.stat`` follows."""
+    """Reload when the policy file's mtime (or size) changes, or the keys file's (``tenancy.keys_file``
+    of the policy serving now); a ConfigMap update swaps a symlink, which ``os.stat`` follows."""
     path = process.policy_path
     if path is None:
         return
 
-    def stamp() -> tuple[float, int] | None:
-        try:
-            st = os.stat(path)
-        except OSError:
-            return None
-        return (st.st_mtime, st.st_size)
+    def stamp() -> tuple[tuple[float, int] | None, tuple[float, int] | None]:
+        return (_stat(path), _stat(process.file_policy.tenancy.keys_file))
 
     last = stamp()
     while True:
         await asyncio.sleep(interval_s)
         now = stamp()
-        if now is not None and now != last:
+        if now[0] is not None and now != last:
             last = now
             await reload(process, source="watch")

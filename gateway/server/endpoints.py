@@ -24,6 +24,7 @@ from gateway.pipeline.handler import handle
 from gateway.pipeline.parse import ENDPOINTS
 from gateway.pipeline.protocols import FRONTENDS, FrontEnd
 from gateway.pipeline.protocols import responses as responses_api
+from gateway.pipeline.tenant import allows
 from gateway.process.exposition import exposition
 from gateway.process.process import PROCESS, Process
 from gateway.server.batch_api import add_batch_routes
@@ -33,10 +34,11 @@ FRONTEND_BY_PATH: dict[str, FrontEnd] = {e.path: FRONTENDS[e.frontend] for e in 
 
 
 async def list_models(request: web.Request) -> web.Response:
-    """The policy's models and, as vLLM lists them, the LoRA adapters each serves (``parent``)."""
+    """The policy's models and, as vLLM lists them, the LoRA adapters each serves (``parent``): those the
+    caller's tenant may use (``tenancy.tenants[].models``)."""
     state = request.app[PROCESS].state
     try:
-        state.tenants.resolve(request.headers, request.remote)
+        tenant = state.tenants.resolve(request.headers, request.remote)
     except GatewayError as err:
         return error_response(err)
     created = int(time.time())
@@ -45,12 +47,20 @@ async def list_models(request: web.Request) -> web.Response:
     for name, pool in state.pools.items():
         if published.pool(name) is None:  # a model only an uploaded policy brought: not published
             continue
-        data.append(
-            {"id": name, "object": "model", "created": created, "owned_by": "prefix-gateway", "parent": None}
-        )
+        if allows(tenant, name):
+            data.append(
+                {
+                    "id": name,
+                    "object": "model",
+                    "created": created,
+                    "owned_by": "prefix-gateway",
+                    "parent": None,
+                }
+            )
         data.extend(
             {"id": a, "object": "model", "created": created, "owned_by": "prefix-gateway", "parent": name}
             for a in sorted(pool.adapters())
+            if allows(tenant, a)
         )
     return web.Response(body=orjson.dumps({"object": "list", "data": data}), content_type="application/json")
 

@@ -31,6 +31,9 @@ class StaticFleet:
     def serves(self, model: str) -> bool:
         return model in self._replicas
 
+    def allows(self, tenant: str, model: str) -> bool:
+        return True  # no tenancy here: the gateway's own fleet (PoolFleet) checks the tenant's models
+
     def replicas(self, model: str) -> Sequence[str]:
         return self._replicas[model]
 

@@ -12,7 +12,7 @@ from multidict import CIMultiDict
 
 from config.policy import TenancyConfig
 from gateway.errors import GatewayError
-from gateway.pipeline.tenant import TenantResolver, derive_salt
+from gateway.pipeline.tenant import TenantResolver, allows, derive_salt
 
 SECRET = b"s3cret"
 KEY_A = "sk-tenant-a"
@@ -113,3 +113,29 @@ def test_tenant_labels_name_hash_or_drop_the_tenant() -> None:
     assert alice != "t-" + hashlib.sha256(b"alice").hexdigest()[:12]
     assert hashed.label_of("stranger") == "other"
     assert {none.label_of(t) for t in ("alice", "bob", "stranger", "other")} == {"all"}
+
+
+def test_a_tenants_models_are_names_or_patterns_and_none_allows_every_model() -> None:
+    cfg = TenancyConfig.model_validate(
+        {
+            "default_tenant": "a",
+            "tenants": [
+                {"id": "a", "api_key_sha256": [digest(KEY_A)], "models": ["llama-8b", "sql-*"]},
+                {"id": "b", "api_key_sha256": [digest(KEY_B)]},
+            ],
+        }
+    )
+    r = TenantResolver(cfg, SECRET)
+    a = r.resolve(CIMultiDict({"Authorization": f"Bearer {KEY_A}"}), None)
+    assert [allows(a, m) for m in ("llama-8b", "sql-lora", "llama-70b", "LLAMA-8B", "llama-8b-x")] == [
+        True,
+        True,
+        False,
+        False,  # case-sensitive, as model names are
+        False,
+    ]
+    assert r.resolve(CIMultiDict(), None) is a  # the default tenant, when listed, has its list too
+    b = r.resolve(CIMultiDict({"x-api-key": KEY_B}), None)
+    assert allows(b, "anything") and allows(r.tenant("unlisted"), "anything")
+    with pytest.raises(ValueError):
+        TenancyConfig.model_validate({"tenants": [{"id": "c", "models": []}]})

@@ -144,6 +144,11 @@ class RedisGuard:
     def open(self) -> bool:
         return self.breaker.state == "open"
 
+    @property
+    def max_wait_s(self) -> float:
+        """The longest a call waits (pool queue included) while Redis answers other calls."""
+        return MAX_EXTENSIONS * self.deadline_s
+
     def refuse_if_open(self) -> None:
         if self.open:
             raise RedisUnavailable("Redis is not answering (breaker open): call not sent")

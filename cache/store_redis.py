@@ -39,17 +39,22 @@ def connect(
     connections instead of opening a thousand sockets and timing out on their handshakes, which would
     turn a stampede into cache misses; the wait counts in each call's deadline.
     """
+    guard = guard or RedisGuard()
     pool = aioredis.BlockingConnectionPool.from_url(
         url,
         max_connections=max_connections,
-        timeout=max(2.0, 4 * socket_timeout_s),
+        # The guard decides how long a call may wait (its deadlines, extended while Redis answers
+        # others); the pool's own wait is only a backstop past that: at 2 s it was shorter than the
+        # guard's 3 s (30 deadlines of 100 ms) and failed a queued burst on a busy machine as
+        # "No connection available" (tests/integration/test_redis_guard.py, the busy-process test).
+        timeout=max(2.0, 4 * socket_timeout_s, guard.max_wait_s + socket_timeout_s),
         socket_timeout=socket_timeout_s,
         socket_connect_timeout=socket_timeout_s,
         retry=Retry(NoBackoff(), 1),
         decode_responses=False,
     )
     # The client owns the pool: aclose() closes its connections (and stops the guard's probe).
-    return GuardedRedis.owning(pool, guard or RedisGuard())
+    return GuardedRedis.owning(pool, guard)
 
 
 def entry_key(prefix: str, key: str) -> str:

@@ -89,8 +89,9 @@ async def test_a_busy_process_is_not_a_stalled_redis(own_redis: RedisServer) -> 
     the wall-clock deadline while Redis answers every call in well under a millisecond: no call
     fails and the breaker stays closed (a plain deadline made a cold-cache stampede into misses)."""
     # The policy's default deadline (100 ms): a call may wait 30 of them (3 s) while Redis answers
-    # others, room for 300 calls through 4 connections on a loaded machine (20 ms deadlines, 0.6 s in
-    # all, failed there: the bound measured the test's own CPU, not Redis).
+    # others, the pool's own wait included (20 ms deadlines, 0.6 s in all, failed on a loaded machine:
+    # the bound measured the test's own CPU, not Redis; then the pool's 2 s wait, shorter than the
+    # guard's 3 s, failed calls as "No connection available": connect() now sizes it past the guard).
     guard = RedisGuard(op_timeout_ms=100, breaker_failures=3)
     client = connect(own_redis.url, max_connections=4, guard=guard)
     try:

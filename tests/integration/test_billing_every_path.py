@@ -374,12 +374,19 @@ async def test_a_batch_cancelled_mid_run_bills_the_lines_that_reached_a_replica(
         # ... and each is one row: exact for the answered lines, estimated for the aborted ones.
         rows = await eventually(lambda: rows_of(gw), lambda r: len(r) >= len(started))
         assert set(rows) == set(started)
-        assert {rid for rid, r in rows.items() if r.estimated} == aborted
+        # Every aborted line is estimated (no usage came). A line the replica finished while the cancel
+        # cut the gateway's read of its answer is estimated too (the usage was in the unread body): which
+        # lines those are is the cancel's timing, so the test allows them, at most the replica's tokens.
+        estimated = {rid for rid, r in rows.items() if r.estimated}
+        assert aborted <= estimated
+        assert all(started[rid]["outcome"] == "completed" for rid in estimated - aborted)
         for rid, row in rows.items():
             gen = started[rid]
             assert row.source == "batch"
             if rid in aborted:
                 assert 0 < row.prompt <= gen["prompt_tokens"] and row.completion == 0
+            elif rid in estimated:
+                assert 0 < row.prompt <= gen["prompt_tokens"] and row.completion <= gen["completion_tokens"]
             else:
                 assert (row.prompt, row.completion) == (gen["prompt_tokens"], gen["completion_tokens"])
 

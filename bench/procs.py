@@ -114,7 +114,13 @@ class Proc:
         return self.popen.returncode
 
 
-def wait_http(url: str, timeout: float = 20.0, proc: subprocess.Popen[bytes] | None = None) -> None:
+# How long a started process may take to answer its first /health: a gateway start is about 1.2 s of
+# CPU (imports), and a --workers 2 gateway three of them; on a two-core machine under a CPU hog and
+# four test workers that took more than 20 s (scripts/flake_sweep.sh). Only a failure waits this long.
+START_TIMEOUT_S = 90.0
+
+
+def wait_http(url: str, timeout: float = START_TIMEOUT_S, proc: subprocess.Popen[bytes] | None = None) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
@@ -199,10 +205,6 @@ def _workers(args: list[str]) -> int:
     return int(given) if given.isdigit() else os.cpu_count() or 1
 
 
-# How long a started process may take to answer its first /health: a gateway start is about 1.2 s of
-# CPU (imports), and a --workers 2 gateway three of them; on a two-core machine under a CPU hog and
-# four test workers that took more than 20 s (scripts/flake_sweep.sh). Only a failure waits this long.
-START_TIMEOUT_S = 90.0
 
 
 def _wait_or_stop(proc: Proc, health_urls: list[str]) -> None:

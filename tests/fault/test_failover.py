@@ -53,7 +53,9 @@ async def test_replica_down_at_start_is_ejected_then_readmitted(monkeypatch) -> 
     port = free_port()
     async with sim_fleet(1) as fleet:
         urls = [fleet.urls[0], f"http://127.0.0.1:{port}"]
-        policy = policy_for(urls, health={"interval_s": 0.1, "timeout_s": 0.5, "fails_to_eject": 1})
+        # r1's port refuses at once; a 5 s timeout keeps a healthy r0 that a loaded machine answers
+        # slowly from being ejected by its first late check (0.5 s did, once, under load 11).
+        policy = policy_for(urls, health={"interval_s": 0.1, "timeout_s": 5.0, "fails_to_eject": 1})
         async with gateway_with(policy) as gw, aiohttp.ClientSession() as s:
 
             async def r1_state() -> dict:

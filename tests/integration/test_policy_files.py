@@ -17,12 +17,15 @@ import yaml
 
 from bench.procs import free_port, running, start_gateway, start_sim
 from tests.fault.support import ADMIN, ADMIN_TOKEN, gateway_with
+from tests.support.cli import run_cli
 from tests.support.stack import policy_for, sim_fleet
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "kv_events"
 
 
 def gateway_cmd(*args: str, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """A real process, from another directory (``serve``); the other commands run in this process
+    (``run_cli``, with the same ``cwd``)."""
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
     return subprocess.run(
         [sys.executable, "-m", "gateway", *args],
@@ -57,7 +60,7 @@ def test_a_missing_tokenizer_fails_check_config_and_serve_naming_policy_and_file
         tmp_path / "p.yaml", {"tokenizer": {"kind": "hf", "path": "no/such/tokenizer.json"}}
     )
     missing = str(tmp_path / "no" / "such" / "tokenizer.json")
-    check = gateway_cmd("check-config", str(policy), cwd=tmp_path.parent)
+    check = run_cli("check-config", str(policy), cwd=tmp_path.parent)
     assert check.returncode == 1
     for needle in (str(policy), "models[0].routing.tokenizer.path", missing):
         assert needle in check.stderr, check.stderr
@@ -77,7 +80,7 @@ def test_precise_pool_without_its_chat_template_fails_check_config(tmp_path: Pat
         "engine_block_size": 16,
         "tokenizer": {"kind": "hf", "path": "model/tokenizer.json"},
     }
-    check = gateway_cmd("check-config", str(write_policy(tmp_path / "p.yaml", routing)), cwd=Path("/"))
+    check = run_cli("check-config", str(write_policy(tmp_path / "p.yaml", routing)), cwd=Path("/"))
     assert check.returncode == 1
     assert "models[0].routing.chat_template" in check.stderr
     assert str(model / "tokenizer_config.json") in check.stderr
@@ -94,7 +97,7 @@ def test_relative_paths_resolve_against_the_policy_directory(tmp_path: Path) -> 
     policy = write_policy(tmp_path / "conf" / "p.yaml", routing)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    check = gateway_cmd("check-config", str(policy), cwd=elsewhere)
+    check = run_cli("check-config", str(policy), cwd=elsewhere)
     assert check.returncode == 0, check.stderr
 
 
@@ -121,7 +124,7 @@ def test_usage_from_another_directory_reads_the_ledger_the_gateway_wrote(tmp_pat
                 }
                 assert c.post(gw.url + "/v1/chat/completions", json=body).status_code == 200
     assert (conf / "var" / "ledger.db").is_file()
-    report = gateway_cmd("usage", "--config", str(policy), "--format", "json", cwd=report_dir)
+    report = run_cli("usage", "--config", str(policy), "--format", "json", cwd=report_dir)
     assert report.returncode == 0, report.stderr
     assert json.loads(report.stdout)["totals"]["requests"] == 3
     assert not (report_dir / "var").exists()
@@ -131,7 +134,7 @@ def test_usage_of_a_ledger_that_does_not_exist_is_an_error_not_an_empty_report(t
     policy = write_policy(
         tmp_path / "p.yaml", {"policy": "round_robin"}, billing={"ledger": {"path": "nothing-here.db"}}
     )
-    report = gateway_cmd("usage", "--config", str(policy), cwd=tmp_path)
+    report = run_cli("usage", "--config", str(policy), cwd=tmp_path)
     assert report.returncode == 1
     assert str(tmp_path / "nothing-here.db") in report.stderr
     assert not (tmp_path / "nothing-here.db").exists()

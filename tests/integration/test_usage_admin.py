@@ -13,6 +13,7 @@ import aiohttp
 import pytest
 import yaml
 
+from tests.support.cli import run_cli
 from tests.support.stack import gateway, policy_for, sim_fleet
 
 TOKEN = "admin-secret"
@@ -91,41 +92,19 @@ def test_usage_cli_reads_the_sqlite_ledger(tmp_path: Path) -> None:
     )
     assert table.returncode == 0, table.stderr
     assert "alpha" in table.stdout and "beta" in table.stdout and "total: 2 requests" in table.stdout
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "gateway",
-            "usage",
-            "--config",
-            str(policy_file),
-            "--format",
-            "csv",
-            "--tenant",
-            "alpha",
-        ],
-        capture_output=True,
-        text=True,
-    )
+    # The first command above ran as a user runs it; the rest in this process (tests/support/cli.py).
+    out = run_cli("usage", "--config", str(policy_file), "--format", "csv", "--tenant", "alpha")
     rows = list(csv.DictReader(io.StringIO(out.stdout)))
     assert len(rows) == 1 and rows[0]["tenant"] == "alpha" and rows[0]["output"] == "8"
     assert rows[0]["currency"] == "USD"
-    bad = subprocess.run(
-        [sys.executable, "-m", "gateway", "usage", "--config", str(policy_file), "--since", "yesterday"],
-        capture_output=True,
-        text=True,
-    )
+    bad = run_cli("usage", "--config", str(policy_file), "--since", "yesterday")
     assert bad.returncode == 1 and "--since" in bad.stderr
     # issue 31, item 6: the ledger by its path, without the policy (the demo's ./var/ledger.db)
-    by_path = subprocess.run(
-        [sys.executable, "-m", "gateway", "usage", "--ledger", str(ledger)], capture_output=True, text=True
-    )
+    by_path = run_cli("usage", "--ledger", str(ledger))
     assert by_path.returncode == 0, by_path.stderr
     assert "alpha" in by_path.stdout and "total: 2 requests" in by_path.stdout
     for args in (["--ledger", str(ledger.parent / "nothing.db")], []):
-        missing = subprocess.run(
-            [sys.executable, "-m", "gateway", "usage", *args], capture_output=True, text=True
-        )
+        missing = run_cli("usage", *args)
         assert missing.returncode == 1 and "Traceback" not in missing.stderr
         assert ("no SQLite ledger" if args else "--ledger PATH") in missing.stderr, missing.stderr
 

@@ -11,6 +11,7 @@ import pytest
 
 from config import PolicyError, load_policy, parse_policy
 from config.loader import EXAMPLES_DIR
+from tests.support.cli import Ran, run_cli
 from tests.support.ports import free_port
 
 EXAMPLES = sorted(EXAMPLES_DIR.glob("*.yaml"))
@@ -55,15 +56,10 @@ def test_no_example_carries_a_usable_default_credential(path: Path) -> None:
     assert not [d for t in policy.tenancy.tenants for d in t.api_key_sha256], path
 
 
-def _check_config(path: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    base = {k: v for k, v in os.environ.items() if k not in EXAMPLE_ENV}
-    return subprocess.run(
-        [sys.executable, "-m", "gateway", "check-config", str(path)],
-        capture_output=True,
-        text=True,
-        env={**base, **(env or {})},
-        timeout=60,
-    )
+def _check_config(path: Path, env: dict[str, str] | None = None) -> Ran:
+    """``prefix-gateway check-config PATH`` without the examples' variables unless ``env`` gives them
+    (in this process: the boundary is ``test_check_config_cli``'s)."""
+    return run_cli("check-config", str(path), env=env, unset=EXAMPLE_ENV)
 
 
 def test_check_config_on_the_examples_warns_about_anonymous_access_off_loopback() -> None:

@@ -7,6 +7,7 @@ an import into a function; only imports under ``if TYPE_CHECKING:`` are left out
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -84,7 +85,9 @@ def imports_of(path: Path, name: str, modules: dict[str, Path]) -> set[str]:
     return found
 
 
+@functools.cache
 def graph() -> dict[str, set[str]]:
+    """Read once per test process (four tests read it; each read parses every module)."""
     modules = project_modules()
     return {name: imports_of(path, name, modules) for name, path in modules.items()}
 

@@ -3,8 +3,6 @@ keep an operator from writing them (dangerous fillers, YAML booleans, rules comp
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +14,7 @@ from cache.semantic.vocab import dangerous_fillers
 from config import PolicyError, load_policy, parse_policy
 from config.loader import example_path
 from config.semantic import EmbeddingConfig, SemanticConfig
+from tests.support.cli import run_cli
 
 POLICY_PATH = example_path("semantic-ecommerce")
 CFG = load_policy(POLICY_PATH, env={}).cache.semantic
@@ -149,14 +148,12 @@ def test_an_unquoted_yaml_boolean_in_fillers_says_to_quote_it() -> None:
 def test_check_config_names_the_dangerous_fillers(tmp_path: Path) -> None:
     path = tmp_path / "p.yaml"
     path.write_text(_semantic_policy("- the\n    - battery\n    - 电池\n"), encoding="utf-8")
-    run = subprocess.run([sys.executable, "-m", "gateway", "check-config", str(path)],
-                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    run = run_cli("check-config", str(path))
     assert run.returncode == 0, run.stderr
     assert "warning: cache.semantic.fillers[1]: 'battery'" in run.stderr
     assert "warning: cache.semantic.fillers[2]: '电池'" in run.stderr
     assert "'the'" not in run.stderr
-    ok = subprocess.run([sys.executable, "-m", "gateway", "check-config", str(POLICY_PATH)],
-                        capture_output=True, text=True, timeout=60)  # fmt: skip
+    ok = run_cli("check-config", str(POLICY_PATH))
     assert ok.returncode == 0 and "fillers" not in ok.stderr, ok.stderr
 
 
@@ -168,17 +165,13 @@ def test_check_config_compiles_the_rules_like_a_started_gateway(tmp_path: Path) 
                            "cache": {"semantic": sem}}, allow_unicode=True)  # fmt: skip
     path.write_text(text, encoding="utf-8")
     SemanticConfig.model_validate(sem)  # structurally valid
-    run = subprocess.run([sys.executable, "-m", "gateway", "check-config", str(path)],
-                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    run = run_cli("check-config", str(path))
     assert run.returncode == 1 and "cache.semantic" in run.stderr and "belongs to" in run.stderr, run.stderr
 
 
 def test_semantic_explain_prints_fingerprints_and_whether_questions_share_an_answer() -> None:
-    run = subprocess.run(
-        [sys.executable, "-m", "gateway", "semantic", "explain", "--config", str(POLICY_PATH),
-         "How much is the Pixel 8?", "How much is the Pixel 8 battery?", "pixel 8 price"],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    run = run_cli("semantic", "explain", "--config", str(POLICY_PATH),
+                  "How much is the Pixel 8?", "How much is the Pixel 8 battery?", "pixel 8 price")  # fmt: skip
     assert run.returncode == 0, run.stderr
     out = run.stdout
     assert "intent: query_price" in out and "slots: {'product': 'pixel8'}" in out

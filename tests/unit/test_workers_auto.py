@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from gateway.cli.main import build_parser
 from gateway.process.workers import parse_workers, usable_cpus
 
 
@@ -25,9 +26,11 @@ def test_auto_follows_the_affinity_mask() -> None:
 
 
 @pytest.mark.parametrize("value", ["0", "-2", "many"])
-def test_a_bad_count_is_a_usage_error(value: str) -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "gateway", "serve", "--workers", value], capture_output=True, text=True
-    )
-    assert out.returncode == 2
-    assert "--workers" in out.stderr and "auto" in out.stderr
+def test_a_bad_count_is_a_usage_error(value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """The parser ``prefix-gateway serve`` runs refuses it (exit 2, argparse's usage error) before
+    anything starts; parsed here, not in a started CLI, so a regression fails instead of serving."""
+    with pytest.raises(SystemExit) as exit_:
+        build_parser().parse_args(["serve", "--workers", value])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "--workers" in err and "auto" in err

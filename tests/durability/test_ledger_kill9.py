@@ -110,8 +110,12 @@ def test_kill9_loses_no_completed_request(tmp_path: Path, concurrency: int, ledg
         load = Load()
 
         async def scenario() -> int:
-            task = asyncio.create_task(load_until_killed(gw.url, 10.0, completed, concurrency, load))
-            await asyncio.sleep(2.0)
+            task = asyncio.create_task(load_until_killed(gw.url, 60.0, completed, concurrency, load))
+            # The kill lands under load, once a fair number of answers (and their rows) are behind it:
+            # counted, not timed (2 s of load was 40 answers on a loaded machine, 400 on a quiet one).
+            deadline = time.monotonic() + 45
+            while len(completed) <= 60 and time.monotonic() < deadline and not task.done():
+                await asyncio.sleep(0.02)
             in_flight = load.in_flight
             gw.popen.send_signal(signal.SIGKILL)
             await task

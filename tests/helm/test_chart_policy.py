@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 from tests.helm.chart import FULLNAME, ROOT, VALUE_SETS, env_of, gateway_container, only, policy_text, render
+from tests.support.cli import Ran, run_cli
 
 # What the pod's environment supplies to ${...} references of the example policies.
 POD_ENV = {
@@ -23,17 +21,10 @@ POD_ENV = {
 }
 
 
-def check_config(path: Path, extra_env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    """Run the gateway's own validator, as an operator would (`prefix-gateway check-config FILE`)."""
-    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"} | POD_ENV | extra_env
-    return subprocess.run(
-        [sys.executable, "-m", "gateway", "check-config", str(path)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+def check_config(path: Path, extra_env: dict[str, str]) -> Ran:
+    """The gateway's own validator, as an operator runs it (`prefix-gateway check-config FILE`, with
+    the pod's environment), in this process (tests/support/cli.py)."""
+    return run_cli("check-config", str(path), env=POD_ENV | extra_env, unset=("REDIS_URL",), cwd=ROOT)
 
 
 def redis_env(label: str) -> dict[str, str]:

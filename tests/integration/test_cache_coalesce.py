@@ -10,6 +10,7 @@ import pytest
 from cache.coalesce import Coalescer, FlightFailed
 from cache.entry import make_entry
 from cache.store_redis import RedisStore, connect
+from tests.fault.support import wait_for
 
 
 def answer(text: str) -> dict[str, Any]:
@@ -237,8 +238,9 @@ async def test_only_one_leader_across_two_pods(pods) -> None:
             return await flight.result()
 
     tasks = [asyncio.create_task(request(pod_a if i % 2 else pod_b, f"r{i}")) for i in range(20)]
-    await asyncio.sleep(0.2)
     stats = [pod_a.stats, pod_b.stats]
+    # Every request has taken its role (the leader is held by ``release``): then the split is asserted.
+    await wait_for(lambda: sum(s.leaders + s.remote_followers + s.followers for s in stats) == 20)
     assert sum(s.leaders for s in stats) == 1
     assert sum(s.remote_followers for s in stats) == 1  # the other pod waits once, its requests follow it
     assert sum(s.followers for s in stats) == 18

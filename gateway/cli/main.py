@@ -19,8 +19,6 @@ from pathlib import Path
 
 import orjson
 
-from bench.sim import SimConfig, start_replicas
-from bench.sim import cli as sim_cli
 from config import PolicyError, load_policy, parse_policy
 from config.checks import metrics_token_problem, policy_warnings, secret_problem
 from config.loader import example_path
@@ -38,6 +36,8 @@ from gateway.process.process import PROCESS
 from gateway.process.reload import reload
 from gateway.process.workers import WORKER_ENV, parse_workers, supervise
 from gateway.server.app import serve
+from sim import SimConfig, start_replicas
+from sim import cli as sim_cli
 
 log = logging.getLogger("prefix_gateway")
 

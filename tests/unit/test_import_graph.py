@@ -10,7 +10,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("config", "router", "cache", "gateway", "bench", "scripts")
+PACKAGES = ("config", "router", "cache", "gateway", "sim", "bench", "scripts")
 
 # gateway's sub-packages, lowest first: a module may import its own layer and those below it.
 GATEWAY_LAYERS = (

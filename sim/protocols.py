@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
-from bench.sim.http import BadRequest
-from bench.sim.prompt import PromptError
-from bench.sim.state import Replica
+from sim.http import BadRequest
+from sim.prompt import PromptError
+from sim.state import Replica
 
 if TYPE_CHECKING:
-    from bench.sim.server import _Job
+    from sim.server import _Job
 
 
 def _event(kind: str, data: dict[str, Any]) -> bytes:

@@ -198,8 +198,8 @@ def run(args: argparse.Namespace) -> int:
         return 1
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sim", description="Simulated vLLM replicas.")
+def main(argv: list[str] | None = None, prog: str = "python -m sim") -> int:
+    parser = argparse.ArgumentParser(prog=prog, description="Simulated vLLM replicas.")
     add_arguments(parser)
     return run(parser.parse_args(argv))
 

@@ -136,7 +136,7 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_graph_is_read_from_the_source() -> None:
     edges = graph()
-    assert "gateway.server.app" in edges["gateway.cli.main"]
+    assert "gateway.server.app" in edges["gateway.cli.lifecycle"]
     assert "router.pool" in edges["gateway.fleet.pools"]
     # an import under TYPE_CHECKING is not an edge
     assert "gateway.process.process" not in edges["gateway.fleet.probes"]

@@ -25,7 +25,7 @@ COPY gateway ./gateway
 COPY router ./router
 COPY cache ./cache
 COPY config ./config
-COPY bench ./bench
+COPY sim ./sim
 RUN pip --python /opt/venv/bin/python install --no-compile ".${EXTRAS:+[$EXTRAS]}" \
     && /opt/venv/bin/python -m compileall -q /opt/venv/lib \
     && /opt/venv/bin/prefix-gateway --help > /dev/null

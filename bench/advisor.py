@@ -16,7 +16,7 @@ Synthetic tenants with known layouts (``LAYOUTS``), each with ``--requests`` cha
 - ``good_layout``: a 600-token system prompt first, the variable question last.
 
 1. The traffic as it is goes through a real gateway process (``prefix-gateway serve``, billing on,
-   SQLite ledger in a temp dir, ``prefix_affinity``) in front of simulated replicas (``bench.sim``, 2
+   SQLite ledger in a temp dir, ``prefix_affinity``) in front of simulated replicas (``sim/``, 2
    replicas, speed 0), tenants interleaved, one request at a time; the same prompts go to an in-process
    ``Advisor`` (sample rate 1), rendered and hashed as the router does, and the gateway's own advisor
    (sample rate 1, ``GET /admin/advice``) must find the same kinds.

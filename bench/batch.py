@@ -2,7 +2,7 @@
 
     python -m bench.batch [--quick] [--write] [--speed S] [--variants V ...]
 
-One simulator process serves ``--replicas`` (4) engine-model replicas (``bench.sim --mode engine``: vLLM
+One simulator process serves ``--replicas`` (4) engine-model replicas (``python -m sim --mode engine``: vLLM
 V1's scheduler, paged KV with its prefix cache, Llama-3-8B step costs on an A100), each with a KV cache
 of ``--kv-blocks`` blocks (1,536: 24,576 tokens, a fifth of the batch's templates, so the fleet's KV
 holds 0.8 of them). The batch is ``bench.batch_workload``'s: 5,000 chat requests from 50 templates of
@@ -65,8 +65,8 @@ from bench.batch_workload import URL, BatchWorkload, make_batch
 from bench.oracle import oracle
 from bench.procs import Proc, running, start_gateway, start_sim
 from bench.report import percentile, table, write_section
-from bench.sim.config import SimConfig
-from bench.sim.engine import EngineCosts
+from sim.config import SimConfig
+from sim.engine import EngineCosts
 
 VARIANTS = ("online", "prefix", "prefix@0.25", "prefix/1", "prefix@1/2", "fifo", "run_batch")
 KINDS = ("online", "prefix", "fifo", "run_batch")

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import redis.asyncio as aioredis
 
+from bench.redis_server import RedisServer
 from cache.billing.explicit import MemoryExplicitRegistry, RedisExplicitRegistry
 from cache.billing.ledger_redis import RedisLedger
 from cache.billing.ledger_sqlite import SqliteLedger
@@ -103,8 +104,6 @@ async def main(records: int, concurrency: int) -> None:
                 f"sqlite ledger ({sync:6s}): {r:8.0f} records/s, {records / led.commits:5.1f} records/commit"
             )
             await led.close()
-
-    from tests.support.redis_server import RedisServer
 
     server = RedisServer()
     server.start()

@@ -20,8 +20,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from bench.sim.kvcache import block_hashes, count_tokens
-from bench.sim.prompt import render_chat
+from sim.kvcache import block_hashes, count_tokens
+from sim.prompt import render_chat
 
 
 @dataclass(frozen=True, slots=True)

@@ -292,7 +292,9 @@ def report_head(args: argparse.Namespace, capacity: int) -> str:
 
 async def amain(args: argparse.Namespace) -> int:
     bind = f"tcp://127.0.0.1:{free_port()}"
-    specs = R.fleet_specs(2, bind, kv_bytes=args.kv_bytes, block_size=BLOCK, dev_mode=True)
+    specs = R.fleet_specs(
+        2, bind, free_port=free_port, kv_bytes=args.kv_bytes, block_size=BLOCK, dev_mode=True
+    )
     replicas = [R.start(s) for s in specs]
     try:
         R.wait_ready(replicas)

@@ -11,7 +11,7 @@ replicas' KV block, and the capacity the gateway's policy names (the engine's, n
 default set): 16 shared prompts of 1.6k tokens under Zipf s = 0.9, KV for about 3 a replica.
 
 Each workload runs once per router, one after another, on the same simulated replicas (the engine
-model of ``bench.sim``: vLLM V1's scheduler and paged KV cache, step costs of Llama-3-8B on an
+model of ``sim/``: vLLM V1's scheduler and paged KV cache, step costs of Llama-3-8B on an
 A100-80GB), with their caches and counters reset in between. The routers: this gateway with a routing
 policy (a fresh ``prefix-gateway serve --config`` process each time, replicas named with their real
 KV capacity, everything else as a new user leaves it), and the peers users compare it with, installed

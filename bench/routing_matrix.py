@@ -38,8 +38,8 @@ from bench import traces, workloads
 from bench.oracle import oracle
 from bench.report import table, write_section
 from bench.routing_offline import OfflineResult, replay
-from bench.sim.engine import BlockPool, Engine, EngineConfig, EngineCosts, EngineRequest
 from config.routing import RoutingConfig
+from sim.engine import BlockPool, Engine, EngineConfig, EngineCosts, EngineRequest
 
 HELDOUT_OFFSET = 6000  # first record of the held-out window of the trace
 TIER_FACTOR = 2  # CPU tier blocks per GPU block

@@ -3,7 +3,7 @@
     python -m bench.routing_offline --trace PATH [--format mooncake] [--requests 4000] [--kv 0.25]
         [--policies P ...] [--replicas 4] [--token-scale 8] [--rate 1]
 
-No processes and no sockets: ``router.pool.PoolRouter`` decides, ``bench.sim.engine.Engine`` replicas
+No processes and no sockets: ``router.pool.PoolRouter`` decides, ``sim.engine.Engine`` replicas
 serve, one event queue orders arrivals, step ends and the gateway's metric scrapes in model time, and
 the router hears what the gateway would tell it (first byte, end of answer with the replica's
 ``cached_tokens``, a scrape of running/waiting every ``scrape_interval_s``). Deterministic for a seed,
@@ -27,13 +27,13 @@ from pathlib import Path
 from bench import workloads
 from bench.oracle import oracle
 from bench.report import percentile
-from bench.sim.engine import Engine, EngineConfig, EngineCosts, EngineRequest
-from bench.sim.kvcache import block_hashes, count_tokens
-from bench.sim.prompt import render_chat
 from config.routing import RoutingConfig
 from router.pool import PoolRouter
 from router.replica import ReplicaState
 from router.types import Decision, RouteRequest
+from sim.engine import Engine, EngineConfig, EngineCosts, EngineRequest
+from sim.kvcache import block_hashes, count_tokens
+from sim.prompt import render_chat
 
 _ARRIVE, _STEP, _SCRAPE, _SHARE, _PREFILL_DUE = 0, 1, 2, 3, 4
 SHARES = ("none", "index", "index+prefill", "index+load", "merged")

@@ -32,7 +32,6 @@ import aiohttp
 import orjson
 
 from bench.redis_server import RedisServer
-from bench.sim import SimConfig, start_replicas
 from cache.semantic.embedder import Embedder
 from cache.semantic.layer import SemanticLayer
 from cache.semantic.route import SemanticRoute
@@ -41,6 +40,7 @@ from cache.semantic.store_redis import RedisSemanticStore
 from cache.store_redis import connect
 from config import load_policy
 from config.semantic import AdmissionConfig, EmbeddingConfig, GuardConfig, SemanticConfig
+from sim import SimConfig, start_replicas
 
 MODEL = "sim-llama"
 EMBED_MODEL = "all-minilm-l6-v2"

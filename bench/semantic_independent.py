@@ -28,12 +28,12 @@ import orjson
 
 from bench.report import write_section
 from bench.semantic import EMBED_MODEL, MODEL, SALT, SECRET, MemoEmbedder, answer, chat, embedding_config
-from bench.sim import SimConfig, start_replicas
 from cache.semantic.embedder import Embedder
 from cache.semantic.layer import SemanticLayer
 from cache.semantic.route import SemanticRoute
 from cache.semantic.store import MemorySemanticStore
 from config import load_policy
+from sim import SimConfig, start_replicas
 
 DATA = Path("bench/data/semantic_independent.jsonl")
 

@@ -25,7 +25,7 @@ issue's 5,000-line batch of 50 templates on 4 replicas):
   arrival order (LiteLLM, AIBrix) spreads each group over every replica; llm-d sorts by an exact hash
   of the system prompt, so prompts that share only a preamble are not neighbours.
 - **Waits.** Engines look a prefix up when they admit a request and cache it once its prefill is done
-  (vLLM's automatic prefix caching; ``bench/sim``): the first C lines of a group sent at once would all
+  (vLLM's automatic prefix caching; ``sim/``): the first C lines of a group sent at once would all
   prefill its prefix. A line therefore waits for the line of its range that first prefills its deepest
   shared block (the previous line with a shorter common prefix: a monotonic stack, O(n)) when that brings
   it at least ``warm_tokens``. The runner pipelines the wait behind the previous group's tail.

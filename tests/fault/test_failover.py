@@ -11,8 +11,8 @@ import orjson
 import pytest
 
 from bench.procs import free_port
-from bench.sim import SimConfig
-from bench.sim.fleet import start_replica
+from sim import SimConfig
+from sim.fleet import start_replica
 from tests.fault.support import ADMIN_TOKEN, admin_replicas, chat, gateway_with, post, wait_for
 from tests.support.stack import policy_for, sim_faults, sim_fleet, sim_requests
 

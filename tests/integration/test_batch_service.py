@@ -19,8 +19,6 @@ import redis.asyncio as aioredis
 
 from bench.batch_workload import URL
 from bench.oracle import oracle
-from bench.sim.config import SimConfig
-from bench.sim.fleet import Fleet, start_replicas
 from config.batch import BatchConfig
 from gateway.batch.files import FileStore
 from gateway.batch.objects import line_id
@@ -32,6 +30,8 @@ from gateway.batch.store_sqlite import SqliteJobStore
 from gateway.errors import GatewayError
 from router.batch_plan import reserved_for_online
 from router.types import OnlineReserve
+from sim.config import SimConfig
+from sim.fleet import Fleet, start_replicas
 from tests.support.batch import StaticFleet, chunks, http_send, small_batch, with_a_bad_line
 
 MODEL = "sim-llama"

@@ -8,11 +8,11 @@ import asyncio
 import aiohttp
 import pytest
 
-from bench.sim.config import SimConfig
-from bench.sim.fleet import start_replicas
 from config.policy import Policy
 from router.policies.base import PickContext
 from router.types import RouteRequest
+from sim.config import SimConfig
+from sim.fleet import start_replicas
 from tests.support.stack import gateway, policy_for, sim_requests
 
 PROMPT = "A long shared question about routing LoRA adapters behind one gateway. " * 4

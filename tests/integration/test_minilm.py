@@ -12,9 +12,9 @@ import math
 import aiohttp
 import pytest
 
-from bench.sim import SimConfig, start_replicas
 from cache.semantic.embedder import Embedder
 from cache.semantic.embedding import cosine, unit
+from sim import SimConfig, start_replicas
 
 pytestmark = pytest.mark.minilm
 

@@ -9,7 +9,6 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from bench.sim import SimConfig, start_replicas
 from cache.entry import make_entry
 from cache.keys import cache_key
 from cache.semantic.embedder import Embedder, EmbedderError
@@ -22,6 +21,7 @@ from cache.store_redis import RedisStore, connect
 from config import load_policy
 from config.loader import example_path
 from config.semantic import EmbeddingConfig
+from sim import SimConfig, start_replicas
 
 MODEL = "sim-llama"
 CFG = load_policy(example_path("semantic-ecommerce"), env={}).cache.semantic

@@ -1,4 +1,4 @@
-"""``python -m bench.sim`` as a real process, and the argparse wiring the gateway CLI reuses."""
+"""``python -m sim`` as a real process, and the argparse wiring the gateway CLI reuses."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench.sim.cli import add_arguments, config_from_args
-from bench.sim.engine import EngineCosts
+from sim.cli import add_arguments, config_from_args
+from sim.engine import EngineCosts
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -75,10 +75,10 @@ def test_engine_arguments_and_token_scale() -> None:
         config_from_args(parser.parse_args(["--mode", "simple", "--token-scale", "2"]))
 
 
-def test_python_m_bench_sim_serves_until_sigterm() -> None:
+def test_python_m_sim_serves_until_sigterm() -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "bench.sim", "--replicas", "2", "--base-port", "0", "--speed", "0"],
+        [sys.executable, "-m", "sim", "--replicas", "2", "--base-port", "0", "--speed", "0"],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,
@@ -107,7 +107,7 @@ def test_python_m_bench_sim_serves_until_sigterm() -> None:
 
 def test_bad_settings_exit_with_an_error() -> None:
     r = subprocess.run(
-        [sys.executable, "-m", "bench.sim", "--block-size", "0", "--base-port", "0"],
+        [sys.executable, "-m", "sim", "--block-size", "0", "--base-port", "0"],
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         capture_output=True,

@@ -11,7 +11,7 @@ import aiohttp
 import orjson
 import pytest
 
-from bench.sim import Faults, Fleet, SimConfig, start_replicas
+from sim import Faults, Fleet, SimConfig, start_replicas
 
 SLOW_DECODE = {
     "mode": "simple",

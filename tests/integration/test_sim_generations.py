@@ -11,7 +11,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from bench.sim import Fleet, SimConfig, start_replicas
+from sim import Fleet, SimConfig, start_replicas
 
 SLOW_DECODE = {"mode": "simple", "speed": 1.0, "overhead_s": 0.0, "decode_s_per_token": 0.05}
 

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 import openai
 import pytest
 
-from bench.sim import Fleet, SimConfig, start_replicas
+from sim import Fleet, SimConfig, start_replicas
 
 
 @pytest.fixture

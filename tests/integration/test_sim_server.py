@@ -11,7 +11,7 @@ import aiohttp
 import orjson
 import pytest
 
-from bench.sim import Fleet, SimConfig, start_replicas
+from sim import Fleet, SimConfig, start_replicas
 
 FAST = {"speed": 0.0, "mode": "simple"}
 

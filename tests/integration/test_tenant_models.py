@@ -18,9 +18,9 @@ import openai
 import orjson
 import pytest
 
-from bench.sim.config import SimConfig
-from bench.sim.fleet import start_replicas
 from config.policy import Policy
+from sim.config import SimConfig
+from sim.fleet import start_replicas
 from tests.support.stack import Gateway, gateway, policy_for
 
 KEYS = {"small": "sk-small", "nolora": "sk-nolora", "all": "sk-all"}

@@ -41,7 +41,7 @@ class Fleet:
 def fleet() -> Iterator[Fleet]:
     R.check_installed()  # a missing setup is a failure, not a skip
     bind = f"tcp://127.0.0.1:{free_port()}"
-    specs = R.fleet_specs(2, bind, block_size=BLOCK, kv_bytes=KV_BYTES)
+    specs = R.fleet_specs(2, bind, free_port=free_port, block_size=BLOCK, kv_bytes=KV_BYTES)
     started = [R.start(s) for s in specs]
     try:
         R.wait_ready(started)

@@ -16,6 +16,7 @@ from config.policy import Policy
 from scripts.vllm_cpu import replicas as R
 from tests.real_vllm.conftest import BLOCK, KV_BYTES, Fleet, policy
 from tests.real_vllm.test_real_vllm import chat, post, system_prompt
+from tests.support.ports import free_port
 from tests.support.stack import gateway
 
 pytestmark = pytest.mark.real_vllm
@@ -24,7 +25,7 @@ pytestmark = pytest.mark.real_vllm
 @pytest.fixture(scope="module")
 def bound_fleet() -> Iterator[Fleet]:
     R.check_installed()
-    specs = R.fleet_specs(2, bind_events=True, block_size=BLOCK, kv_bytes=KV_BYTES)
+    specs = R.fleet_specs(2, bind_events=True, free_port=free_port, block_size=BLOCK, kv_bytes=KV_BYTES)
     started = [R.start(s) for s in specs]
     try:
         R.wait_ready(started)

@@ -10,12 +10,12 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from bench.sim.config import SimConfig
-from bench.sim.fleet import Fleet, start_replicas
 from config.policy import Policy
 from gateway.process.process import PROCESS, Process
 from gateway.process.state import State
 from gateway.server.app import create_app, runner_for
+from sim.config import SimConfig
+from sim.fleet import Fleet, start_replicas
 
 TEST_SECRET = b"test-secret"
 

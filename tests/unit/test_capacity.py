@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import argparse
 
-from bench.sim.cli import add_arguments, config_from_args
-from bench.sim.metrics import make_registry, render
-from bench.sim.state import Replica
 from config.routing import RoutingConfig
 from router.capacity import MAX_FACTOR, CapacityLearner
 from router.pool import PoolRouter
 from router.replica import ReplicaState
 from router.types import RouteRequest
+from sim.cli import add_arguments, config_from_args
+from sim.metrics import make_registry, render
+from sim.state import Replica
 
 
 def chat(text: str) -> RouteRequest:

@@ -1,4 +1,4 @@
-"""The engine model of a vLLM V1 replica (``bench.sim.engine``), stepped by hand in model time."""
+"""The engine model of a vLLM V1 replica (``sim.engine``), stepped by hand in model time."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from bench.sim.engine import (
+from sim.engine import (
     FINISHED,
     RUNNING,
     WAITING,

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bench.sim.kvcache import KVCache, block_hashes, count_tokens
+from sim.kvcache import KVCache, block_hashes, count_tokens
 
 
 def hashes(data: bytes, salt: str | None = None, block_size: int = 4, bpt: int = 4) -> list[int]:

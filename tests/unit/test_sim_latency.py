@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
-from bench.sim.config import SimConfig
-from bench.sim.latency import delays, kv_blocks_needed
-from bench.sim.scheduler import FifoLimiter
+from sim.config import SimConfig
+from sim.latency import delays, kv_blocks_needed
+from sim.scheduler import FifoLimiter
 
 
 def test_prefill_grows_with_uncached_tokens_and_decode_is_per_token() -> None:

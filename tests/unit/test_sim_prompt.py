@@ -6,7 +6,7 @@ import struct
 
 import pytest
 
-from bench.sim.prompt import PromptError, render_chat, render_completion
+from sim.prompt import PromptError, render_chat, render_completion
 
 
 def test_chat_renders_roles_and_contents_in_order() -> None:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.sim.config import Faults, SimConfig
-from bench.sim.engine import EngineRequest
-from bench.sim.metrics import make_registry, render
-from bench.sim.state import TTFT_BUCKETS, Histogram, Replica
+from sim.config import Faults, SimConfig
+from sim.engine import EngineRequest
+from sim.metrics import make_registry, render
+from sim.state import TTFT_BUCKETS, Histogram, Replica
 
 
 def test_histogram_is_cumulative() -> None:

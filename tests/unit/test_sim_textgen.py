@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from bench.sim import textgen
-from bench.sim.config import Faults, SimConfig
+from sim import textgen
+from sim.config import Faults, SimConfig
 
 
 def test_same_inputs_same_words() -> None:

@@ -8,8 +8,6 @@ import orjson
 import pytest
 
 from bench.oracle import oracle
-from bench.sim.kvcache import block_hashes
-from bench.sim.prompt import render_chat
 from bench.traces import (
     BAILIAN,
     MOONCAKE,
@@ -20,6 +18,8 @@ from bench.traces import (
     trace_workload,
     working_set_blocks,
 )
+from sim.kvcache import block_hashes
+from sim.prompt import render_chat
 
 
 def lines(*objs: object) -> list[bytes]:

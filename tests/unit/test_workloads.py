@@ -8,8 +8,8 @@ import pytest
 from bench import routing_report, workloads
 from bench.oracle import oracle
 from bench.routing import RunResult
-from bench.sim.kvcache import count_tokens
-from bench.sim.prompt import render_chat
+from sim.kvcache import count_tokens
+from sim.prompt import render_chat
 
 ALL = list(workloads.SIZES)
 

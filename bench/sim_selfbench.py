@@ -1,8 +1,8 @@
 """What one simulated replica costs per request at ``--speed 0`` (the floor of the overhead benchmark).
 
-    python -m bench.sim.selfbench [--requests 4000] [--concurrency 16]
+    python -m bench.sim_selfbench [--requests 4000] [--concurrency 16]
 
-Starts ``python -m bench.sim --speed 0`` as its own process, drives it with ``bench.loadgen`` from this
+Starts ``python -m sim --speed 0`` as its own process, drives it with ``bench.loadgen`` from this
 one, and reports requests/s and the simulator process's CPU time per request (psutil), for
 non-stream and stream chat completions.
 """
@@ -21,7 +21,7 @@ import psutil
 
 from bench.loadgen import run_load
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def body(i: int) -> dict:
@@ -62,7 +62,7 @@ def main() -> int:
     args = parser.parse_args()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     sim = subprocess.Popen(
-        [sys.executable, "-m", "bench.sim", "--mode", args.mode, "--speed", "0", "--base-port", "0"],
+        [sys.executable, "-m", "sim", "--mode", args.mode, "--speed", "0", "--base-port", "0"],
         stdout=subprocess.PIPE,
         text=True,
         env=env,
@@ -82,7 +82,7 @@ def main() -> int:
     finally:
         sim.terminate()
         sim.wait(10)
-    print(f"python -m bench.sim.selfbench {' '.join(sys.argv[1:])}".strip())
+    print(f"python -m bench.sim_selfbench {' '.join(sys.argv[1:])}".strip())
     print(f"{platform.machine()}, {psutil.cpu_count()} cores, Python {platform.python_version()}\n")
     print("| mode | concurrency | requests | req/s | sim CPU µs / req | errors |")
     print("|---|---|---|---|---|---|")

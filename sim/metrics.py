@@ -17,7 +17,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from bench.sim.state import Replica
+from sim.state import Replica
 
 # The text format vLLM's prometheus_client serves; understood by every scraper.
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"

@@ -1,7 +1,7 @@
 """The aiohttp application of one simulated vLLM replica.
 
 Handlers parse the request, consult the pure models (prompt rendering, prefix cache, latency) kept
-in a :class:`~bench.sim.state.Replica`, and answer in vLLM's/OpenAI's wire format. The hot path at
+in a :class:`~sim.state.Replica`, and answer in vLLM's/OpenAI's wire format. The hot path at
 ``speed == 0`` does no sleeping and writes a whole stream in one go.
 """
 
@@ -17,20 +17,20 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from bench.sim import extras, latency, lora, protocols, textgen
-from bench.sim.config import Faults, SimConfig
-from bench.sim.engine import EngineRequest
-from bench.sim.engine_loop import Progress
-from bench.sim.http import JSON as _JSON
-from bench.sim.http import REPLICA_KEY, error_response, record_trace
-from bench.sim.http import BadRequest as _BadRequest
-from bench.sim.http import check_model as _check_model
-from bench.sim.http import json_response as _json
-from bench.sim.http import read_body as _read_body
-from bench.sim.kvcache import block_hashes, count_tokens
-from bench.sim.metrics import CONTENT_TYPE, make_registry, render
-from bench.sim.prompt import PromptError, render_chat, render_completion
-from bench.sim.state import Replica
+from sim import extras, latency, lora, protocols, textgen
+from sim.config import Faults, SimConfig
+from sim.engine import EngineRequest
+from sim.engine_loop import Progress
+from sim.http import JSON as _JSON
+from sim.http import REPLICA_KEY, error_response, record_trace
+from sim.http import BadRequest as _BadRequest
+from sim.http import check_model as _check_model
+from sim.http import json_response as _json
+from sim.http import read_body as _read_body
+from sim.kvcache import block_hashes, count_tokens
+from sim.metrics import CONTENT_TYPE, make_registry, render
+from sim.prompt import PromptError, render_chat, render_completion
+from sim.state import Replica
 
 _ENCODER_KEY: web.AppKey[Any] = web.AppKey("sim_encoder", object)
 _REGISTRY_KEY: web.AppKey[Any] = web.AppKey("sim_registry", object)
@@ -593,7 +593,7 @@ async def sim_faults(request: web.Request) -> web.Response:
 
 def _load_minilm() -> Any:
     """The real embedding model; imported only when asked for, since numpy is an optional extra."""
-    minilm = importlib.import_module("bench.sim.minilm")
+    minilm = importlib.import_module("sim.minilm")
     return minilm.MiniLM()
 
 
@@ -601,7 +601,7 @@ def create_app(cfg: SimConfig | None = None, index: int = 0) -> web.Application:
     """The application of one replica; its state is ``app[REPLICA_KEY]``.
 
     Serve it with ``web.AppRunner(app, handler_cancellation=True)`` so that a client going away
-    cancels its handler (see :func:`bench.sim.fleet.start_replicas`).
+    cancels its handler (see :func:`sim.fleet.start_replicas`).
     """
     rep = Replica(cfg or SimConfig(), index)
     app = web.Application(client_max_size=64 * 1024 * 1024)

@@ -1,4 +1,4 @@
-"""Command line of the simulator: ``python -m bench.sim`` (wired as ``prefix-gateway sim``)."""
+"""Command line of the simulator: ``python -m sim`` (wired as ``prefix-gateway sim``)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import contextlib
 import signal
 import sys
 
-from bench.sim.config import MODES, SimConfig
-from bench.sim.engine import EngineCosts
-from bench.sim.fleet import start_replicas
+from sim.config import MODES, SimConfig
+from sim.engine import EngineCosts
+from sim.fleet import start_replicas
 
 _DEFAULTS = SimConfig()
 _COSTS = EngineCosts()
@@ -198,8 +198,8 @@ def run(args: argparse.Namespace) -> int:
         return 1
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.sim", description="Simulated vLLM replicas.")
+def main(argv: list[str] | None = None, prog: str = "python -m sim") -> int:
+    parser = argparse.ArgumentParser(prog=prog, description="Simulated vLLM replicas.")
     add_arguments(parser)
     return run(parser.parse_args(argv))
 

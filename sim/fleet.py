@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
-from bench.sim.config import SimConfig
-from bench.sim.server import REPLICA_KEY, create_app
-from bench.sim.state import Replica
+from sim.config import SimConfig
+from sim.server import REPLICA_KEY, create_app
+from sim.state import Replica
 
 
 @dataclass

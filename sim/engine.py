@@ -1,7 +1,7 @@
 """An engine model of one vLLM V1 replica: continuous batching in steps, paged KV with a prefix cache.
 
 Pure and synchronous: ``Engine.step()`` schedules one step, returns what it ran and how long the GPU
-would take for it (model seconds); ``bench.sim.engine_loop`` runs steps in real time. Read from vLLM's
+would take for it (model seconds); ``sim.engine_loop`` runs steps in real time. Read from vLLM's
 own sources (``vllm/v1/core/sched/scheduler.py``, ``kv_cache_manager.py``, ``block_pool.py``):
 
 - **Scheduling** (``Scheduler.schedule``). A step has a token budget (``max_num_batched_tokens``,

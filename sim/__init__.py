@@ -4,10 +4,10 @@ Lets the gateway be tested and benchmarked without GPUs. It deliberately shares 
 ``router/``: it models the replica independently of the gateway's own view of it.
 """
 
-from bench.sim.config import Faults, SimConfig
-from bench.sim.fleet import Fleet, start_replica, start_replicas
-from bench.sim.server import REPLICA_KEY, create_app
-from bench.sim.state import Replica
+from sim.config import Faults, SimConfig
+from sim.fleet import Fleet, start_replica, start_replicas
+from sim.server import REPLICA_KEY, create_app
+from sim.state import Replica
 
 __all__ = [
     "REPLICA_KEY",

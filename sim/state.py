@@ -9,11 +9,11 @@ from collections import deque
 from dataclasses import dataclass, fields
 from typing import Any
 
-from bench.sim.config import Faults, SimConfig
-from bench.sim.engine import Engine, EngineRequest
-from bench.sim.engine_loop import EngineLoop
-from bench.sim.kvcache import KVCache
-from bench.sim.scheduler import FifoLimiter
+from sim.config import Faults, SimConfig
+from sim.engine import Engine, EngineRequest
+from sim.engine_loop import EngineLoop
+from sim.kvcache import KVCache
+from sim.scheduler import FifoLimiter
 
 # vLLM's own buckets for vllm:time_to_first_token_seconds.
 TTFT_BUCKETS: tuple[float, ...] = (

@@ -13,8 +13,8 @@ from typing import Any
 
 from aiohttp import web
 
-from bench.sim.http import REPLICA_KEY, BadRequest, error_response, read_body
-from bench.sim.state import Replica
+from sim.http import REPLICA_KEY, BadRequest, error_response, read_body
+from sim.state import Replica
 
 
 def cache_seed(rep: Replica, model: str, salt: str | None) -> str | None:

@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from bench.sim.state import Replica
+from sim.state import Replica
 
 REPLICA_KEY: web.AppKey[Replica] = web.AppKey("sim_replica", Replica)
 

@@ -17,8 +17,8 @@ from typing import Any
 
 from aiohttp import web
 
-from bench.sim import textgen
-from bench.sim.http import (
+from sim import textgen
+from sim.http import (
     REPLICA_KEY,
     BadRequest,
     check_model,
@@ -27,9 +27,9 @@ from bench.sim.http import (
     read_body,
     record_trace,
 )
-from bench.sim.kvcache import count_tokens
-from bench.sim.prompt import PromptError, render_chat
-from bench.sim.state import Replica
+from sim.kvcache import count_tokens
+from sim.prompt import PromptError, render_chat
+from sim.state import Replica
 
 
 def token_ids(data: bytes) -> list[int]:

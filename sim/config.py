@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
-from bench.sim.engine import EngineConfig, EngineCosts
+from sim.engine import EngineConfig, EngineCosts
 
 MODES = ("engine", "simple")
 
@@ -70,7 +70,7 @@ class SimConfig:
     """Everything that makes one simulated replica behave the way it does.
 
     ``mode``: ``"engine"`` steps a model of vLLM V1's scheduler and paged KV cache
-    (``bench.sim.engine``: token budget, chunked prefill, preemption, step costs ``costs``);
+    (``sim.engine``: token budget, chunked prefill, preemption, step costs ``costs``);
     ``"simple"`` is the fast model for unit tests (FIFO slots, an LRU of block hashes, TTFT = queue +
     uncached tokens x ``prefill_s_per_token`` + ``overhead_s``, then ``decode_s_per_token`` a token).
     Delays are in seconds and are all multiplied by ``speed`` (and by ``faults.slow_factor``);

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bench.sim.config import SimConfig
+from sim.config import SimConfig
 
 
 @dataclass(frozen=True, slots=True)

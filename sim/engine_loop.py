@@ -15,7 +15,7 @@ import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from bench.sim.engine import Engine, EngineRequest, StepOutput
+from sim.engine import Engine, EngineRequest, StepOutput
 
 
 @dataclass(slots=True, eq=False)

@@ -10,20 +10,26 @@ is for.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import orjson
 
-from bench.sim.http import BadRequest
-from bench.sim.prompt import PromptError
-from bench.sim.state import Replica
-
-if TYPE_CHECKING:
-    from bench.sim.server import _Job
+from sim.http import BadRequest
+from sim.prompt import PromptError
+from sim.state import Replica
 
 
 def _event(kind: str, data: dict[str, Any]) -> bytes:
     return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps({"type": kind, **data}) + b"\n\n"
+
+
+class Job(Protocol):
+    """What a shape reads of the generation it answers (``sim.server._Job``). Declared here, below the
+    server that builds the job and imports the shapes, so the two modules do not import each other
+    (before, the annotation imported ``_Job`` back from the server: a type-only cycle)."""
+
+    model: str
+    prompt_tokens: int
 
 
 class Shape(Protocol):
@@ -35,9 +41,9 @@ class Shape(Protocol):
 
     def to_chat(self, body: dict[str, Any]) -> dict[str, Any]: ...
 
-    def full_response(self, job: _Job, created: int, toks: list[str], cached: int) -> dict[str, Any]: ...
+    def full_response(self, job: Job, created: int, toks: list[str], cached: int) -> dict[str, Any]: ...
 
-    def events(self, job: _Job, created: int, toks: list[str], cached: int) -> list[bytes]: ...
+    def events(self, job: Job, created: int, toks: list[str], cached: int) -> list[bytes]: ...
 
 
 def _text(content: Any) -> Any:
@@ -75,7 +81,7 @@ class Responses:
         return chat
 
     def _response(
-        self, job: _Job, created: int, status: str, text: str | None, cached: int, n: int
+        self, job: Job, created: int, status: str, text: str | None, cached: int, n: int
     ) -> dict[str, Any]:
         output = []
         if text is not None:
@@ -109,10 +115,10 @@ class Responses:
             "usage": usage,
         }
 
-    def full_response(self, job: _Job, created: int, toks: list[str], cached: int) -> dict[str, Any]:
+    def full_response(self, job: Job, created: int, toks: list[str], cached: int) -> dict[str, Any]:
         return self._response(job, created, "incomplete", "".join(toks), cached, len(toks))
 
-    def events(self, job: _Job, created: int, toks: list[str], cached: int) -> list[bytes]:
+    def events(self, job: Job, created: int, toks: list[str], cached: int) -> list[bytes]:
         seq = iter(range(1_000_000))
         item_id = "msg_" + self.id[5:]
         where = {"item_id": item_id, "output_index": 0, "content_index": 0}
@@ -175,7 +181,7 @@ class Messages:
                 chat[name] = body[name]
         return chat
 
-    def _message(self, job: _Job, text: str | None, usage: dict[str, int]) -> dict[str, Any]:
+    def _message(self, job: Job, text: str | None, usage: dict[str, int]) -> dict[str, Any]:
         return {
             "id": self.id,
             "type": "message",
@@ -187,11 +193,11 @@ class Messages:
             "usage": usage,
         }
 
-    def full_response(self, job: _Job, created: int, toks: list[str], cached: int) -> dict[str, Any]:
+    def full_response(self, job: Job, created: int, toks: list[str], cached: int) -> dict[str, Any]:
         usage = {"input_tokens": job.prompt_tokens, "output_tokens": len(toks)}
         return self._message(job, "".join(toks), usage)
 
-    def events(self, job: _Job, created: int, toks: list[str], cached: int) -> list[bytes]:
+    def events(self, job: Job, created: int, toks: list[str], cached: int) -> list[bytes]:
         start = self._message(job, None, {"input_tokens": job.prompt_tokens, "output_tokens": 0})
         out = [
             _event("message_start", {"message": start}),

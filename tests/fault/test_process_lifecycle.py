@@ -153,10 +153,10 @@ def test_two_workers_share_the_port_and_stop_together(tmp_path: Path) -> None:
         args = ["--config", str(path), "--workers", "2", "--metrics-port", str(metrics[0])]
         gw = start_gateway(args, env=ENV, port=free_port())
         with running(gw):
-            pids = set()
+            pids: set[int] = set()
             deadline = time.monotonic() + 60  # a worker's start is seconds of CPU on a loaded machine
-            while len(pids) < 2 and time.monotonic() < deadline:
-                with httpx.Client() as c:  # a new connection each time: the kernel spreads them
+            with fresh_connections() as c:  # a new connection each time: the kernel spreads them
+                while len(pids) < 2 and time.monotonic() < deadline:
                     r = c.get(gw.url + "/admin/debug", headers=ADMIN, timeout=5)
                     if r.status_code == 200:
                         pids.add(r.json()["pid"])
@@ -190,15 +190,22 @@ def test_two_workers_share_the_port_and_stop_together(tmp_path: Path) -> None:
 def _worker_pids(url: str, tries: int = 40) -> set[int]:
     """Pids answering on the port over ``tries`` new connections."""
     seen = set()
-    for _ in range(tries):
-        try:
-            with httpx.Client() as c:
+    with fresh_connections() as c:
+        for _ in range(tries):
+            try:
                 r = c.get(url + "/admin/debug", headers=ADMIN, timeout=2)
-            if r.status_code == 200:
-                seen.add(r.json()["pid"])
-        except httpx.HTTPError:
-            pass
+                if r.status_code == 200:
+                    seen.add(r.json()["pid"])
+            except httpx.HTTPError:
+                pass
     return seen
+
+
+def fresh_connections() -> httpx.Client:
+    """One client whose every request opens a new connection (no keep-alive): SO_REUSEPORT spreads
+    connections, not requests, over the workers. One client, not one per request: building a client
+    loads the CA bundle, 0.1 s of CPU each on a loaded machine (40 of them a call here)."""
+    return httpx.Client(limits=httpx.Limits(max_keepalive_connections=0))
 
 
 def _alive(pid: int) -> bool:

@@ -19,24 +19,26 @@ import httpx
 import pytest
 import yaml
 
+from bench.procs import START_TIMEOUT_S
 from tests.helm.chart import ROOT, gateway_container, only, policy_text, render
 from tests.support.ports import free_port
 
 MODEL = "chart-model"
 
 
-def wait_for(url: str, status: int = 200, timeout_s: float = 20.0) -> httpx.Response:
+def wait_for(url: str, status: int = 200, timeout_s: float = START_TIMEOUT_S) -> httpx.Response:
     deadline = time.monotonic() + timeout_s
     last: object = None
-    while time.monotonic() < deadline:
-        try:
-            r = httpx.get(url, timeout=2.0)
-            if r.status_code == status:
-                return r
-            last = r.status_code
-        except httpx.HTTPError as exc:
-            last = exc
-        time.sleep(0.1)
+    with httpx.Client(timeout=2.0) as client:  # one client: each builds an SSL context (bench.procs)
+        while time.monotonic() < deadline:
+            try:
+                r = client.get(url)
+                if r.status_code == status:
+                    return r
+                last = r.status_code
+            except httpx.HTTPError as exc:
+                last = exc
+            time.sleep(0.1)
     raise AssertionError(f"{url} did not answer {status} within {timeout_s}s (last: {last!r})")
 
 

@@ -11,10 +11,12 @@ on the period's key (``{<prefix>:budget}:<tenant>:<budget>:<s|t>:<period>``, ten
 length-prefixed; ids and amounts only, never a key or prompt text); a UTC day or month is one key, a
 rolling window 60 slot keys of ``window_s / 60`` each (the window is counted to within one slot). One
 script does the increments of a row and returns each budget's new total, so a soft limit is crossed by
-exactly one row fleet-wide. Without Redis, in this process: a period is read once from the ledger when
-the process first meets it (so a restart forgets nothing), then the process's own rows are added (rows
-written while that first read runs may be counted twice, never missed). Each ``--workers`` process
-and each pod without Redis counts only its own rows on top of that read.
+exactly one row fleet-wide. Without Redis, in this process: a period is read from the ledger when the
+process first meets it (so a restart forgets nothing), then the process's own rows are added, and the
+period is read again every ``LOCAL_REFRESH_MS`` (2 s) while it is open, in the background: the other
+``--workers`` processes writing the same SQLite file are seen within that (rows written while a read
+runs may be counted twice until the next, never missed; rows waiting in the ledger's retry queue count
+again once written). Pods without Redis each have their own ledger and count only their own rows.
 
 **Admission and the overshoot bound.** A request may start while every budget that applies to it
 (its tenant's, for its model) has spent less than its limit; it is not charged in advance, and a
@@ -235,6 +237,19 @@ return out
 
 
 Clock = Callable[[], float]
+LOCAL_REFRESH_MS = 2000  # without Redis: a period still open is read from the ledger again this often
+
+
+@dataclass(slots=True, eq=False)
+class _Counted:
+    """A counter of a process without Redis: the ledger's sum at the last read, plus this process's rows."""
+
+    expire_ms: int
+    value: int = 0
+    ready: bool = False  # the first read from the ledger finished
+    read_at: int = 0  # when the last read began
+    reading: asyncio.Task[None] | None = None
+    delta: int = 0  # rows this process counted while ``reading`` runs
 
 
 @dataclass(eq=False)
@@ -253,8 +268,7 @@ class BudgetCounters:
     _unsynced: dict[str, tuple[int, int]] = field(default_factory=dict)
     _flusher: asyncio.Task[None] | None = None
     # No Redis: the counters themselves, and the reads of the ledger in progress.
-    _local: dict[str, tuple[int, int]] = field(default_factory=dict)
-    _seeding: dict[str, asyncio.Future[int]] = field(default_factory=dict)
+    _local: dict[str, _Counted] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._add = self.redis.register_script(_ADD) if self.redis is not None else None
@@ -275,7 +289,8 @@ class BudgetCounters:
         windows = [spans(b, now) for b in budgets]
         if self.redis is None:
             values = [
-                [await self._local_value(b, s) for s in w] for b, w in zip(budgets, windows, strict=True)
+                await asyncio.gather(*(self._local_value(b, s) for s in w))
+                for b, w in zip(budgets, windows, strict=True)
             ]
             return [self._spent(b, w, v, now) for b, w, v in zip(budgets, windows, values, strict=True)]
         keys = [self.key(b, s) for b, w in zip(budgets, windows, strict=True) for s in w]
@@ -321,26 +336,50 @@ class BudgetCounters:
         return v[0] if v is not None and v[1] > now else 0
 
     async def _local_value(self, b: Budget, span: Span) -> int:
-        key = self.key(b, span)
-        found = self._local.get(key)
-        if found is not None:
-            return found[0]
-        seeding = self._seeding.get(key)
-        if seeding is None:
-            seeding = self._seeding[key] = asyncio.ensure_future(self._from_ledger(b, span))
-        try:
-            seed = await asyncio.shield(seeding)
-        finally:
-            if seeding.done():
-                self._seeding.pop(key, None)
-        found = self._local.get(key)
-        if found is None:
-            self._prune(self._local)
-            self._local[key] = found = (seed, span.expire_ms)
-        return found[0]
+        """The span's count without Redis: read from the ledger when first met, then this process's rows;
+        read again every ``LOCAL_REFRESH_MS`` while the span may still get rows (the other processes'
+        on one ledger file: ``--workers``), in the background, the current count serving meanwhile."""
+        key, now = self.key(b, span), self.now_ms()
+        c = self._local.get(key)
+        if c is None:
+            self._prune_local(now)
+            c = self._local[key] = _Counted(span.expire_ms)
+            self._read(b, span, c, now)
+        elif (
+            self.ledger is not None
+            and c.reading is None
+            and now - c.read_at >= LOCAL_REFRESH_MS
+            and c.read_at <= span.end_ms
+        ):
+            self._read(b, span, c, now)
+        if not c.ready and c.reading is not None:
+            await asyncio.shield(c.reading)
+        return c.value
 
-    async def _from_ledger(self, b: Budget, span: Span) -> int:
-        """What the ledger holds for the budget's tenant and models in the span (0 without a ledger)."""
+    def _read(self, b: Budget, span: Span, c: _Counted, now: int) -> None:
+        c.read_at, c.delta = now, 0
+        c.reading = asyncio.ensure_future(self._reread(b, span, c))
+
+    async def _reread(self, b: Budget, span: Span, c: _Counted) -> None:
+        try:
+            seed = await self._from_ledger(b, span)
+        finally:
+            c.reading = None
+        # Rows counted since the read began may be in the ledger's sum too: counted twice, never missed.
+        if seed is not None:
+            c.value = seed + c.delta
+        elif not c.ready:
+            c.value = c.delta
+        c.delta, c.ready = 0, True
+
+    def _prune_local(self, now: int) -> None:
+        if len(self._local) >= PRUNE_AT:
+            for k in [k for k, c in self._local.items() if c.expire_ms <= now and c.reading is None]:
+                del self._local[k]
+
+    async def _from_ledger(self, b: Budget, span: Span) -> int | None:
+        """What the ledger holds for the budget's tenant and models in the span (0 without a ledger;
+        None when it could not answer: the count so far stands)."""
         if self.ledger is None:
             return 0
         try:
@@ -349,10 +388,10 @@ class BudgetCounters:
             )
         except Exception as exc:  # a ledger that cannot answer: count from zero, say so
             log.warning(
-                "budget period not read from the ledger; counting from zero",
-                extra={"event": "budget_seed_failed", "error": type(exc).__name__, "budget": b.name},
+                "budget period not read from the ledger; counting this process's rows only",
+                extra={"event": "budget_read_failed", "error": type(exc).__name__, "budget": b.name},
             )
-            return 0
+            return None
         picked = [r for r in rows if r.model is not None and b.applies(r.model)]
         if b.unit == "spend":
             return sum(r.cost_micros for r in picked)
@@ -370,11 +409,12 @@ class BudgetCounters:
         if self.redis is None:
             out = []
             for (b, n), w in zip(picked, windows, strict=True):
-                values = [await self._local_value(b, s) for s in w]
-                key = self.key(b, w[-1])
-                cur = self._local.get(key, (values[-1], 0))[0]  # another row may have moved it meanwhile
-                self._local[key] = (cur + n, w[-1].expire_ms)
-                before = sum(values[:-1]) + cur
+                values = await asyncio.gather(*(self._local_value(b, s) for s in w))
+                c = self._local[self.key(b, w[-1])]  # another row may have moved it meanwhile
+                c.value += n
+                if c.reading is not None:
+                    c.delta += n
+                before = sum(values[:-1]) + c.value - n
                 out.append(Added(b, before, before + n))
             return out
         keys, args = [], [len(picked)]
@@ -456,8 +496,9 @@ class BudgetCounters:
             self._flusher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._flusher
-        for fut in self._seeding.values():
-            fut.cancel()
+        for c in self._local.values():
+            if c.reading is not None:
+                c.reading.cancel()
 
 
 def report_rows(spent: Sequence[Spent], currency: str) -> list[dict[str, object]]:
@@ -476,7 +517,10 @@ def report_rows(spent: Sequence[Spent], currency: str) -> list[dict[str, object]
             "remaining": max(0, b.limit - s.spent),
             "used_pct": round(100 * s.used, 2),
             "exhausted": s.exhausted,
-            "resets_at": datetime.fromtimestamp(s.resets_ms / 1000, tz=UTC).isoformat(),
+            # A rolling window resets nothing while it is not exhausted: it frees its oldest slots as it goes.
+            "resets_at": None
+            if b.period == "rolling" and not s.exhausted
+            else datetime.fromtimestamp(s.resets_ms / 1000, tz=UTC).isoformat(),
             "degraded": s.degraded,
         }
         if b.unit == "spend":

@@ -186,7 +186,7 @@ def render_budgets(rows: list[dict[str, Any]]) -> str:
                 amount(r["spent"]),
                 amount(r["limit"]),
                 f"{r['used_pct']:.1f}%",
-                str(r["resets_at"]),
+                str(r["resets_at"] or "-"),
                 "EXHAUSTED" if r["exhausted"] else "",
             ]
         )

@@ -5,11 +5,13 @@ by exactly one row, and the policy refuses a budget it could not enforce."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from datetime import UTC, datetime
 
 import pytest
 
-from cache.billing.budgets import Added, Budget, BudgetCounters, budgets_of, reset_ms, spans
+from cache.billing.budgets import LOCAL_REFRESH_MS, Added, Budget, BudgetCounters, budgets_of, reset_ms, spans
 from cache.billing.ledger_sqlite import SqliteLedger
 from cache.billing.pricing import ModelPrices, RequestUsage, Rules, bill
 from config.loader import PolicyError, parse_policy
@@ -164,3 +166,31 @@ def test_budgets_from_the_policy() -> None:
     assert (burst.name, burst.unit, burst.limit, burst.window_ms, burst.warn_at_pct) == (
         "burst", "tokens", 1000, 600_000, (50, 90),
     )  # fmt: skip
+
+
+async def test_processes_on_one_ledger_file_see_each_others_rows_within_the_refresh(tmp_path) -> None:
+    """``--workers N`` without Redis: each process counts its own rows at once and the others' at the next
+    read of the ledger (``LOCAL_REFRESH_MS``), on the clock, not at once and not never."""
+    path = str(tmp_path / "ledger.db")
+    first, second = await SqliteLedger.open(path), await SqliteLedger.open(path)
+    try:
+        clock = Clock(ms(2026, 7, 1, 10))
+        b = Budget("acme", "daily", "spend", 10_000, "day")
+        one, two = BudgetCounters(ledger=first, clock=clock), BudgetCounters(ledger=second, clock=clock)
+        assert (await one.spent([b]))[0].spent == (await two.spent([b]))[0].spent == 0
+        item = row(1, clock_ms(clock))  # 200 µ$, written by the first process
+        assert await first.record(item)
+        await one.add([b], item)
+        assert (await one.spent([b]))[0].spent == 200
+        assert (await two.spent([b]))[0].spent == 0  # not read again yet
+        clock.at(clock_ms(clock) + LOCAL_REFRESH_MS)
+        await two.spent([b])  # starts the read in the background; the count so far answers
+        deadline = time.monotonic() + 10
+        while (await two.spent([b]))[0].spent != 200:
+            assert time.monotonic() < deadline, "the other process's row was never read"
+            await asyncio.sleep(0.01)
+        await one.close()
+        await two.close()
+    finally:
+        await first.close()
+        await second.close()

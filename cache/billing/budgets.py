@@ -308,6 +308,8 @@ class BudgetCounters:
                 i += 1
                 key = self.key(b, s)
                 if v:
+                    if key not in self._known:
+                        self._prune(self._known)
                     self._known[key] = (v, s.expire_ms)
                 values.append(v + self._pending(self._unsynced, key, now))
             out.append(self._spent(b, w, values, now))
@@ -448,31 +450,37 @@ class BudgetCounters:
         """Push the amounts Redis has not taken, until it takes them all."""
         while self._unsynced:
             await asyncio.sleep(delay)
-            now = self.now_ms()
-            batch = [(k, v, exp) for k, (v, exp) in self._unsynced.items() if exp > now and v > 0]
-            for k in [k for k, (v, exp) in self._unsynced.items() if exp <= now or v <= 0]:
-                del self._unsynced[k]  # a slot past its window, or nothing left: nothing to push
-            if not batch:
-                continue
-            args: list[int] = [len(batch)]
-            for _, v, exp in batch:
-                args += [1, v, exp - now]
             try:
-                assert self._add is not None
-                await self._add(keys=[k for k, _, _ in batch], args=args)
+                pushed = await self._push()
             except REDIS_ERRORS as exc:
                 self._failed("flush", exc)
                 delay = min(delay * 2, 5.0)
                 continue
-            for k, v, _ in batch:
-                left, exp = self._unsynced.get(k, (0, 0))
-                if left - v > 0:
-                    self._unsynced[k] = (left - v, exp)
-                else:
-                    self._unsynced.pop(k, None)
-            log.info(
-                "budget counts pushed to Redis again", extra={"event": "budget_synced", "keys": len(batch)}
-            )
+            if pushed:
+                log.info(
+                    "budget counts pushed to Redis again", extra={"event": "budget_synced", "keys": pushed}
+                )
+
+    async def _push(self) -> int:
+        """One push of every amount Redis has not taken (a slot past its window is dropped: it counts for
+        nothing any more); the keys pushed."""
+        now = self.now_ms()
+        for k in [k for k, (v, exp) in self._unsynced.items() if exp <= now or v <= 0]:
+            del self._unsynced[k]
+        batch = [(k, v, exp) for k, (v, exp) in self._unsynced.items()]
+        if not batch or self._add is None:
+            return 0
+        args: list[int] = [len(batch)]
+        for _, v, exp in batch:
+            args += [1, v, exp - now]
+        await self._add(keys=[k for k, _, _ in batch], args=args)
+        for k, v, _ in batch:  # rows counted while the push ran stay for the next
+            left, exp = self._unsynced.get(k, (0, 0))
+            if left - v > 0:
+                self._unsynced[k] = (left - v, exp)
+            else:
+                self._unsynced.pop(k, None)
+        return len(batch)
 
     @property
     def unsynced(self) -> int:
@@ -491,11 +499,21 @@ class BudgetCounters:
             del table[k]
 
     async def close(self) -> None:
-        """Stop the flush (what it had not pushed is lost to Redis: counted here only)."""
+        """Stop the flush after one last push (what Redis still does not take is lost to the shared count)."""
         if self._flusher is not None:
             self._flusher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._flusher
+        if self._unsynced:
+            try:
+                await self._push()
+            except REDIS_ERRORS as exc:
+                self._failed("flush", exc)
+            if self._unsynced:
+                log.warning(
+                    "budget counts not pushed to Redis at close",
+                    extra={"event": "budget_unsynced", "amount": self.unsynced},
+                )
         for c in self._local.values():
             if c.reading is not None:
                 c.reading.cancel()

@@ -133,7 +133,6 @@ class Process:
             stack.push_async_callback(self.redis.aclose)
         self.metering = await open_metering(policy, self.metrics, self.redis)
         if self.metering is not None:
-            stack.push_async_callback(self.metering.close)
             self.budgets = BudgetCounters(
                 redis=self.redis,
                 ledger=self.metering.ledger,
@@ -141,7 +140,8 @@ class Process:
                 outage_pct=policy.tenancy.budgets.outage_pct,
                 on_error=self._budget_redis_error,
             )
-            stack.push_async_callback(self.budgets.close)
+            stack.push_async_callback(self.budgets.close)  # after the metering's last rows are counted
+            stack.push_async_callback(self.metering.close)
         self.tracing = open_tracing(policy.tracing, self.span_exporter)
         if self.tracing is not None:
             stack.push_async_callback(self.tracing.close)

@@ -10,6 +10,8 @@
 - Redis stopped: a process counts locally and admits the budgeted tenant up to
   ``tenancy.budgets.outage_pct`` of the budget (0: refuses it at once), never the other tenants; once
   Redis answers, what it counted reaches the shared counter.
+- Without Redis: the budget is enforced from the SQLite ledger (a restarted gateway reads the day's spend
+  back), and a soft limit and the exhaustion are one log line each, with no key.
 
 Period resets run on an injectable clock in ``tests/unit/test_budgets.py``."""
 
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -298,3 +301,45 @@ async def test_a_redis_outage_fails_open_within_the_allowance(outage_pct: int) -
                 assert status == 200
     finally:
         server.stop()
+
+
+async def test_without_redis_a_budget_is_read_from_the_ledger_and_warns_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One process without Redis: the soft limit and the exhaustion are each one log line (the tenant's
+    label, no key), and a restarted gateway reads the period's spend back from the SQLite ledger."""
+    caplog.set_level(logging.INFO, logger="prefix_gateway")
+    async with sim_fleet(1) as fleet:
+        budget = {"name": "tokens-today", "tokens": 300, "period": "day", "warn_at_pct": [50]}
+        policy = policy_for(
+            fleet.urls,
+            billing={"ledger": {"path": str(tmp_path / "ledger.db")}, "models": PRICES},
+            tenancy={"allow_anonymous": False, "tenants": tenants(budget)},
+        )
+        auth = {"Authorization": f"Bearer {KEYS['acme']}"}
+        body = {"model": "sim-llama", "messages": MSG, "max_tokens": MAX_TOKENS}
+        async with gateway(policy) as gw, aiohttp.ClientSession() as s:
+            statuses = []
+            for _ in range(100):
+                async with s.post(gw.url + "/v1/chat/completions", json=body, headers=auth) as r:
+                    statuses.append(r.status)
+                    refusal = await r.json()
+                if r.status != 200:
+                    break
+            assert statuses[-1] == 429 and set(statuses[:-1]) == {200} and len(statuses) > 2
+            assert (
+                refusal["error"]["code"] == "budget_exceeded"
+                and "tokens of 300 tokens" in refusal["error"]["message"]
+            )
+        events = [getattr(rec, "event", None) for rec in caplog.records]
+        assert events.count("budget_soft_limit") == 1 and events.count("budget_exhausted") == 1
+        soft = next(rec for rec in caplog.records if getattr(rec, "event", None) == "budget_soft_limit")
+        assert (soft.tenant, soft.budget, soft.pct) == ("acme", "tokens-today", 50)  # type: ignore[attr-defined]
+        assert KEYS["acme"] not in caplog.text
+        # A new process on the same ledger: the day's spend is read back, the first request refused.
+        async with gateway(policy) as gw, aiohttp.ClientSession() as s:
+            async with s.post(gw.url + "/v1/chat/completions", json=body, headers=auth) as r:
+                assert r.status == 429 and (await r.json())["error"]["code"] == "budget_exceeded"
+            beta = {"Authorization": f"Bearer {KEYS['beta']}"}
+            async with s.post(gw.url + "/v1/chat/completions", json=body, headers=beta) as r:
+                assert r.status == 200

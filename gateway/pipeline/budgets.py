@@ -19,6 +19,7 @@ from cache.billing.budgets import Added, Spent
 from cache.billing.pricing import LineItem, format_micros
 from gateway.errors import GatewayError
 from gateway.pipeline.context import RequestContext
+from gateway.pipeline.parse import ENDPOINTS
 
 log = logging.getLogger("prefix_gateway")
 
@@ -50,7 +51,9 @@ def exceeded(blocking: list[Spent], now_ms: int, currency: str) -> GatewayError:
 async def admit(ctx: RequestContext) -> None:
     """Refuse the request while a budget of its tenant for its model is exhausted."""
     counters = ctx.process.budgets
-    if counters is None or ctx.tenant is None or ctx.pool is None:
+    if counters is None or ctx.tenant is None or ctx.pool is None or ctx.parsed is None:
+        return
+    if not ENDPOINTS[ctx.parsed.endpoint].billed:  # tokenize and the like cost nothing: never refused
         return
     model = ctx.pool.name
     budgets = [b for b in ctx.state.budgets.get(ctx.tenant.id, ()) if b.applies(model)]

@@ -340,6 +340,9 @@ async def test_without_redis_a_budget_is_read_from_the_ledger_and_warns_once(
         async with gateway(policy) as gw, aiohttp.ClientSession() as s:
             async with s.post(gw.url + "/v1/chat/completions", json=body, headers=auth) as r:
                 assert r.status == 429 and (await r.json())["error"]["code"] == "budget_exceeded"
+            tokenize = {"model": "sim-llama", "prompt": "hello world"}  # never billed: never refused
+            async with s.post(gw.url + "/tokenize", json=tokenize, headers=auth) as r:
+                assert r.status == 200 and (await r.json())["tokens"]
             beta = {"Authorization": f"Bearer {KEYS['beta']}"}
             async with s.post(gw.url + "/v1/chat/completions", json=body, headers=beta) as r:
                 assert r.status == 200

@@ -15,6 +15,7 @@ from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, field_validator, 
 from config.advisor import AdvisorConfig
 from config.batch import BatchConfig
 from config.billing import BillingConfig
+from config.budgets import BudgetConfig, BudgetsConfig
 from config.cache import CacheConfig
 from config.protocols import LoraConfig, ProtocolsConfig, TracingConfig
 from config.routing import RoutingConfig, SharedIndexConfig
@@ -241,6 +242,11 @@ class TenantConfig(_Strict):
         "call: names or glob patterns (llama-*); another model answers 404 model_not_found and "
         "/v1/models lists only these; None: every model",
     )
+    budgets: list[BudgetConfig] = Field(
+        default_factory=list,
+        description="spend or token budgets over a period: a request starting after one is exhausted "
+        "answers 429 budget_exceeded with Retry-After (docs/operations.md, Budgets)",
+    )
 
     @field_validator("api_key_sha256")
     @classmethod
@@ -252,6 +258,14 @@ class TenantConfig(_Strict):
                 raise ValueError("api_key_sha256 entries must be 64 hex characters (sha256 of the key)")
             out.append(d)
         return out
+
+    @model_validator(mode="after")
+    def _budget_names(self) -> TenantConfig:
+        names = [b.key_name for b in self.budgets]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"budget names must be unique within a tenant, repeated: {dup}")
+        return self
 
 
 class TenancyConfig(_Strict):
@@ -269,6 +283,7 @@ class TenancyConfig(_Strict):
         "relative to the policy file): its digests join the named tenants' api_key_sha256; reloaded "
         "with the policy (SIGHUP, reload.watch_interval_s, POST /admin/reload)",
     )
+    budgets: BudgetsConfig = Field(default_factory=BudgetsConfig)
 
     @model_validator(mode="after")
     def _unique(self) -> TenancyConfig:
@@ -357,6 +372,10 @@ class Policy(_Strict):
             raise ValueError(f"batch.pools names models the policy does not serve: {unknown}")
         if self.shared_index.enabled and self.shared_index.transport == "redis" and self.redis.url is None:
             raise ValueError("shared_index.transport is 'redis' but redis.url is not set")
+        if not self.billing.enabled and any(t.budgets for t in self.tenancy.tenants):
+            raise ValueError(
+                "tenancy.tenants[].budgets need billing.enabled (budgets count the ledger's rows)"
+            )
         if self.batch.enabled and self.batch.store == "redis" and self.redis.url is None:
             raise ValueError("batch.store is 'redis' but redis.url is not set")
         semantic = [self.cache.semantic, *(o.semantic for o in self.cache.overrides if o.semantic)]

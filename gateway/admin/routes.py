@@ -13,7 +13,7 @@ from gateway.admin.advice import advice_endpoint
 from gateway.admin.auth import add_admin_route
 from gateway.admin.cache import events, purge
 from gateway.admin.explain import explain_endpoint
-from gateway.admin.usage import reconcile_endpoint, usage_endpoint
+from gateway.admin.usage import budgets_endpoint, reconcile_endpoint, usage_endpoint
 from gateway.errors import GatewayError, error_response
 from gateway.process.process import PROCESS
 from gateway.process.reload import reload
@@ -102,6 +102,7 @@ def add_admin_routes(app: web.Application) -> None:
     add_admin_route(app, "GET", "/admin/debug", debug)
     add_admin_route(app, "GET", "/admin/usage", usage_endpoint)
     add_admin_route(app, "GET", "/admin/usage/reconcile", reconcile_endpoint)
+    add_admin_route(app, "GET", "/admin/usage/budgets", budgets_endpoint)
     add_admin_route(app, "GET", "/admin/advice", advice_endpoint)
     add_admin_route(app, "GET", "/admin/routing/explain", explain_endpoint)
     add_admin_route(app, "POST", "/admin/cache/purge", purge)

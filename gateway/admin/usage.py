@@ -1,6 +1,7 @@
 """``GET /admin/usage``: tokens, cost and what caching saved, from the billing ledger;
 ``GET /admin/usage/reconcile``: the ledger's tokens per replica against the replica's own counters
-(``gateway.process.reconcile``)."""
+(``gateway.process.reconcile``); ``GET /admin/usage/budgets``: each tenant budget's spend against its
+limit, as this process's admission reads it (``cache.billing.budgets``)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING
 import orjson
 from aiohttp import web
 
+from cache.billing.budgets import report_rows
 from cache.billing.ledger import LedgerRangeUnavailable, to_ms
 from cache.billing.report import parse_group_by, parse_time, report
 from gateway.errors import GatewayError
@@ -78,3 +80,14 @@ async def reconcile_endpoint(request: web.Request) -> web.Response:
     except LedgerRangeUnavailable as exc:
         raise GatewayError(400, str(exc), code="range_unavailable") from None
     return web.Response(body=orjson.dumps(rep), content_type="application/json")
+
+
+async def budgets_endpoint(request: web.Request) -> web.Response:
+    """``GET /admin/usage/budgets?tenant=``: spend against budget, one row a budget of the policy."""
+    process = _billing(request)
+    tenant = request.query.get("tenant")
+    budgets = [b for t, bs in process.state.budgets.items() if tenant is None or t == tenant for b in bs]
+    assert process.budgets is not None  # with the ledger
+    spent = await process.budgets.spent(budgets, process.state.policy.tenancy.budgets.outage_pct)
+    rows = report_rows(spent, process.state.policy.billing.currency)
+    return web.Response(body=orjson.dumps({"budgets": rows}), content_type="application/json")

@@ -12,6 +12,10 @@ counters exist only in the running gateway (its scrape keeps them at window edge
 the gateway (``GET /admin/usage/reconcile``, at ``--url`` or the policy's ``server`` address, with the
 admin token from the variable the policy names) instead of opening the ledger; it exits 3 when a
 replica's drift passed ``billing.reconcile.drift_threshold_pct``, so a cron job can alert on it.
+
+``--budgets`` shows each tenant budget of the policy (``tenancy.tenants[].budgets``) against its limit,
+read where the gateway reads it: the Redis counters when the policy names Redis, else the ledger over
+the budget's period (what a process without Redis starts from).
 """
 
 from __future__ import annotations
@@ -26,8 +30,10 @@ from typing import Any
 
 import orjson
 
+from cache.billing.budgets import BudgetCounters, budgets_of, report_rows
 from cache.billing.ledger import LedgerRangeUnavailable
 from cache.billing.ledgers import open_ledger
+from cache.billing.pricing import format_micros
 from cache.billing.report import parse_group_by, parse_time, render_csv, render_table, report
 from cache.redis_guard import RedisGuard
 from cache.store_redis import connect
@@ -53,6 +59,11 @@ def add_usage_command(sub: Any) -> None:
         help="compare the ledger per replica with the replicas' own token counters (asks the gateway)",
     )
     p.add_argument("--url", help="--reconcile: the gateway's base URL (default: the policy's server address)")
+    p.add_argument(
+        "--budgets",
+        action="store_true",
+        help="each tenant budget of the policy: spent against its limit, when it resets (--tenant: one)",
+    )
     p.set_defaults(func=cmd_usage)
 
 
@@ -158,9 +169,86 @@ def cmd_reconcile(args: Any) -> int:
     return EXIT_DRIFT if rep["exceeded"] else 0
 
 
+def render_budgets(rows: list[dict[str, Any]]) -> str:
+    head = ["tenant", "budget", "period", "models", "spent", "limit", "used", "resets at", ""]
+    lines = [head]
+    for r in rows:
+
+        def amount(n: int, r: dict[str, Any] = r) -> str:
+            return f"{format_micros(n)} {r['currency']}" if r["unit"] == "micros" else f"{n} tokens"
+
+        lines.append(
+            [
+                str(r["tenant"]),
+                str(r["budget"]),
+                str(r["period"]),
+                ",".join(r["models"]) if r["models"] else "*",
+                amount(r["spent"]),
+                amount(r["limit"]),
+                f"{r['used_pct']:.1f}%",
+                str(r["resets_at"] or "-"),
+                "EXHAUSTED" if r["exhausted"] else "",
+            ]
+        )
+    widths = [max(len(row[i]) for row in lines) for i in range(len(head))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in lines
+    )
+
+
+def cmd_budgets(args: Any) -> int:
+    if not args.config:
+        print("error: --budgets needs --config FILE (the policy names the budgets)", file=sys.stderr)
+        return 1
+    try:
+        policy = load_policy(args.config)
+    except PolicyError as exc:
+        print(str(exc), file=sys.stderr)
+        return 1
+    budgets = [b for t, bs in budgets_of(policy.tenancy).items() if args.tenant in (None, t) for b in bs]
+    billing, redis_cfg = policy.billing, policy.redis
+    if args.ledger:
+        billing = billing.model_copy(
+            update={"ledger": billing.ledger.model_copy(update={"kind": "sqlite", "path": args.ledger})}
+        )
+
+    async def run() -> list[dict[str, Any]]:
+        redis = None
+        if redis_cfg.url is not None:
+            redis = connect(redis_cfg.url, redis_cfg.socket_timeout_s, guard=RedisGuard(op_timeout_ms=30_000))
+        ledger = None
+        try:
+            if redis is None:
+                ledger = await open_ledger(billing.ledger, key_prefix=redis_cfg.key_prefix, create=False)
+            counters = BudgetCounters(redis=redis, ledger=ledger, key_prefix=redis_cfg.key_prefix)
+            # A report must not pass off a local guess as the shared count: no outage allowance here.
+            spent = await counters.spent(budgets, outage_pct=0)
+            if any(s.degraded for s in spent):
+                raise ValueError("Redis did not answer: the budgets' shared counters cannot be read")
+            return report_rows(spent, billing.currency)
+        finally:
+            if ledger is not None:
+                await ledger.close()
+            if redis is not None:
+                await redis.aclose()
+
+    try:
+        rows = asyncio.run(run())
+    except (ValueError, LedgerRangeUnavailable, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    if args.format == "json":
+        print(orjson.dumps({"budgets": rows}, option=orjson.OPT_INDENT_2).decode())
+    else:
+        print(render_budgets(rows) if rows else "no budgets in this policy")
+    return 0
+
+
 def cmd_usage(args: Any) -> int:
     if args.reconcile:
         return cmd_reconcile(args)
+    if args.budgets:
+        return cmd_budgets(args)
     if not args.config and not args.ledger:
         print("error: give --config FILE (the policy names the ledger) or --ledger PATH", file=sys.stderr)
         return 1

@@ -71,6 +71,14 @@ _SPECS: tuple[tuple[Any, ...], ...] = (
     ("billed_cost", Counter, "billed_cost_micros_total", "Billed cost in micro-units of the policy currency.",
      ("tenant",)),
     ("ledger_errors", Counter, "ledger_errors_total", "Failed ledger writes.", ()),
+    ("budget_used", Gauge, "budget_used_ratio",
+     "A tenant budget's spend (or tokens) in its period over its limit, as this process last read it.",
+     ("tenant", "budget")),
+    ("budget_soft_limit", Counter, "budget_soft_limit_total",
+     "Rows that took a budget past one of its warn_at_pct shares (pct 100: exhausted); one row fleet-wide "
+     "with Redis.", ("tenant", "budget", "pct")),
+    ("budget_refused", Counter, "budget_refused_total",
+     "Requests answered 429 budget_exceeded, by the budget that refused them.", ("tenant", "budget")),
     ("usage_drift", Gauge, "usage_drift_tokens",
      "Last complete reconciliation window per replica: its own token counter's increase minus the "
      "ledger's tokens of its rows, by kind (prompt_tokens, generation_tokens).", ("model", "replica", "kind")),
@@ -179,6 +187,9 @@ class GatewayMetrics:
     billed_tokens: Counter
     billed_cost: Counter
     ledger_errors: Counter
+    budget_used: Gauge
+    budget_soft_limit: Counter
+    budget_refused: Counter
     usage_drift: Gauge
     usage_drift_exceeded: Counter
     explicit_entries: Gauge

@@ -43,6 +43,7 @@ from cache.billing.pricing import (
 )
 from cache.store_redis import REDIS_ERRORS
 from gateway.errors import GatewayError
+from gateway.pipeline import budgets
 from gateway.pipeline.context import RequestContext
 from gateway.pipeline.lifecycle import Event, Hooks
 from gateway.pipeline.parse import ENDPOINTS
@@ -196,7 +197,9 @@ async def _write_row(ctx: RequestContext, metering: Metering, source: str) -> No
         price_factor_bp=ctx.state.policy.billing.batch_price_factor_bp if batch else FULL_PRICE_BP,
         replica_id=decision.replica.id if fleet and decision is not None else None,
     )
-    await metering.record(item)
+    new = await metering.record(item)
+    if new:  # a row the ledger already had is counted already
+        await budgets.count(ctx, item)
     m = ctx.process.metrics
     label = tenant.metric_label
     for kind, n in item.tokens.as_dict().items():

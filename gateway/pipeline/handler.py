@@ -6,6 +6,7 @@
     prepare   the client's API mapped onto chat (Responses: the stored  pipeline.protocols → 400
               conversation expanded; Anthropic Messages)
     pool      the model's pool (or the pool serving the LoRA adapter it names)              → 404
+    budgets   the tenant's budgets for the pool's model                 pipeline.budgets  → 429
     billing   cache_control markers → marked prefix; stripped payload;  pipeline.billing  → 400
               the replica holding its live explicit entry (a pin)
     limits    tenant token buckets: requests/s, tokens/min reserved     pipeline.limits   → 429
@@ -44,7 +45,7 @@ from aiohttp import web
 
 from gateway.errors import GatewayError
 from gateway.fleet.pools import find_pool
-from gateway.pipeline import billing, cache, limits, respond
+from gateway.pipeline import billing, budgets, cache, limits, respond
 from gateway.pipeline.context import RESENT, RequestContext
 from gateway.pipeline.lifecycle import Event
 from gateway.pipeline.parse import ENDPOINTS, parse_request, validate
@@ -144,6 +145,7 @@ async def _run(ctx: RequestContext, read: Awaitable[None]) -> web.StreamResponse
         ctx.pool, ctx.adapter = find_pool(state.pools, ctx.parsed.model)
         if ctx.pool is None:
             raise not_accessible(ctx.parsed.model)
+        await budgets.admit(ctx)
         billing.prepare(ctx)
         await billing.pin(ctx)
         await limits.admit(ctx)

@@ -45,9 +45,10 @@ class Metering:
     _flusher: asyncio.Task[None] | None = None
     _warned_at: float = -1e9
 
-    async def record(self, item: LineItem) -> None:
+    async def record(self, item: LineItem) -> bool:
+        """Write the row (or keep it for a retry); False when the ledger already had it."""
         try:
-            await self.ledger.record(item)
+            return await self.ledger.record(item)
         except Exception as exc:
             self.metrics.ledger_errors.inc()
             if len(self._pending) == PENDING_MAX:
@@ -56,6 +57,7 @@ class Metering:
             self._warn(exc)
             if self._flusher is None or self._flusher.done():
                 self._flusher = asyncio.ensure_future(self._flush())
+            return True
 
     def _warn(self, exc: BaseException) -> None:
         now = time.monotonic()

@@ -29,6 +29,7 @@ import redis.asyncio as aioredis
 from aiohttp import web
 
 from cache.advisor.advisor import Advisor
+from cache.billing.budgets import BudgetCounters
 from cache.redis_guard import BreakerState, RedisGuard
 from cache.store_redis import connect
 from config.checks import shares_salted_state
@@ -82,6 +83,8 @@ class Process:
     advisor: Advisor = field(init=False)
     redis: aioredis.Redis | None = None
     metering: Metering | None = None
+    # Tenant budgets' counters (billing on): in Redis when the policy names it, else here (cache.billing.budgets).
+    budgets: BudgetCounters | None = None
     # The replicas' token counters at window edges (the scrape's), for usage reconciliation.
     usage_counters: CounterLog = field(default_factory=CounterLog)
     batch: BatchService | None = None  # batch.enabled: the Files and Batches API and the runs
@@ -130,6 +133,14 @@ class Process:
             stack.push_async_callback(self.redis.aclose)
         self.metering = await open_metering(policy, self.metrics, self.redis)
         if self.metering is not None:
+            self.budgets = BudgetCounters(
+                redis=self.redis,
+                ledger=self.metering.ledger,
+                key_prefix=policy.redis.key_prefix,
+                outage_pct=policy.tenancy.budgets.outage_pct,
+                on_error=self._budget_redis_error,
+            )
+            stack.push_async_callback(self.budgets.close)  # after the metering's last rows are counted
             stack.push_async_callback(self.metering.close)
         self.tracing = open_tracing(policy.tracing, self.span_exporter)
         if self.tracing is not None:
@@ -207,6 +218,10 @@ class Process:
         d = ctx.decision
         if self.shared is not None and d is not None and d.block_hashes and ctx.pool is not None:
             self.shared.offer(ctx.pool.name, d.replica.id, d.block_hashes)
+
+    def _budget_redis_error(self, op: str, exc: BaseException) -> None:
+        """A budget counter's Redis call failed: counted here until Redis takes it (fails open, bounded)."""
+        self.metrics.child(self.metrics.redis_errors, "budgets", op).inc()
 
     def _redis_breaker(self, state: BreakerState) -> None:
         """The Redis breaker opened (every Redis call now fails at once, its caller failing open or

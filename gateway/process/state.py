@@ -12,11 +12,12 @@ cache (entries, coalescing, buckets) while the cache section is. Whatever outliv
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import redis.asyncio as aioredis
 
+from cache.billing.budgets import Budget, budgets_of
 from cache.billing.pricing import ModelPrices, Rules, prices_from_config, rules_from_config
 from cache.conversations import ConversationStore, make_conversations
 from config.policy import ModelPoolConfig, Policy
@@ -42,6 +43,7 @@ class State:
     rules: dict[str, Rules]  # billing rules per model (overrides applied)
     prices: dict[str, ModelPrices]
     conversations: ConversationStore | None = None  # the Responses API's store (None: turned off)
+    budgets: dict[str, tuple[Budget, ...]] = field(default_factory=dict)  # per tenant id (pipeline.budgets)
 
 
 def _keep(
@@ -122,6 +124,7 @@ def build_state(
         rules=rules,
         prices=prices,
         conversations=conversations,
+        budgets=budgets_of(policy.tenancy),
     )
     return state, pending
 

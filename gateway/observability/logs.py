@@ -6,6 +6,7 @@ import asyncio
 import logging
 import sys
 import time
+import traceback
 from typing import Any
 
 import orjson
@@ -27,6 +28,21 @@ class JsonFormatter(logging.Formatter):
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)
         return orjson.dumps(out, default=str).decode()
+
+
+def traceback_without_messages(exc: BaseException) -> str:
+    """Where ``exc`` and the exceptions it was raised from were raised, each named by its type only: an
+    exception's message may hold the client's text (a prompt, a header, a key), which no log line may
+    carry, while its type and frames are the code's own."""
+    parts: list[str] = []
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        frames = "".join(traceback.format_tb(current.__traceback__))
+        parts.append(f"{frames}{type(current).__qualname__} (message withheld)")
+        current = current.__cause__ or (None if current.__suppress_context__ else current.__context__)
+    return "\n\nwhich was raised while handling:\n\n".join(parts)
 
 
 def configure_logging(level: str = "info") -> None:

@@ -27,6 +27,7 @@ from aiohttp.http_exceptions import BadHttpMessage
 from config.policy import Policy
 from gateway.admin.routes import add_admin_routes
 from gateway.errors import GatewayError
+from gateway.observability.logs import traceback_without_messages
 from gateway.observability.metrics import GatewayMetrics
 from gateway.pipeline import advise, billing, dispatch, limits, observe
 from gateway.pipeline.protocols.openai import FRONTEND as OPENAI
@@ -72,8 +73,16 @@ async def gateway_middleware(request: web.Request, handler):  # type: ignore[no-
         return error_response(GatewayError(400, "malformed request body", code="invalid_request"))
     except asyncio.CancelledError:
         raise
-    except Exception:
-        request.app.logger.exception("unhandled error", extra={"event": "unhandled", "path": request.path})
+    except Exception as exc:  # by type and frames: a message may hold the client's text
+        request.app.logger.error(
+            "unhandled error",
+            extra={
+                "event": "unhandled",
+                "path": request.path,
+                "exc_type": type(exc).__qualname__,
+                "traceback": traceback_without_messages(exc),
+            },
+        )
         return error_response(GatewayError(500, "internal gateway error", code="internal_error"))
 
 

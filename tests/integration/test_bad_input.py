@@ -8,6 +8,8 @@ import aiohttp
 import orjson
 import pytest
 
+import gateway.pipeline.handler as handler_module
+from gateway.observability.logs import JsonFormatter
 from tests.support.stack import gateway, policy_for, sim_fleet, sim_requests
 
 GOOD = b'{"model": "sim-llama", "messages": [{"role": "user", "content": "hi"}]}'
@@ -314,3 +316,28 @@ async def test_the_default_limits_refuse_the_issue_body_before_any_work() -> Non
             assert r.status == 400
             assert_openai_error(await r.json(), "too_many_messages", "messages")
         assert await sim_requests(fleet.urls[0]) == []
+
+
+async def test_an_unhandled_error_is_a_500_whose_log_names_the_code_not_the_clients_text(
+    stack, caplog, monkeypatch
+) -> None:
+    """A bug whose exception message carries the request's text (here a prompt with an SSN) answers
+    500 in OpenAI's shape; the log line gives the exception's type and where it was raised, never its
+    message (logger.exception wrote the whole message, and so the client's text, into the log)."""
+    gw, session = stack
+    secret = "my ssn is 078-05-1120"
+
+    async def broken_parse(*_args, **_kwargs):
+        raise RuntimeError(secret) from KeyError(secret)
+
+    monkeypatch.setattr(handler_module, "parse_request", broken_parse)
+    async with session.post(
+        gw.url + "/v1/chat/completions", data=GOOD, headers={"Content-Type": "application/json"}
+    ) as r:
+        assert r.status == 500
+        assert_openai_error(await r.json(), "internal_error")
+    (record,) = [r for r in caplog.records if getattr(r, "event", None) == "unhandled"]
+    assert record.exc_type == "RuntimeError" and "broken_parse" in record.traceback
+    assert "KeyError" in record.traceback  # the chain, by type
+    logged = caplog.text + JsonFormatter().format(record)
+    assert "078-05-1120" not in logged and "ssn" not in logged

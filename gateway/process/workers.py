@@ -102,10 +102,32 @@ def workers_env(secret_env: str, shared_dir: str) -> dict[str, str]:
     return env
 
 
+# An AF_UNIX socket's path is at most 107 bytes; a worker's socket is ``<pid>-<8 hex>.sock`` (at most 22
+# bytes with its slash) in a directory ``pgw-workers-`` + 8 characters long.
+SUN_PATH_MAX = 107
+SOCKET_NAME_MAX = 22
+_DIR_NAME = len("/pgw-workers-") + 8
+
+
+def shared_socket_dir(parents: tuple[str, ...] = ()) -> str:
+    """A new directory for the workers' shared-index sockets: under the temporary directory, or under
+    /tmp when that one's path is too long for a socket (a long ``TMPDIR`` made every worker's bind fail,
+    and the shared index share nothing, with only a warning)."""
+    candidates = parents or (tempfile.gettempdir(), "/tmp")
+    for parent in candidates:
+        fits = len(parent.rstrip("/")) + _DIR_NAME + SOCKET_NAME_MAX <= SUN_PATH_MAX
+        if fits and os.path.isdir(parent) and os.access(parent, os.W_OK):
+            return tempfile.mkdtemp(prefix="pgw-workers-", dir=parent)
+    raise SystemExit(
+        f"error: none of {list(candidates)} can hold the workers' sockets (a Unix socket's path is at most"
+        f" {SUN_PATH_MAX} bytes, or the directory is not writable): set TMPDIR to a short directory"
+    )
+
+
 def supervise(argv: list[str], workers: int, secret_env: str) -> int:
     """Run ``workers`` workers until they all exit; the directory of their shared-index sockets and a
     secret drawn for them (``secret_env`` unset) live as long as this supervisor."""
-    shared_dir = tempfile.mkdtemp(prefix="pgw-workers-")
+    shared_dir = shared_socket_dir()
     try:
         return _supervise(argv, workers, workers_env(secret_env, shared_dir))
     finally:

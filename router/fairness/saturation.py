@@ -48,13 +48,10 @@ def full_by_report(r: ReplicaState, limits: SaturationLimits, now: float) -> boo
     """The replica's own last report says it is full (fresh reports only)."""
     if r.reported_at is None or now - r.reported_at > limits.max_report_age_s:
         return False
-    if limits.kv_usage is not None and r.reported_kv_usage is not None:
-        if r.reported_kv_usage >= limits.kv_usage:
-            return True
-    if limits.max_waiting is not None and r.reported_waiting is not None:
-        if r.reported_waiting > limits.max_waiting:
-            return True
-    return False
+    kv, waiting = r.reported_kv_usage, r.reported_waiting
+    if limits.kv_usage is not None and kv is not None and kv >= limits.kv_usage:
+        return True
+    return limits.max_waiting is not None and waiting is not None and waiting > limits.max_waiting
 
 
 def free_slots(r: ReplicaState, limits: SaturationLimits, now: float) -> int:

@@ -16,6 +16,7 @@ from config.advisor import AdvisorConfig
 from config.batch import BatchConfig
 from config.billing import BillingConfig
 from config.cache import CacheConfig
+from config.fairness import FairnessConfig
 from config.protocols import LoraConfig, ProtocolsConfig, TracingConfig
 from config.routing import RoutingConfig, SharedIndexConfig
 
@@ -343,6 +344,7 @@ class Policy(_Strict):
     tracing: TracingConfig = Field(default_factory=TracingConfig)
     observability: ObservabilityConfig = Field(default_factory=ObservabilityConfig)
     shared_index: SharedIndexConfig = Field(default_factory=SharedIndexConfig)
+    fairness: FairnessConfig = Field(default_factory=FairnessConfig)
 
     @model_validator(mode="after")
     def _consistent(self) -> Policy:
@@ -359,6 +361,13 @@ class Policy(_Strict):
             raise ValueError("shared_index.transport is 'redis' but redis.url is not set")
         if self.batch.enabled and self.batch.store == "redis" and self.redis.url is None:
             raise ValueError("batch.store is 'redis' but redis.url is not set")
+        if self.fairness.enabled and not (
+            self.fairness.slots_per_replica or self.limits.max_concurrent_per_replica
+        ):
+            raise ValueError(
+                "fairness.enabled needs the requests a replica runs at once: fairness.slots_per_replica "
+                "or limits.max_concurrent_per_replica"
+            )
         semantic = [self.cache.semantic, *(o.semantic for o in self.cache.overrides if o.semantic)]
         for sem in semantic:
             if (

@@ -24,7 +24,7 @@ each worker queues its own (replicas' reported KV usage and engine queue carry t
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Container
+from collections.abc import Container
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -33,11 +33,11 @@ from config.policy import LimitsConfig
 from gateway.errors import GatewayError
 from gateway.observability.metrics import GatewayMetrics
 from router.fairness.queue import FairQueue, QueueFull, Waiter
-from router.fairness.saturation import SaturationLimits, free_slots, pool_saturation
-from router.fairness.ttft import ReplicaView, ServiceTime, predict_s, retry_after_s
+from router.fairness.release import not_to, release
+from router.fairness.saturation import SaturationLimits, pool_saturation
+from router.fairness.ttft import ServiceTime, predict_on_pool, retry_after_s
 from router.fairness.work import predicted_work
-from router.prefill import rate_of
-from router.types import Decision, NoReplicaAvailable, ReplicasBusy, RouteRequest
+from router.types import Decision, ReplicasBusy, RouteRequest
 
 if TYPE_CHECKING:
     from gateway.pipeline.fairness import Ticket
@@ -54,18 +54,6 @@ def saturation_limits(cfg: FairnessConfig, limits: LimitsConfig) -> SaturationLi
     )
 
 
-class _Union:
-    """Replicas a request may not go to: those it tried, and those full by their reports."""
-
-    __slots__ = ("a", "b")
-
-    def __init__(self, a: Container[str], b: Container[str]):
-        self.a, self.b = a, b
-
-    def __contains__(self, x: object) -> bool:
-        return x in self.a or x in self.b
-
-
 @dataclass(slots=True, eq=False)
 class _Entry:
     request: RouteRequest
@@ -75,6 +63,10 @@ class _Entry:
     future: asyncio.Future[Decision]
     gauge_labels: tuple[str, str, str]
     left: bool = False
+
+    @property
+    def gone(self) -> bool:
+        return self.future.done()
 
 
 class _PoolQueue:
@@ -89,11 +81,6 @@ class _PoolQueue:
 
 def _shed(status: int, message: str, code: str, retry_after: int) -> GatewayError:
     return GatewayError(status, message, code=code, headers={"Retry-After": str(retry_after)})
-
-
-def _at_home(room: set[str]) -> Callable[[Waiter], bool]:
-    """Whether a waiter's longest prefix match is on a replica with a slot free."""
-    return lambda w: w.payload.home in room
 
 
 class FairAdmission:
@@ -139,7 +126,7 @@ class FairAdmission:
         if not len(pq.queue) and not sat.saturated:
             self._check_objective(pq, pool, ticket, prompt, matched, 0, tried)
             try:
-                decision = router.route(request, exclude=_Union(tried, sat.full_by_report))
+                decision = router.route(request, exclude=not_to(tried, sat.full_by_report))
                 m.child(m.fair_wait, *labels).observe(0.0)
                 return decision
             except ReplicasBusy:
@@ -239,25 +226,17 @@ class FairAdmission:
         if objective is None:
             return
         router, cfg = pq.router, pq.cfg
-        lim = saturation_limits(cfg, pq.limits)
-        now = router.clock()
-        default_rate = router.cfg.prefill_tokens_per_s
-        views = [
-            ReplicaView(
-                r.queued_prefill_tokens,
-                max(0, prompt - matched.get(r.id, 0)),
-                rate_of(r, default_rate),
-                free_slots(r, lim, now) > 0,
-            )
-            for r in router.replicas
-            if r.healthy and r.id not in tried
-        ]
-        predicted = predict_s(
-            views,
+        predicted = predict_on_pool(
+            router.replicas,
+            prompt,
+            matched,
+            limits=saturation_limits(cfg, pq.limits),
+            now=router.clock(),
+            default_rate=router.cfg.prefill_tokens_per_s,
             ahead=ahead,
-            slots=lim.slots * max(1, len(views)),
             service_s=pq.service.value,
             overhead_s=cfg.overhead_ms / 1000,
+            exclude=tried,
         )
         if predicted <= objective or cfg.on_objective_miss == "serve":
             return
@@ -284,28 +263,14 @@ class FairAdmission:
         self._pump(pq)
 
     def _pump(self, pq: _PoolQueue) -> None:
-        router, cfg = pq.router, pq.cfg
-        lim = saturation_limits(cfg, pq.limits)
-        while len(pq.queue):
-            now = router.clock()
-            sat = pool_saturation(router.replicas, lim, now)
-            if sat.saturated:
-                return
-            room = {r.id for r in router.replicas if free_slots(r, lim, now) > 0}
-            waiter = pq.queue.pop(now, prefer=_at_home(room), lookahead=cfg.lookahead)
-            assert waiter is not None
+        router = pq.router
+        lim = saturation_limits(pq.cfg, pq.limits)
+        for waiter, got in release(pq.queue, router, lim, router.clock(), pq.cfg.lookahead):
             entry: _Entry = waiter.payload
-            if entry.future.done():
-                continue
-            try:
-                decision = router.route(entry.request, exclude=_Union(entry.exclude, sat.full_by_report))
-            except ReplicasBusy:
-                pq.queue.requeue(waiter)  # its free replica is one it tried: it waits for another
-                return
-            except NoReplicaAvailable as exc:
-                entry.future.set_exception(exc)
-                continue
-            entry.future.set_result(decision)
+            if isinstance(got, Decision):
+                entry.future.set_result(got)
+            else:
+                entry.future.set_exception(got)
 
     def _arm(self, pq: _PoolQueue) -> None:
         if pq.ticking:

@@ -21,8 +21,12 @@ would have spent its objective waiting and kept a place another request could me
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+
+from router.fairness.saturation import SaturationLimits, free_slots
+from router.prefill import rate_of
+from router.replica import ReplicaState
 
 ENGINE_STEP_S = 0.0097  # bench.sim.engine.EngineCosts.step_overhead_s (Vidur's Llama-3-8B / A100 profile)
 
@@ -54,6 +58,35 @@ def predict_s(
         return min(on_replica_s(v, overhead_s) for v in free)
     wait = (ahead + 1) * service_s / max(1, slots)
     return wait + min(on_replica_s(v, overhead_s) for v in views)
+
+
+def predict_on_pool(
+    replicas: Sequence[ReplicaState],
+    prompt_tokens: int,
+    matched: Mapping[str, int],
+    *,
+    limits: SaturationLimits,
+    now: float,
+    default_rate: float,
+    ahead: int,
+    service_s: float,
+    overhead_s: float,
+    exclude: Container[str] = (),
+) -> float:
+    """``predict_s`` over a pool's healthy replicas for a prompt of ``prompt_tokens`` of which each
+    replica holds ``matched[id]`` (``PoolRouter.matches``)."""
+    views = [
+        ReplicaView(
+            r.queued_prefill_tokens,
+            max(0, prompt_tokens - matched.get(r.id, 0)),
+            rate_of(r, default_rate),
+            free_slots(r, limits, now) > 0,
+        )
+        for r in replicas
+        if r.healthy and r.id not in exclude
+    ]
+    slots = limits.slots * max(1, len(views))
+    return predict_s(views, ahead=ahead, slots=slots, service_s=service_s, overhead_s=overhead_s)
 
 
 def retry_after_s(predicted_s: float, objective_s: float) -> int:

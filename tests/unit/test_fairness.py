@@ -8,12 +8,16 @@ from collections import Counter
 
 import pytest
 
+from config.routing import RoutingConfig
 from router.fairness.classes import BATCH_BAND, ClassSpec, UnknownClass, batch_band, resolve
 from router.fairness.queue import FairQueue, QueueFull, Waiter
+from router.fairness.release import release
 from router.fairness.saturation import SaturationLimits, free_slots, pool_saturation
 from router.fairness.ttft import ReplicaView, ServiceTime, predict_s, retry_after_s
 from router.fairness.work import predicted_work
+from router.pool import PoolRouter
 from router.replica import ReplicaState
+from router.types import RouteRequest
 
 CLASSES = (
     ClassSpec("interactive", 0, 2.0, 0.5),
@@ -195,3 +199,39 @@ def test_service_time_learns_towards_what_attempts_take():
     assert s.value == 2.0
     s.observe(-1)  # ignored
     assert s.value == 2.0
+
+
+# -- release -----------------------------------------------------------------------------------------
+class _Held:
+    def __init__(self, request, home):
+        self.request, self.exclude, self.home, self.gone = request, (), home, False
+
+
+def _prompt(text: str) -> RouteRequest:
+    body = {"model": "m", "messages": [{"role": "user", "content": text * 200}]}
+    return RouteRequest("chat", "m", body)
+
+
+@pytest.mark.parametrize(("lookahead", "released"), [(4, "p0"), (1, "p1")])
+def test_a_freed_replica_gets_the_waiter_whose_prefix_it_holds_within_the_lookahead(lookahead, released):
+    r0, r1 = ReplicaState("r0", "u"), ReplicaState("r1", "u")
+    router = PoolRouter([r0, r1], RoutingConfig(policy="prefix_affinity"), clock=lambda: 0.0, slot_limit=1)
+    homes = {}
+    for name, busy in (("p0", r1), ("p1", r0)):  # each prefix placed where the other replica is full
+        busy.in_flight = 1
+        d = router.route(_prompt(name))
+        homes[name] = d.replica.id
+        router.release(d)
+        busy.in_flight = 0
+    assert homes == {"p0": "r0", "p1": "r1"}
+    q = FairQueue(bands=1, max_queued=10)
+    for name in ("p1", "p0"):  # p1 first in fair order
+        prompt_tokens, matched = router.matches(_prompt(name))
+        assert max(matched, key=matched.get) == homes[name] and prompt_tokens > 0
+        q.push(Waiter("t", 0, 10, 1, 0, 1e9, payload=_Held(_prompt(name), homes[name])), 10)
+    r0.in_flight, r1.in_flight = 0, 1  # r0 frees
+    out = list(release(q, router, SaturationLimits(slots=1), 0.0, lookahead))
+    assert len(out) == 1  # one slot, one release; the pool is saturated again
+    waiter, decision = out[0]
+    assert waiter.payload.home == homes[released] and decision.replica.id == "r0"
+    assert len(q) == 1 and r0.in_flight == 1

@@ -1,0 +1,83 @@
+"""Releasing waiters to replicas with room: the queue's order, the router's placement.
+
+While the pool has a free slot and someone waits, the next waiter in the queue's order
+(``router.fairness.queue``) is routed by the pool's router itself (``PoolRouter.route``: its filters,
+then prefix affinity among the replicas with room), so the slot is counted at once, before another
+release could see it free. Among the first ``lookahead`` waiters of the band, one whose longest prefix
+match is on a replica with room goes first: the freed replica gets a request whose prefix it holds,
+where fair order alone would often hand it one whose prefix lives on a replica that is still full
+(a spill: its prefix prefilled again, a copy crowding the cache).
+
+A waiter whose routing finds every replica it may use busy (it already tried the one with room) is
+put back with its place and the release stops until the next slot frees. Shared by the gateway
+(``gateway.process.fair_admission``) and the benchmark in model time (``bench.fairness``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Container, Iterator
+from typing import TYPE_CHECKING, Protocol
+
+from router.fairness.queue import FairQueue, Waiter
+from router.fairness.saturation import SaturationLimits, free_slots, pool_saturation
+from router.types import Decision, NoReplicaAvailable, ReplicasBusy, RouteRequest
+
+if TYPE_CHECKING:
+    from router.pool import PoolRouter
+
+
+class Held(Protocol):
+    """What a waiter's payload carries for its release."""
+
+    request: RouteRequest
+    exclude: Container[str]  # replicas it tried
+    home: str | None  # the replica holding its longest prefix match
+
+    @property
+    def gone(self) -> bool: ...  # it stopped waiting (its client left): skipped
+
+
+class _Union:
+    """Replicas a request may not go to: those it tried, and those full by their reports."""
+
+    __slots__ = ("a", "b")
+
+    def __init__(self, a: Container[str], b: Container[str]):
+        self.a, self.b = a, b
+
+    def __contains__(self, x: object) -> bool:
+        return x in self.a or x in self.b
+
+
+def not_to(tried: Container[str], full: Container[str]) -> Container[str]:
+    return _Union(tried, full)
+
+
+def _at_home(room: set[str]) -> Callable[[Waiter], bool]:
+    return lambda w: w.payload.home in room
+
+
+def release(
+    queue: FairQueue, router: PoolRouter, limits: SaturationLimits, now: float, lookahead: int
+) -> Iterator[tuple[Waiter, Decision | NoReplicaAvailable]]:
+    """Route waiters while a replica has room: each released waiter with its decision (or the
+    ``NoReplicaAvailable`` that says no replica may ever take it)."""
+    while len(queue):
+        sat = pool_saturation(router.replicas, limits, now)
+        if sat.saturated:
+            return
+        room = {r.id for r in router.replicas if free_slots(r, limits, now) > 0}
+        waiter = queue.pop(now, prefer=_at_home(room), lookahead=lookahead)
+        assert waiter is not None
+        held: Held = waiter.payload
+        if held.gone:
+            continue
+        try:
+            decision = router.route(held.request, exclude=not_to(held.exclude, sat.full_by_report))
+        except ReplicasBusy:
+            queue.requeue(waiter)
+            return
+        except NoReplicaAvailable as exc:
+            yield waiter, exc
+            continue
+        yield waiter, decision

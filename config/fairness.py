@@ -60,6 +60,13 @@ class FairnessConfig(_Strict):
         description="requests one process runs at once on one replica before the pool is saturated "
         "(0: limits.max_concurrent_per_replica; one of them must be set when enabled)",
     )
+    reserved_slots: int = Field(
+        0,
+        ge=0,
+        le=100_000,
+        description="slots of each replica only the highest class may take (smg's reserved slots); "
+        "fewer than the slots",
+    )
     kv_usage_full: float | None = Field(
         None, gt=0, le=1, description="a replica reporting this KV usage or more is full (None: not read)"
     )
@@ -122,6 +129,8 @@ class FairnessConfig(_Strict):
         ):
             if name not in names:
                 raise ValueError(f"fairness.{what} {name!r} is not one of fairness.classes {names}")
+        if self.slots_per_replica and self.reserved_slots >= self.slots_per_replica:
+            raise ValueError("fairness.reserved_slots must be fewer than fairness.slots_per_replica")
         ids = [t.id for t in self.tenants]
         if len(ids) != len(set(ids)):
             raise ValueError("fairness.tenants ids must be unique")

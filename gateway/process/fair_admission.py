@@ -34,7 +34,7 @@ from gateway.errors import GatewayError
 from gateway.observability.metrics import GatewayMetrics
 from router.fairness.queue import FairQueue, QueueFull, Waiter
 from router.fairness.release import not_to, release
-from router.fairness.saturation import SaturationLimits, pool_saturation
+from router.fairness.saturation import SaturationLimits, full_for, pool_saturation
 from router.fairness.ttft import ServiceTime, predict_on_pool, retry_after_s
 from router.fairness.work import predicted_work
 from router.types import Decision, ReplicasBusy, RouteRequest
@@ -51,6 +51,7 @@ def saturation_limits(cfg: FairnessConfig, limits: LimitsConfig) -> SaturationLi
         slots=cfg.slots_per_replica or limits.max_concurrent_per_replica,
         kv_usage=cfg.kv_usage_full,
         max_waiting=cfg.max_engine_waiting,
+        reserved=cfg.reserved_slots,
     )
 
 
@@ -114,7 +115,7 @@ class FairAdmission:
     ) -> Decision:
         """A decision for ``request`` on ``pool``, at once or after its wait (see the module)."""
         pq = self._pool(pool, cfg, limits, router)
-        lim = saturation_limits(cfg, limits)
+        lim = saturation_limits(cfg, limits).for_band(ticket.spec.rank)  # its class's room
         loop = asyncio.get_running_loop()
         arrived = loop.time()
         now = router.clock()
@@ -126,7 +127,7 @@ class FairAdmission:
         if not len(pq.queue) and not sat.saturated:
             self._check_objective(pq, pool, ticket, prompt, matched, 0, tried)
             try:
-                decision = router.route(request, exclude=not_to(tried, sat.full_by_report))
+                decision = router.route(request, exclude=not_to(tried, full_for(router.replicas, lim, now)))
                 m.child(m.fair_wait, *labels).observe(0.0)
                 return decision
             except ReplicasBusy:

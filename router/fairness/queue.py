@@ -25,6 +25,10 @@ releases, so the fairness bound loosens by at most that much work).
 **Starvation bound.** A request that has waited its class's ``max_wait_s`` goes before any band's
 order (the earliest such deadline first): every class moves at least one request per ``max_wait_s``.
 
+**Reserved slots.** ``pop(max_band=0)`` releases only the highest band: the release
+(``router.fairness.release``) asks for that while the pool has no slot free beyond those it keeps for
+the highest class (``SaturationLimits.reserved``).
+
 **Caps and preemption.** A tenant holds at most its ``max_queued`` waiters (more: ``QueueFull``, the
 gateway answers 429); the queue holds ``max_queued`` in all. A request arriving at a full queue takes
 the place of the newest waiter of the lowest band below its own, which is answered at once (the only
@@ -140,14 +144,22 @@ class FairQueue:
             self._finish[w.band][w.flow] = w.start  # its flow's next request starts where it would have
 
     def pop(
-        self, now: float, prefer: Callable[[Waiter], bool] | None = None, lookahead: int = 1
+        self,
+        now: float,
+        prefer: Callable[[Waiter], bool] | None = None,
+        lookahead: int = 1,
+        max_band: int | None = None,
     ) -> Waiter | None:
-        """The next waiter to release (removed from the queue), or None when empty."""
+        """The next waiter to release (removed from the queue), of a band up to ``max_band`` (None:
+        any), or None when there is none."""
         if not self._len:
             return None
-        chosen = self._overdue(now)
+        top = len(self._heaps) - 1 if max_band is None else min(max_band, len(self._heaps) - 1)
+        chosen = self._overdue(now, top)
         if chosen is None:
-            band = next(b for b, heap in enumerate(self._heaps) if self._live_top(heap))
+            band = next((b for b in range(top + 1) if self._live_top(self._heaps[b])), None)
+            if band is None:
+                return None
             chosen = self._in_order(band, prefer, max(1, lookahead))
             self._vtime[band] = max(self._vtime[band], chosen.start)
         self._finish_pop(chosen)
@@ -198,8 +210,8 @@ class FairQueue:
                 heads.append(fifo[0])
         return heads
 
-    def _overdue(self, now: float) -> Waiter | None:
-        due = [w for w in self._heads() if now - w.arrived >= w.max_wait_s]
+    def _overdue(self, now: float, top: int) -> Waiter | None:
+        due = [w for w in self._heads() if w.band <= top and now - w.arrived >= w.max_wait_s]
         return min(due, key=lambda w: (w.arrived + w.max_wait_s, w.band, w.seq)) if due else None
 
     def _newest_below(self, band: int) -> Waiter | None:

@@ -8,7 +8,9 @@ match is on a replica with room goes first: the freed replica gets a request who
 where fair order alone would often hand it one whose prefix lives on a replica that is still full
 (a spill: its prefix prefilled again, a copy crowding the cache).
 
-A waiter whose routing finds every replica it may use busy (it already tried the one with room) is
+Below the highest class a waiter may use only the slots beyond the reserved ones
+(``SaturationLimits.reserved``): while those are taken, only the highest band is released. A waiter
+whose routing finds every replica it may use busy (it already tried the one with room) is
 put back with its place and the release stops until the next slot frees. Shared by the gateway
 (``gateway.process.fair_admission``) and the benchmark in model time (``bench.fairness``).
 """
@@ -19,7 +21,7 @@ from collections.abc import Callable, Container, Iterator
 from typing import TYPE_CHECKING, Protocol
 
 from router.fairness.queue import FairQueue, Waiter
-from router.fairness.saturation import SaturationLimits, free_slots, pool_saturation
+from router.fairness.saturation import SaturationLimits, free_slots, full_for, pool_saturation
 from router.types import Decision, NoReplicaAvailable, ReplicasBusy, RouteRequest
 
 if TYPE_CHECKING:
@@ -62,18 +64,22 @@ def release(
 ) -> Iterator[tuple[Waiter, Decision | NoReplicaAvailable]]:
     """Route waiters while a replica has room: each released waiter with its decision (or the
     ``NoReplicaAvailable`` that says no replica may ever take it)."""
+    low = limits.for_band(1)
     while len(queue):
-        sat = pool_saturation(router.replicas, limits, now)
-        if sat.saturated:
+        if pool_saturation(router.replicas, limits, now).saturated:
             return
+        # below the highest class, only the slots beyond the reserved ones are room
+        max_band = None if not pool_saturation(router.replicas, low, now).saturated else 0
         room = {r.id for r in router.replicas if free_slots(r, limits, now) > 0}
-        waiter = queue.pop(now, prefer=_at_home(room), lookahead=lookahead)
-        assert waiter is not None
+        waiter = queue.pop(now, prefer=_at_home(room), lookahead=lookahead, max_band=max_band)
+        if waiter is None:
+            return
         held: Held = waiter.payload
         if held.gone:
             continue
+        full = full_for(router.replicas, limits.for_band(waiter.band), now)
         try:
-            decision = router.route(held.request, exclude=not_to(held.exclude, sat.full_by_report))
+            decision = router.route(held.request, exclude=not_to(held.exclude, full))
         except ReplicasBusy:
             queue.requeue(waiter)
             return

@@ -14,12 +14,17 @@ bound: its KV cache usage at or above ``kv_usage`` (new requests would preempt r
 recomputes the last admitted request when its blocks cannot grow) and an engine queue
 (``vllm:num_requests_waiting``) longer than ``max_waiting`` (other gateway processes, or the engine
 itself, already queue there). A report older than ``max_report_age_s`` says nothing.
+
+``reserved`` slots of each replica are kept for the highest class (as smg reserves slots for its top
+priority): a lower class sees ``slots - reserved``. With every slot taken by a flood, an interactive
+request waits for the next slot to free, a wait that grows with the decode lengths in the batch;
+with a reserved slot it usually finds one free (``python -m bench.fairness``, docs/benchmarks.md).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from router.replica import ReplicaState
 
@@ -30,6 +35,14 @@ class SaturationLimits:
     kv_usage: float | None = None  # reported KV usage at or above which it is full (None: not read)
     max_waiting: float | None = None  # reported engine queue above which it is full (None: not read)
     max_report_age_s: float = 10.0
+    reserved: int = 0  # slots of each replica only the highest class may take (smg's reserved slots)
+
+    def for_band(self, band: int) -> SaturationLimits:
+        """The limits a request of ``band`` sees: below the highest class, the reserved slots are none
+        of its room."""
+        if band == 0 or not self.reserved:
+            return self
+        return replace(self, slots=max(0, self.slots - self.reserved), reserved=0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +55,11 @@ class PoolSaturation:
     @property
     def saturated(self) -> bool:
         return self.free_slots <= 0
+
+
+def full_for(replicas: Iterable[ReplicaState], limits: SaturationLimits, now: float) -> frozenset[str]:
+    """Replicas with no free slot under ``limits``: what a release must not route to."""
+    return frozenset(r.id for r in replicas if free_slots(r, limits, now) == 0)
 
 
 def full_by_report(r: ReplicaState, limits: SaturationLimits, now: float) -> bool:

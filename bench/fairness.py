@@ -459,7 +459,7 @@ def main(argv: list[str] | None = None) -> None:
         [
             "## Tenant-fair admission: a flood against five well-behaved tenants (model time)"
             if args.section == "fairness"
-            else f"### Tenant-fair admission: {args.section}",
+            else f"### The same, well-behaved tenants at {args.calm_rate:g} requests/s each",
             "",
             f"`{cmd.replace(' --write', '')}` ({args.replicas} engine-model replicas, {args.slots} slots each, "
             f"measured capacity {cap:.1f} requests/s, flood at {args.flood_x:g} x = {flood_rate:.0f}/s, five "

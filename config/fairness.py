@@ -129,8 +129,6 @@ class FairnessConfig(_Strict):
         ):
             if name not in names:
                 raise ValueError(f"fairness.{what} {name!r} is not one of fairness.classes {names}")
-        if self.slots_per_replica and self.reserved_slots >= self.slots_per_replica:
-            raise ValueError("fairness.reserved_slots must be fewer than fairness.slots_per_replica")
         ids = [t.id for t in self.tenants]
         if len(ids) != len(set(ids)):
             raise ValueError("fairness.tenants ids must be unique")

@@ -361,12 +361,15 @@ class Policy(_Strict):
             raise ValueError("shared_index.transport is 'redis' but redis.url is not set")
         if self.batch.enabled and self.batch.store == "redis" and self.redis.url is None:
             raise ValueError("batch.store is 'redis' but redis.url is not set")
-        if self.fairness.enabled and not (
-            self.fairness.slots_per_replica or self.limits.max_concurrent_per_replica
-        ):
+        fair_slots = self.fairness.slots_per_replica or self.limits.max_concurrent_per_replica
+        if self.fairness.enabled and not fair_slots:
             raise ValueError(
                 "fairness.enabled needs the requests a replica runs at once: fairness.slots_per_replica "
                 "or limits.max_concurrent_per_replica"
+            )
+        if self.fairness.enabled and self.fairness.reserved_slots >= fair_slots:
+            raise ValueError(
+                f"fairness.reserved_slots must be fewer than the slots of a replica ({fair_slots})"
             )
         semantic = [self.cache.semantic, *(o.semantic for o in self.cache.overrides if o.semantic)]
         for sem in semantic:

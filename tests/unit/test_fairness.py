@@ -7,7 +7,9 @@ import math
 from collections import Counter
 
 import pytest
+from pydantic import ValidationError
 
+from config.policy import Policy
 from config.routing import RoutingConfig
 from router.fairness.classes import BATCH_BAND, ClassSpec, UnknownClass, batch_band, resolve
 from router.fairness.queue import FairQueue, QueueFull, Waiter
@@ -235,3 +237,32 @@ def test_a_freed_replica_gets_the_waiter_whose_prefix_it_holds_within_the_lookah
     waiter, decision = out[0]
     assert waiter.payload.home == homes[released] and decision.replica.id == "r0"
     assert len(q) == 1 and r0.in_flight == 1
+
+
+# -- the policy section --------------------------------------------------------------------------------
+def _policy(fairness: dict, **limits):
+    return Policy.model_validate(
+        {
+            "models": [{"name": "m", "replicas": [{"url": "http://127.0.0.1:1"}]}],
+            "fairness": fairness,
+            "limits": limits,
+        }
+    )
+
+
+def test_the_fairness_section_is_off_by_default_and_checked_when_on():
+    assert _policy({}).fairness.enabled is False
+    assert _policy({"enabled": True}, max_concurrent_per_replica=4).fairness.enabled
+    bad = [
+        ({"enabled": True}, {}, "slots_per_replica"),  # no slots: nowhere to start queueing
+        ({"enabled": True, "slots_per_replica": 2, "reserved_slots": 2}, {}, "reserved_slots"),
+        ({"default_class": "gold"}, {}, "default_class"),
+        ({"classes": [{"name": "batch"}], "default_class": "batch"}, {}, "batch"),
+        ({"tenants": [{"id": "t", "max_priority": "gold"}]}, {}, "max_priority"),
+        ({"tenants": [{"id": "t"}, {"id": "t"}]}, {}, "unique"),
+        ({"on_objective_miss": "drop"}, {}, "on_objective_miss"),
+    ]
+    for fairness, limits, word in bad:
+        with pytest.raises(ValidationError) as err:
+            _policy(fairness, **limits)
+        assert word in str(err.value), (fairness, str(err.value))

@@ -55,7 +55,7 @@ from router.fairness.ttft import ServiceTime, predict_on_pool
 from router.fairness.work import predicted_work
 from router.pool import PoolRouter
 from router.replica import ReplicaState
-from router.types import Decision, ReplicasBusy, RouteRequest
+from router.types import Decision, NoReplicaAvailable, ReplicasBusy, RouteRequest
 
 _ARRIVE, _STEP, _SCRAPE = 0, 1, 2
 CALM = tuple(f"calm{i}" for i in range(5))
@@ -250,8 +250,8 @@ def simulate(mode: str, reqs: list[Req], replicas: int, slots: int, seconds: flo
             try:
                 send(r, router.route(request, exclude=not_to((), full_for(router.replicas, blim, now))), now)
                 return
-            except ReplicasBusy:
-                pass
+            except NoReplicaAvailable:
+                pass  # every replica full for its class (the pool has healthy replicas): it waits
         work = predicted_work(prompt, max(matched.values(), default=0), r.body["max_tokens"], DECODE_WEIGHT)
         home = max(matched, key=matched.__getitem__) if matched else None
         w = Waiter(r.tenant, r.spec.rank, work, 1.0, now, r.spec.max_wait_s, _Held(r, request, home, clock))

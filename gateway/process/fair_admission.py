@@ -33,11 +33,11 @@ from config.policy import LimitsConfig
 from gateway.errors import GatewayError
 from gateway.observability.metrics import GatewayMetrics
 from router.fairness.queue import FairQueue, QueueFull, Waiter
-from router.fairness.release import not_to, release
+from router.fairness.release import could_take, not_to, release
 from router.fairness.saturation import SaturationLimits, full_for, pool_saturation
 from router.fairness.ttft import ServiceTime, predict_on_pool, retry_after_s
 from router.fairness.work import predicted_work
-from router.types import Decision, ReplicasBusy, RouteRequest
+from router.types import Decision, NoReplicaAvailable, ReplicasBusy, RouteRequest
 
 if TYPE_CHECKING:
     from gateway.pipeline.fairness import Ticket
@@ -71,9 +71,10 @@ class _Entry:
 
 
 class _PoolQueue:
-    __slots__ = ("cfg", "limits", "queue", "router", "service", "ticking")
+    __slots__ = ("bands", "cfg", "limits", "queue", "router", "service", "ticking")
 
     def __init__(self, bands: int, cfg: FairnessConfig, limits: LimitsConfig, router: PoolRouter):
+        self.bands = bands
         self.queue = FairQueue(bands, cfg.max_queued)
         self.service = ServiceTime(cfg.service_s)
         self.cfg, self.limits, self.router = cfg, limits, router
@@ -90,11 +91,16 @@ class FairAdmission:
         self._pools: dict[str, _PoolQueue] = {}
 
     def _pool(self, name: str, cfg: FairnessConfig, limits: LimitsConfig, router: PoolRouter) -> _PoolQueue:
+        """The pool's queue, with a reload's settings and router: waiters keep their places (their
+        requests route on whichever router is current); a new class list waits for an empty queue."""
         bands = len(cfg.classes) + 1
         pq = self._pools.get(name)
-        if pq is None or (len(pq.queue) == 0 and (pq.cfg != cfg or pq.router is not router)):
+        if pq is None or (pq.bands != bands and not len(pq.queue)):
             pq = self._pools[name] = _PoolQueue(bands, cfg, limits, router)
-        pq.limits = limits  # a reload's limits apply at once; a new class list once the queue is empty
+        elif pq.bands == bands:
+            pq.cfg = cfg
+            pq.queue.max_queued = cfg.max_queued
+        pq.limits, pq.router = limits, router
         return pq
 
     def depth(self, pool: str) -> int:
@@ -130,15 +136,15 @@ class FairAdmission:
                 decision = router.route(request, exclude=not_to(tried, full_for(router.replicas, lim, now)))
                 m.child(m.fair_wait, *labels).observe(0.0)
                 return decision
-            except ReplicasBusy:
-                pass
+            except NoReplicaAvailable as exc:
+                if not isinstance(exc, ReplicasBusy) and not could_take(router, tried):
+                    raise  # no healthy replica it has not tried: dispatch answers as without fairness
         work = predicted_work(
             prompt, max(matched.values(), default=0), max_tokens or cfg.default_max_tokens, cfg.decode_weight
         )
         entry = _Entry(request, tried, home, ticket, loop.create_future(), labels)
-        waiter = Waiter(
-            ticket.flow, ticket.spec.rank, work, ticket.weight, now, ticket.spec.max_wait_s, entry
-        )
+        band = min(ticket.spec.rank, pq.bands - 1)  # a reload's longer class list: the old queue's bands
+        waiter = Waiter(ticket.flow, band, work, ticket.weight, now, ticket.spec.max_wait_s, entry)
         try:
             evicted = pq.queue.push(waiter, ticket.max_queued)
         except QueueFull as full:

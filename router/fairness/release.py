@@ -10,8 +10,10 @@ where fair order alone would often hand it one whose prefix lives on a replica t
 
 Below the highest class a waiter may use only the slots beyond the reserved ones
 (``SaturationLimits.reserved``): while those are taken, only the highest band is released. A waiter
-whose routing finds every replica it may use busy (it already tried the one with room) is
-put back with its place and the release stops until the next slot frees. Shared by the gateway
+whose routing finds every replica it may use busy (it already tried the one with room, or its
+batch's share of the replica with room is taken) keeps its place and the release goes on with the
+next, up to ``lookahead`` such waiters in one release: a waiter that cannot use the free slot never
+holds the queue. Shared by the gateway
 (``gateway.process.fair_admission``) and the benchmark in model time (``bench.fairness``).
 """
 
@@ -55,6 +57,12 @@ def not_to(tried: Container[str], full: Container[str]) -> Container[str]:
     return _Union(tried, full)
 
 
+def could_take(router: PoolRouter, tried: Container[str]) -> bool:
+    """A healthy replica the request has not tried exists: ``NoReplicaAvailable`` from a routing that
+    also left out the full replicas means "wait", not "no replica"."""
+    return any(r.healthy and r.id not in tried for r in router.replicas)
+
+
 def _at_home(room: set[str]) -> Callable[[Waiter], bool]:
     return lambda w: w.payload.home in room
 
@@ -65,25 +73,30 @@ def release(
     """Route waiters while a replica has room: each released waiter with its decision (or the
     ``NoReplicaAvailable`` that says no replica may ever take it)."""
     low = limits.for_band(1)
-    while len(queue):
-        if pool_saturation(router.replicas, limits, now).saturated:
-            return
-        # below the highest class, only the slots beyond the reserved ones are room
-        max_band = None if not pool_saturation(router.replicas, low, now).saturated else 0
-        room = {r.id for r in router.replicas if free_slots(r, limits, now) > 0}
-        waiter = queue.pop(now, prefer=_at_home(room), lookahead=lookahead, max_band=max_band)
-        if waiter is None:
-            return
-        held: Held = waiter.payload
-        if held.gone:
-            continue
-        full = full_for(router.replicas, limits.for_band(waiter.band), now)
-        try:
-            decision = router.route(held.request, exclude=not_to(held.exclude, full))
-        except ReplicasBusy:
+    skipped: list[Waiter] = []  # waiters no replica they may use has room for: back in their places
+    try:
+        while len(queue) and len(skipped) < lookahead:
+            if pool_saturation(router.replicas, limits, now).saturated:
+                return
+            # below the highest class, only the slots beyond the reserved ones are room
+            max_band = None if not pool_saturation(router.replicas, low, now).saturated else 0
+            room = {r.id for r in router.replicas if free_slots(r, limits, now) > 0}
+            waiter = queue.pop(now, prefer=_at_home(room), lookahead=lookahead, max_band=max_band)
+            if waiter is None:
+                return
+            held: Held = waiter.payload
+            if held.gone:
+                continue
+            full = full_for(router.replicas, limits.for_band(waiter.band), now)
+            try:
+                decision = router.route(held.request, exclude=not_to(held.exclude, full))
+            except NoReplicaAvailable as exc:
+                if isinstance(exc, ReplicasBusy) or could_take(router, held.exclude):
+                    skipped.append(waiter)  # busy, or only the full replicas are left to it: it waits
+                    continue
+                yield waiter, exc
+                continue
+            yield waiter, decision
+    finally:
+        for waiter in reversed(skipped):
             queue.requeue(waiter)
-            return
-        except NoReplicaAvailable as exc:
-            yield waiter, exc
-            continue
-        yield waiter, decision

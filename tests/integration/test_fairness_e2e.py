@@ -12,7 +12,7 @@ import aiohttp
 import openai
 import pytest
 
-from tests.support.stack import gateway, policy_for, sim_fleet, sim_requests
+from tests.support.stack import gateway, policy_for, sim_faults, sim_fleet, sim_requests
 
 KEYS = {"flood": "sk-flood", "calm": "sk-calm"}
 MODEL = "sim-llama"
@@ -95,8 +95,14 @@ async def test_an_objective_no_replica_can_meet_is_answered_429_at_once_with_ret
             await calm.close()
         async with aiohttp.ClientSession() as s, s.get(gw.metrics_url + "/metrics") as r:
             text = await r.text()
-        assert 'prefix_gateway_fair_shed_total{pool="sim-llama",priority="standard",reason="objective"} 1.0' in text
-        assert 'prefix_gateway_ttft_objective_total{outcome="shed",pool="sim-llama",priority="standard"} 1.0' in text
+        assert (
+            'prefix_gateway_fair_shed_total{pool="sim-llama",priority="standard",reason="objective"} 1.0'
+            in text
+        )
+        assert (
+            'prefix_gateway_ttft_objective_total{outcome="shed",pool="sim-llama",priority="standard"} 1.0'
+            in text
+        )
 
 
 async def test_a_priority_above_the_tenants_ceiling_is_capped_and_an_unknown_one_refused():
@@ -141,3 +147,27 @@ async def test_an_interactive_request_goes_before_queued_standard_ones_and_batch
         order = [b["messages"][0]["content"] for b in await sim_requests(fleet.urls[0])]
         # queued last, released first: the interactive band goes before every standard waiter
         assert order.index("calm interactive") == 1, order
+
+
+async def test_a_tenant_past_its_queue_cap_gets_429_while_another_tenant_still_queues():
+    async with sim_fleet(1) as fleet, gateway(_policy(fleet.urls, max_queued_per_tenant=2)) as gw:
+        await sim_faults(fleet.urls[0], {"hang": True})  # the one slot stays held: the queue only grows
+        flood, calm = _client(gw, "flood"), _client(gw, "calm")
+        held = [asyncio.create_task(_ask(flood, "running"))]
+        try:
+            await _until(lambda: gw.state.pools[MODEL].router.replicas[0].in_flight == 1)
+            held += [asyncio.create_task(_ask(flood, f"queued {i}")) for i in range(2)]
+            await _until(lambda: gw.process.fair.depth(MODEL) == 2)
+            with pytest.raises(openai.RateLimitError) as err:
+                await _ask(flood, "one too many")
+            assert err.value.response.json()["error"]["code"] == "tenant_queue_full"
+            assert err.value.response.headers["retry-after"] == "1"
+            held.append(asyncio.create_task(_ask(calm, "calm queues")))  # its own cap: it waits
+            await _until(lambda: gw.process.fair.depth(MODEL) == 3)
+        finally:
+            for t in held:
+                t.cancel()
+            await asyncio.gather(*held, return_exceptions=True)
+            await flood.close()
+            await calm.close()
+        await _until(lambda: gw.process.fair.depth(MODEL) == 0)  # cancelled waiters leave the queue

@@ -266,3 +266,16 @@ def test_the_fairness_section_is_off_by_default_and_checked_when_on():
         with pytest.raises(ValidationError) as err:
             _policy(fairness, **limits)
         assert word in str(err.value), (fairness, str(err.value))
+
+
+def test_a_waiter_that_cannot_use_the_free_slot_keeps_its_place_without_holding_the_queue():
+    r0, r1 = ReplicaState("r0", "u"), ReplicaState("r1", "u", in_flight=1)  # r1 full, r0 free
+    router = PoolRouter([r0, r1], RoutingConfig(policy="prefix_affinity"), clock=lambda: 0.0, slot_limit=1)
+    q = FairQueue(bands=1, max_queued=10)
+    tried = _Held(_prompt("a"), "r0")
+    tried.exclude = ("r0",)  # a retry: it already failed on the only replica with room
+    q.push(Waiter("t", 0, 10, 1, 0, 1e9, payload=tried), 10)
+    q.push(Waiter("u", 0, 10, 1, 0, 1e9, payload=_Held(_prompt("b"), None)), 10)
+    out = list(release(q, router, SaturationLimits(slots=1), 0.0, lookahead=4))
+    assert [w.flow for w, _ in out] == ["u"] and out[0][1].replica.id == "r0"
+    assert len(q) == 1 and q.pop(0.0).payload is tried  # still first in line

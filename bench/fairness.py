@@ -147,12 +147,23 @@ class Run:
     extra: dict[str, float] = field(default_factory=dict)
 
 
-def simulate(mode: str, reqs: list[Req], replicas: int, slots: int, seconds: float, reserved: int = 0) -> Run:
+def simulate(
+    mode: str,
+    reqs: list[Req],
+    replicas: int,
+    slots: int,
+    seconds: float,
+    reserved: int = 0,
+    lookahead: int = LOOKAHEAD,
+    kv_blocks: int = 2048,
+) -> Run:
     clock = [0.0]
-    states = [ReplicaState(id=f"r{k}", url=f"sim://{k}") for k in range(replicas)]
+    states = [
+        ReplicaState(id=f"r{k}", url=f"sim://{k}", kv_capacity_blocks=kv_blocks) for k in range(replicas)
+    ]
     routing = RoutingConfig(policy="prefix_affinity")
     router = PoolRouter(states, routing, clock=lambda: clock[0], slot_limit=0 if mode == "none" else slots)
-    engine_cfg = EngineConfig(max_num_seqs=slots)
+    engine_cfg = EngineConfig(num_gpu_blocks=kv_blocks, max_num_seqs=slots)
     engines = [Engine(engine_cfg) for _ in range(replicas)]
     stepping = [False] * replicas
     step_out: list[Any] = [None] * replicas
@@ -205,7 +216,7 @@ def simulate(mode: str, reqs: list[Req], replicas: int, slots: int, seconds: flo
                 fifo.popleft()
                 send(r, d, now)
         elif mode in ("fair", "alone"):
-            for waiter, got in release(fair, router, lim, now, LOOKAHEAD):
+            for waiter, got in release(fair, router, lim, now, lookahead):
                 r = waiter.payload.req
                 if isinstance(got, Decision):
                     send(r, got, now)
@@ -317,7 +328,7 @@ def simulate(mode: str, reqs: list[Req], replicas: int, slots: int, seconds: flo
     return run
 
 
-def capacity(replicas: int, slots: int, seconds: float = 20.0, seed: int = 0) -> float:
+def capacity(replicas: int, slots: int, seconds: float = 20.0, seed: int = 0, kv_blocks: int = 2048) -> float:
     """Requests a second the fleet completes with every slot busy (a closed loop of flood requests)."""
     rng = random.Random(seed)
     system = _words(rng, 400)
@@ -331,7 +342,7 @@ def capacity(replicas: int, slots: int, seconds: float = 20.0, seed: int = 0) ->
         }
         for _ in range(replicas * slots * 4)
     ]
-    engines = [Engine(EngineConfig(max_num_seqs=slots)) for _ in range(replicas)]
+    engines = [Engine(EngineConfig(num_gpu_blocks=kv_blocks, max_num_seqs=slots)) for _ in range(replicas)]
     done = 0
     t = [0.0] * replicas
     nxt = 0
@@ -404,6 +415,15 @@ HEADERS = [
 ]  # fmt: skip
 
 
+def _differs(args: argparse.Namespace) -> str:
+    parts = []
+    if args.calm_rate != 1.0:
+        parts.append(f"well-behaved tenants at {args.calm_rate:g} requests/s each")
+    if args.kv_blocks != 2048:
+        parts.append(f"{args.kv_blocks} KV blocks a replica")
+    return ", ".join(parts) or args.section
+
+
 def _f(x: float, digits: int = 3) -> str:
     return "all shed" if x != x else f"{x:.{digits}f}"
 
@@ -418,27 +438,33 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--batch-lines", type=int, default=200)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--reserved", type=int, nargs="*", default=[1], help="also run the fair queue with these")
+    ap.add_argument("--lookahead", type=int, nargs="*", default=[], help="also run the fair queue with these")
+    ap.add_argument("--kv-blocks", type=int, default=2048, help="KV blocks of 16 tokens a replica")
     ap.add_argument("--write", action="store_true", help="write the section of docs/benchmarks.md")
     ap.add_argument("--section", default="fairness", help="the section's name in docs/benchmarks.md")
     args = ap.parse_args(argv)
     if not (1 <= args.replicas <= 16 and 1 <= args.slots <= 256 and 0 < args.seconds <= 300):
         ap.error("bounded: 1-16 replicas, 1-256 slots, at most 300 s")
+    if args.kv_blocks < 64:
+        ap.error("--kv-blocks: at least 64")
     started = time.perf_counter()
-    cap = capacity(args.replicas, args.slots, seed=args.seed)
+    cap = capacity(args.replicas, args.slots, seed=args.seed, kv_blocks=args.kv_blocks)
     flood_rate = args.flood_x * cap
-    modes = [
-        ("alone", "well-behaved alone", 0),
-        ("none", "no gateway queue", 0),
-        ("fifo", "today (slot FIFO)", 0),
+    modes = [("alone", "well-behaved alone", 0, LOOKAHEAD), ("none", "no gateway queue", 0, LOOKAHEAD)]
+    modes += [("fifo", "today (slot FIFO)", 0, LOOKAHEAD), ("fair", "fair queue", 0, LOOKAHEAD)]
+    modes += [
+        ("fair", f"fair queue, {n} reserved slot{'s' if n > 1 else ''}", n, LOOKAHEAD) for n in args.reserved
     ]
-    modes += [("fair", "fair queue", 0)]
-    modes += [("fair", f"fair queue, {n} reserved slot{'s' if n > 1 else ''}", n) for n in args.reserved]
+    modes += [("fair", f"fair queue, lookahead {n}", 0, n) for n in args.lookahead]
     results: dict[str, dict[str, Any]] = {}
-    for mode, name, reserved in modes:
+    for mode, name, reserved, lookahead in modes:
         flood = 0.0 if mode == "alone" else flood_rate
         batch = 0 if mode == "alone" else args.batch_lines
         reqs = workload(args.seconds, args.calm_rate, flood, batch, args.seed)
-        results[name] = summarize(simulate(mode, reqs, args.replicas, args.slots, args.seconds, reserved))
+        run = simulate(
+            mode, reqs, args.replicas, args.slots, args.seconds, reserved, lookahead, args.kv_blocks
+        )
+        results[name] = summarize(run)
     wall = time.perf_counter() - started
     alone_p99 = results["well-behaved alone"]["p99"]
     today = results["today (slot FIFO)"]["tokens_per_s"]
@@ -459,9 +485,9 @@ def main(argv: list[str] | None = None) -> None:
         [
             "## Tenant-fair admission: a flood against five well-behaved tenants (model time)"
             if args.section == "fairness"
-            else f"### The same, well-behaved tenants at {args.calm_rate:g} requests/s each",
+            else "### The same, " + _differs(args),
             "",
-            f"`{cmd.replace(' --write', '')}` ({args.replicas} engine-model replicas, {args.slots} slots each, "
+            f"`{cmd.replace(' --write', '')}` ({args.replicas} engine-model replicas, {args.slots} slots and {args.kv_blocks} KV blocks each, "
             f"measured capacity {cap:.1f} requests/s, flood at {args.flood_x:g} x = {flood_rate:.0f}/s, five "
             f"tenants at {args.calm_rate:g}/s each, {args.batch_lines} batch lines, arrivals for "
             f"{args.seconds:g} s; {wall:.0f} s of wall time). TTFT in seconds, of the five "

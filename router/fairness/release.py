@@ -5,8 +5,11 @@ While the pool has a free slot and someone waits, the next waiter in the queue's
 then prefix affinity among the replicas with room), so the slot is counted at once, before another
 release could see it free. Among the first ``lookahead`` waiters of the band, one whose longest prefix
 match is on a replica with room goes first: the freed replica gets a request whose prefix it holds,
-where fair order alone would often hand it one whose prefix lives on a replica that is still full
-(a spill: its prefix prefilled again, a copy crowding the cache).
+where fair order alone may hand it one whose prefix lives on a replica that is still full (a spill:
+its prefix prefilled again, a copy crowding the cache). Measured (``python -m bench.fairness
+--kv-blocks 700 --lookahead 1``, docs/benchmarks.md): no difference worth the name on that workload,
+hit rate 0.752 with a lookahead of 1 and of 8 (the well-behaved tenants' 0.672 and 0.675), as six
+prefixes soon live on both replicas; kept at 8 since it costs fairness at most 8 requests' work.
 
 Below the highest class a waiter may use only the slots beyond the reserved ones
 (``SaturationLimits.reserved``): while those are taken, only the highest band is released. A waiter

@@ -237,7 +237,7 @@ class FairAdmission:
             router.replicas,
             prompt,
             matched,
-            limits=saturation_limits(cfg, pq.limits),
+            limits=saturation_limits(cfg, pq.limits).for_band(ticket.spec.rank),  # its class's room
             now=router.clock(),
             default_rate=router.cfg.prefill_tokens_per_s,
             ahead=ahead,

@@ -9,6 +9,7 @@ from collections import Counter
 import pytest
 from pydantic import ValidationError
 
+from config.checks import policy_warnings
 from config.policy import Policy
 from config.routing import RoutingConfig
 from router.fairness.classes import BATCH_BAND, ClassSpec, UnknownClass, batch_band, resolve
@@ -279,3 +280,11 @@ def test_a_waiter_that_cannot_use_the_free_slot_keeps_its_place_without_holding_
     out = list(release(q, router, SaturationLimits(slots=1), 0.0, lookahead=4))
     assert [w.flow for w, _ in out] == ["u"] and out[0][1].replica.id == "r0"
     assert len(q) == 1 and q.pop(0.0).payload is tried  # still first in line
+
+
+def test_check_config_warns_when_the_process_limit_fills_before_the_fair_queue():
+    fair = {"enabled": True, "slots_per_replica": 8, "max_queued": 1024}
+    warned = [path for path, _ in policy_warnings(_policy(fair))]
+    assert "limits.max_concurrent_requests" in warned  # 1024 < 1024 queued + 8 slots
+    fine = _policy(fair, max_concurrent_requests=2048)
+    assert "limits.max_concurrent_requests" not in [p for p, _ in policy_warnings(fine)]

@@ -12,6 +12,9 @@ import aiohttp
 import openai
 import pytest
 
+from bench.batch_workload import URL
+from config.fairness import FairnessConfig
+from tests.support.batch import batch_policy, small_batch
 from tests.support.stack import gateway, policy_for, sim_faults, sim_fleet, sim_requests
 
 KEYS = {"flood": "sk-flood", "calm": "sk-calm"}
@@ -131,7 +134,7 @@ async def test_a_priority_above_the_tenants_ceiling_is_capped_and_an_unknown_one
             await calm.close()
 
 
-async def test_an_interactive_request_goes_before_queued_standard_ones_and_batch_is_untouched_when_off():
+async def test_an_interactive_request_goes_before_queued_standard_ones():
     async with sim_fleet(1, speed=1.0, decode_s_per_token=0.01) as fleet, gateway(_policy(fleet.urls)) as gw:
         flood, calm = _client(gw, "flood"), _client(gw, "calm")
         try:
@@ -171,3 +174,27 @@ async def test_a_tenant_past_its_queue_cap_gets_429_while_another_tenant_still_q
             await flood.close()
             await calm.close()
         await _until(lambda: gw.process.fair.depth(MODEL) == 0)  # cancelled waiters leave the queue
+
+
+async def test_a_batch_runs_to_completion_in_the_batch_band_with_fairness_on(tmp_path) -> None:
+    wl = small_batch(requests=30)
+    async with sim_fleet(2) as fleet:
+        policy = batch_policy(fleet.urls, tmp_path)
+        policy = policy.model_copy(update={"fairness": FairnessConfig(enabled=True, slots_per_replica=2)})
+        async with gateway(policy) as gw:
+            c = openai.AsyncOpenAI(base_url=gw.url + "/v1", api_key="none", max_retries=0)
+            try:
+                up = await c.files.create(file=("in.jsonl", wl.jsonl()), purpose="batch")
+                created = await c.batches.create(input_file_id=up.id, endpoint=URL, completion_window="24h")
+                deadline = time.monotonic() + 60
+                while (b := await c.batches.retrieve(created.id)).status not in ("completed", "failed"):
+                    assert time.monotonic() < deadline, b.status
+                    await asyncio.sleep(0.05)
+                assert b.status == "completed" and b.request_counts.completed == 30, b
+            finally:
+                await c.close()
+            async with aiohttp.ClientSession() as s, s.get(gw.metrics_url + "/metrics") as r:
+                text = await r.text()
+    # every line went through the fair queue's batch band (tenant-less)
+    line = 'prefix_gateway_fair_queue_wait_seconds_count{pool="sim-llama",priority="batch",tenant="batch"}'
+    assert f"{line} 30.0" in text, [x for x in text.splitlines() if "fair_queue_wait_seconds_count" in x]

@@ -56,6 +56,20 @@ def policy_warnings(policy: Policy) -> list[tuple[str, str]]:
                 "observability.tenant_labels: hashed or none)",
             )
         )
+    fair, limits = policy.fairness, policy.limits
+    if fair.enabled and limits.max_concurrent_requests:
+        slots = fair.slots_per_replica or limits.max_concurrent_per_replica
+        replicas = sum(len(m.replicas) for m in policy.models)
+        held = fair.max_queued * len(policy.models) + slots * replicas
+        if limits.max_concurrent_requests < held:
+            out.append(
+                (
+                    "limits.max_concurrent_requests",
+                    f"{limits.max_concurrent_requests} requests at once is fewer than the fair queues and "
+                    f"the slots can hold ({held}): a flood fills the process limit's FIFO queue first, "
+                    "where no tenant's share or priority applies (raise it, or lower fairness.max_queued)",
+                )
+            )
     return out
 
 

@@ -17,6 +17,7 @@ from config.batch import BatchConfig
 from config.billing import BillingConfig
 from config.budgets import BudgetConfig, BudgetsConfig
 from config.cache import CacheConfig
+from config.fairness import FairnessConfig
 from config.protocols import LoraConfig, ProtocolsConfig, TracingConfig
 from config.routing import RoutingConfig, SharedIndexConfig
 
@@ -358,6 +359,7 @@ class Policy(_Strict):
     tracing: TracingConfig = Field(default_factory=TracingConfig)
     observability: ObservabilityConfig = Field(default_factory=ObservabilityConfig)
     shared_index: SharedIndexConfig = Field(default_factory=SharedIndexConfig)
+    fairness: FairnessConfig = Field(default_factory=FairnessConfig)
 
     @model_validator(mode="after")
     def _consistent(self) -> Policy:
@@ -378,6 +380,16 @@ class Policy(_Strict):
             )
         if self.batch.enabled and self.batch.store == "redis" and self.redis.url is None:
             raise ValueError("batch.store is 'redis' but redis.url is not set")
+        fair_slots = self.fairness.slots_per_replica or self.limits.max_concurrent_per_replica
+        if self.fairness.enabled and not fair_slots:
+            raise ValueError(
+                "fairness.enabled needs the requests a replica runs at once: fairness.slots_per_replica "
+                "or limits.max_concurrent_per_replica"
+            )
+        if self.fairness.enabled and self.fairness.reserved_slots >= fair_slots:
+            raise ValueError(
+                f"fairness.reserved_slots must be fewer than the slots of a replica ({fair_slots})"
+            )
         semantic = [self.cache.semantic, *(o.semantic for o in self.cache.overrides if o.semantic)]
         for sem in semantic:
             if (

@@ -233,6 +233,18 @@ class PoolRouter:
         self.decisions += 1
         return decision
 
+    def matches(self, request: RouteRequest) -> tuple[int, dict[str, int]]:
+        """The prompt's tokens and, per replica, the tokens of it the (approximate) index says that
+        replica holds: read only, nothing is counted or learnt (``router.fairness`` predicts a waiting
+        request's work and TTFT with it). ``{}`` for a policy that does not look at the prompt."""
+        if not self.policy.needs_prefix:
+            return 0, {}
+        ctx = PickContext(request=request, candidates=self.replicas, block_size=self.cfg.block_size)
+        hashes = self._prefix(request, ctx)
+        bs, limit = self.cfg.block_size, ctx.hashed_tokens
+        matched = self.index.match(hashes, self.clock())
+        return ctx.prompt_tokens, {rid: min(n * bs, limit) for rid, n in matched.items() if n}
+
     def release_prefill(self, decision: Decision) -> None:
         """The replica answered its first byte: its prefill for this request is done."""
         if not decision._prefill_released:

@@ -105,6 +105,23 @@ _SPECS: tuple[tuple[Any, ...], ...] = (
      "Requests answered 503 because no slot freed in time, by scope (process, replica).", ("scope",)),
     ("admission_queued", Gauge, "admission_queued",
      "Requests waiting for a slot now, by scope (process, replica).", ("scope",)),
+    # -- fairness: the gateway's queue while a pool is saturated (router.fairness)
+    ("fair_queued", Gauge, "fair_queue_depth",
+     "Requests waiting at the gateway for a saturated pool, by pool, tenant and priority class.",
+     ("pool", "tenant", "priority")),
+    ("fair_wait", Histogram, "fair_queue_wait_seconds",
+     "Time a request waited at the gateway for a saturated pool, by pool, tenant and priority class "
+     "(every request of an enabled pool: 0 when it went at once).", ("pool", "tenant", "priority"),
+     LATENCY_BUCKETS),
+    ("fair_shed", Counter, "fair_shed_total",
+     "Requests answered at once instead of queued, by pool, priority class and reason (objective, "
+     "tenant_cap, queue_full, preempted, timeout).", ("pool", "priority", "reason")),
+    ("fair_capped", Counter, "fair_priority_capped_total",
+     "Requests that asked for a priority above their tenant's ceiling (served at the ceiling).",
+     ("tenant",)),
+    ("ttft_objective", Counter, "ttft_objective_total",
+     "Requests with a TTFT objective, by pool, priority class and outcome (met, missed: at the first "
+     "byte; shed: answered 429 at once as predicted unattainable).", ("pool", "priority", "outcome")),
     # -- process: reloads, discovery
     ("reloads", Counter, "config_reloads_total", "Policy reloads by result (ok, invalid, error, unchanged).",
      ("result",)),
@@ -201,6 +218,11 @@ class GatewayMetrics:
     breaker_transitions: Counter
     admission_rejected: Counter
     admission_queued: Gauge
+    fair_queued: Gauge
+    fair_wait: Histogram
+    fair_shed: Counter
+    fair_capped: Counter
+    ttft_objective: Counter
     reloads: Counter
     discovery_changes: Counter
     discovery_errors: Counter

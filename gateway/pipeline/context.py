@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from cache.buckets import Reservation
     from gateway.fleet.pools import Pool
     from gateway.pipeline.billing import Marked
+    from gateway.pipeline.fairness import Ticket
     from gateway.pipeline.parse import ParsedRequest
     from gateway.pipeline.protocols.base import Encoder, FrontEnd
     from gateway.pipeline.tenant import Tenant
@@ -62,6 +63,7 @@ class RequestContext:
     marked: Marked | None = None  # the explicit cache_control prefix, when the request has one
     pinned_replica: str | None = None  # holds that prefix's live explicit entry
     reservation: Reservation | None = None  # tokens reserved from the tenant's per-minute bucket
+    fair: Ticket | None = None  # its priority class, weight and TTFT objective (``fairness.enabled``)
     line_item: LineItem | None = None  # the ledger row, once billed
     billed: bool = False
     # -- where it went (dispatch)
@@ -107,4 +109,6 @@ class RequestContext:
             headers["x-cache-bypass-reason"] = self.bypass_reason
         if self.age_s is not None:
             headers["age"] = str(int(self.age_s))
+        if self.fair is not None and self.fair.flow is not None:
+            headers["x-gateway-priority"] = self.fair.spec.name  # the class it was served in (capped)
         return headers

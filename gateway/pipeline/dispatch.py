@@ -16,7 +16,8 @@ its first byte (a retry, or the request's error, takes over; the replica never d
 generation, so it is never billed).
 
 When every replica is at its slot cap (the router's slot filter), the request waits, bounded, for
-one to free (``process.admission``), else 503.
+one to free (``process.admission``), else 503. With ``fairness.enabled`` it waits in the pool's fair
+queue instead (``process.fair_admission``: priority, tenant shares, TTFT objectives).
 """
 
 from __future__ import annotations
@@ -136,8 +137,21 @@ async def dispatch(ctx: RequestContext, payload: dict[str, Any], how: Relay) -> 
 
 async def _route(ctx: RequestContext, request: RouteRequest, tried: set[str]) -> Decision:
     """The router's decision; while every replica is at its slot cap, wait (bounded) for a slot."""
-    assert ctx.pool is not None
+    assert ctx.pool is not None and ctx.parsed is not None
     router = ctx.pool.router
+    if ctx.fair is not None:  # fairness.enabled: the pool's fair queue (gateway.process.fair_admission)
+        policy, body = ctx.state.policy, ctx.parsed.body
+        max_tokens = body.get("max_tokens") or body.get("max_completion_tokens")
+        return await ctx.process.fair.route(
+            ctx.pool.name,
+            router,
+            request,
+            tried,
+            ctx.fair,
+            policy.fairness,
+            policy.limits,
+            max_tokens if isinstance(max_tokens, int) else None,
+        )
     try:
         return router.route(request, exclude=tried)
     except ReplicasBusy:
@@ -200,6 +214,8 @@ async def attempt_once(
             resp.close()
         pool.router.release(decision)  # the prefill too, if neither a first byte nor the timer did
         ctx.process.admission.replica_released(pool.name)  # a request waiting for a slot may go
+        if ctx.fair is not None:  # a waiter of the fair queue may go; the slot's time teaches its model
+            ctx.process.fair.released(pool.name, pool.router.clock() - decision.routed_at)
         gauge.dec()
 
 

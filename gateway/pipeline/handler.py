@@ -45,7 +45,7 @@ from aiohttp import web
 
 from gateway.errors import GatewayError
 from gateway.fleet.pools import find_pool
-from gateway.pipeline import billing, budgets, cache, limits, respond
+from gateway.pipeline import billing, budgets, cache, fairness, limits, respond
 from gateway.pipeline.context import RESENT, RequestContext
 from gateway.pipeline.lifecycle import Event
 from gateway.pipeline.parse import ENDPOINTS, parse_request, validate
@@ -149,6 +149,7 @@ async def _run(ctx: RequestContext, read: Awaitable[None]) -> web.StreamResponse
         billing.prepare(ctx)
         await billing.pin(ctx)
         await limits.admit(ctx)
+        fairness.classify(ctx)
         await hooks.emit(Event.ADMITTED, ctx)
         return await cache.serve(ctx)
     except GatewayError as err:

@@ -54,6 +54,7 @@ from gateway.pipeline.lifecycle import Event, Hooks
 from gateway.pipeline.tenant import server_secret
 from gateway.process.admission import Admission
 from gateway.process.exposition import metrics_token, open_listener
+from gateway.process.fair_admission import FairAdmission
 from gateway.process.metering import Metering, open_metering
 from gateway.process.reconcile import reconcile_loop
 from gateway.process.reload import watch_file
@@ -79,6 +80,7 @@ class Process:
     resolver: Any = None  # discovery's DNS resolver (None: loop.getaddrinfo); injectable in tests
     worker: int = 0  # index among --workers N: its metrics listener is server.metrics_port + worker
     admission: Admission = field(init=False)
+    fair: FairAdmission = field(init=False)  # the queues of saturated pools (fairness.enabled)
     fleet: FleetHealth = field(init=False)
     advisor: Advisor = field(init=False)
     redis: aioredis.Redis | None = None
@@ -113,6 +115,7 @@ class Process:
     def __post_init__(self) -> None:
         self.file_policy = self.initial
         self.admission = Admission(self.metrics)
+        self.fair = FairAdmission(self.metrics)
         self.fleet = FleetHealth(self.initial.breaker, self.metrics)
         self.advisor = Advisor.from_policy(self.initial)
 

@@ -29,14 +29,21 @@ from gateway.admin.routes import add_admin_routes
 from gateway.errors import GatewayError
 from gateway.observability.logs import traceback_without_messages
 from gateway.observability.metrics import GatewayMetrics
-from gateway.pipeline import advise, billing, dispatch, limits, observe
+from gateway.pipeline import advise, billing, dispatch, fairness, limits, observe
 from gateway.pipeline.protocols.openai import FRONTEND as OPENAI
 from gateway.process.process import PROCESS, Process, process_context
 from gateway.server.batch_api import STREAMED_PATHS, quiet_multipart_warnings
 from gateway.server.conn_guard import GatewayRunner, read_body_within
 from gateway.server.endpoints import FRONTEND_BY_PATH, INFERENCE_PATHS, add_public_routes
 
-HOOKS = (dispatch.install, advise.install, billing.install, limits.install, observe.install)
+HOOKS = (
+    dispatch.install,
+    advise.install,
+    billing.install,
+    limits.install,
+    fairness.install,
+    observe.install,
+)
 
 
 @web.middleware

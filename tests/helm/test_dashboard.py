@@ -34,8 +34,18 @@ METRICS: dict[str, set[str]] = {
     "batch_stolen_lines_total": set(),
     "batch_tokens_total": {"kind"},
     "batch_in_flight": {"model", "replica"},
+    "fair_queue_depth": {"pool", "tenant", "priority"},
+    "fair_queue_wait_seconds": {"pool", "tenant", "priority"},
+    "fair_shed_total": {"pool", "priority", "reason"},
+    "fair_priority_capped_total": {"tenant"},
+    "ttft_objective_total": {"pool", "priority", "outcome"},
 }
-HISTOGRAMS = {"request_duration_seconds", "time_to_first_byte_seconds", "prefix_match_fraction"}
+HISTOGRAMS = {
+    "request_duration_seconds",
+    "time_to_first_byte_seconds",
+    "prefix_match_fraction",
+    "fair_queue_wait_seconds",
+}
 METRIC_RE = re.compile(r"prefix_gateway_([a-z_]+)")
 
 

@@ -285,6 +285,59 @@ def panels() -> list[Panel]:
             desc="At most the batch share of each replica (batch.share x batch.replica_slots), less while "
             "its online queue grows.",
         ),
+        row("Fairness: saturated pools (fairness.enabled)"),
+        stat(
+            "TTFT objective attainment",
+            ratio(f'{P}ttft_objective_total{{outcome="met"}}', f"{P}ttft_objective_total"),
+            desc="Requests with a TTFT objective whose first byte came within it; a request answered 429 "
+            "at once as predicted unattainable (outcome shed) counts as missed.",
+            steps=[("red", None), ("orange", 0.9), ("green", 0.99)],
+        ),
+        stat("Requests shed", f"sum(rate({P}fair_shed_total{RATE}))", unit="reqps"),
+        stat(
+            "Priorities capped",
+            f"sum(rate({P}fair_priority_capped_total{RATE}))",
+            unit="reqps",
+            desc="Requests that asked for a class above their tenant's ceiling and were served at it.",
+        ),
+        timeseries(
+            "Waiting at the gateway by tenant and class",
+            [(f"sum by (tenant, priority) ({P}fair_queue_depth)", "{{tenant}} {{priority}}")],
+            desc="Requests held while every replica of their pool holds its slots.",
+            stack=True,
+        ),
+        timeseries(
+            "Wait at the gateway, p99 by class",
+            [
+                (
+                    f"histogram_quantile(0.99, sum by (le, priority) (rate({P}fair_queue_wait_seconds_bucket{RATE})))",
+                    "{{priority}}",
+                )
+            ],
+            unit="s",
+        ),
+        timeseries(
+            "Shed by reason",
+            [(f"sum by (priority, reason) (rate({P}fair_shed_total{RATE}))", "{{priority}} {{reason}}")],
+            unit="reqps",
+            desc="objective: predicted over its TTFT objective (429); tenant_cap: its tenant's queue full "
+            "(429); queue_full, preempted, timeout: 503.",
+        ),
+        timeseries(
+            "TTFT objective outcomes by class",
+            [
+                (
+                    f"sum by (priority, outcome) (rate({P}ttft_objective_total{RATE}))",
+                    "{{priority}} {{outcome}}",
+                )
+            ],
+            unit="reqps",
+        ),
+        timeseries(
+            "Priority ceilings applied by tenant",
+            [(f"sum by (tenant) (rate({P}fair_priority_capped_total{RATE}))", "{{tenant}}")],
+            unit="reqps",
+        ),
         row("Replicas"),
         replica_health,
     ]

@@ -1,0 +1,514 @@
+"""A saturated fleet shared by tenants, in model time: no gateway queue, today's slot queue, the fair queue.
+
+    python -m bench.fairness [--replicas 2] [--slots 8] [--seconds 30] [--calm-rate 1.0] [--flood-x 10]
+        [--batch-lines 200] [--seed 0] [--write]
+
+No processes and no sockets, as ``bench.routing_offline``: ``router.pool.PoolRouter`` decides,
+``sim.engine.Engine`` replicas (vLLM V1's scheduler, Llama-3-8B on an A100 step costs) serve,
+one event queue orders arrivals, engine steps and metric scrapes. The gateway's queueing is the code
+the gateway runs: ``router.fairness`` (the queue, ``release``, the TTFT prediction); only the asyncio
+around it (``gateway.process.fair_admission``) is replaced by the event loop. Deterministic for a seed.
+
+The workload: five well-behaved tenants (``calm0``..``calm4``), each Poisson at ``--calm-rate``
+requests a second, class ``interactive`` with a TTFT objective of 1 s; one tenant (``flood``) Poisson
+at ``--flood-x`` times the fleet's measured capacity, class ``standard`` (its ceiling) with an
+objective of 3 s; ``--batch-lines`` offline batch lines offered at 0 (the batch band). Every tenant's
+prompts share its own 512-token system prompt, then 128 tokens of their own, 64 output tokens.
+
+Modes:
+
+- ``none``: no gateway queue; every request goes to a replica at once (prefix affinity), and the
+  engines run their queues first come first served (``max_num_seqs`` = ``--slots``).
+- ``fifo``: today's gateway: ``limits.max_concurrent_per_replica`` = ``--slots``, a FIFO queue of
+  1024 with ``queue_timeout_s`` 5 s (503 past either); batch lines wait in the same queue.
+- ``fair``: ``fairness.enabled``, the same slots; classes interactive / standard / background,
+  ``max_queued_per_tenant`` 256, objectives enforced at arrival (429 when predicted unattainable).
+- ``alone``: the five well-behaved tenants without the flood or the batch (fair settings), the
+  reference for their TTFT.
+
+Arrivals stop at ``--seconds``; throughput and shares count completions before it. The run goes on
+until every well-behaved request had its first token (a request left in an engine's queue at the end
+is served late, not dropped, so its TTFT is counted) or a horizon of 20 x ``--seconds``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import random
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from bench.report import percentile, table, write_section
+from config.routing import RoutingConfig
+from router.fairness.classes import ClassSpec
+from router.fairness.queue import FairQueue, QueueFull, Waiter
+from router.fairness.release import not_to, release
+from router.fairness.saturation import SaturationLimits, full_for, pool_saturation
+from router.fairness.ttft import ServiceTime, predict_on_pool
+from router.fairness.work import predicted_work
+from router.pool import PoolRouter
+from router.replica import ReplicaState
+from router.types import Decision, NoReplicaAvailable, ReplicasBusy, RouteRequest
+from sim.engine import Engine, EngineConfig, EngineRequest
+from sim.kvcache import block_hashes, count_tokens
+from sim.prompt import render_chat
+
+_ARRIVE, _STEP, _SCRAPE = 0, 1, 2
+CALM = tuple(f"calm{i}" for i in range(5))
+FLOOD = "flood"
+MAX_TOKENS = 64
+CLASSES = (
+    ClassSpec("interactive", 0, 2.0, 1.0),
+    ClassSpec("standard", 1, 10.0, 3.0),
+    ClassSpec("background", 2, 30.0, None),
+)
+BATCH = ClassSpec("batch", 3, 60.0, None)
+FIFO_QUEUE, FIFO_TIMEOUT_S = 1024, 5.0
+FAIR_QUEUE, FAIR_PER_TENANT, FAIR_TIMEOUT_S = 1024, 256, 30.0
+DECODE_WEIGHT, LOOKAHEAD, OVERHEAD_S, SERVICE_S = 5.0, 8, 0.0097, 2.0
+
+
+def _words(rng: random.Random, n: int) -> str:
+    return " ".join(f"w{rng.randrange(100_000)}" for _ in range(n))
+
+
+@dataclass
+class Req:
+    i: int
+    tenant: str | None  # None: a batch line
+    spec: ClassSpec
+    at: float
+    body: dict[str, Any]
+    first: float | None = None
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    done: float | None = None
+    shed: str | None = None
+    decision: Decision | None = None
+
+    @property
+    def objective(self) -> float | None:
+        return self.spec.ttft_s
+
+
+def workload(seconds: float, calm_rate: float, flood_rate: float, batch_lines: int, seed: int) -> list[Req]:
+    rng = random.Random(seed)
+    system = {t: _words(rng, 400) for t in (*CALM, FLOOD, "batch")}  # ~512 tokens (4 bytes a token)
+    out: list[Req] = []
+
+    def body(who: str) -> dict[str, Any]:
+        return {
+            "model": "m",
+            "messages": [
+                {"role": "system", "content": system[who]},
+                {"role": "user", "content": _words(rng, 100)},
+            ],
+            "max_tokens": rng.randint(MAX_TOKENS // 4, MAX_TOKENS * 7 // 4),  # mean MAX_TOKENS
+        }
+
+    for tenant, rate, spec in [(t, calm_rate, CLASSES[0]) for t in CALM] + [(FLOOD, flood_rate, CLASSES[1])]:
+        if rate <= 0:
+            continue
+        t = rng.expovariate(rate)
+        while t < seconds:
+            out.append(Req(0, tenant, spec, t, body(tenant)))
+            t += rng.expovariate(rate)
+    out += [Req(0, None, BATCH, 0.0, body("batch")) for _ in range(batch_lines)]
+    out.sort(key=lambda r: r.at)
+    for i, r in enumerate(out):
+        r.i = i
+    return out
+
+
+@dataclass
+class _Held:
+    req: Req
+    request: RouteRequest
+    home: str | None
+    clock: list[float]
+    exclude: tuple[str, ...] = ()
+
+    @property
+    def gone(self) -> bool:  # gave up: the gateway answered it 503 at its deadline
+        return self.clock[0] - self.req.at > FAIR_TIMEOUT_S
+
+
+@dataclass
+class Run:
+    mode: str
+    reqs: list[Req]
+    seconds: float
+    hits: int = 0
+    queries: int = 0
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+def simulate(
+    mode: str,
+    reqs: list[Req],
+    replicas: int,
+    slots: int,
+    seconds: float,
+    reserved: int = 0,
+    lookahead: int = LOOKAHEAD,
+    kv_blocks: int = 2048,
+) -> Run:
+    clock = [0.0]
+    states = [
+        ReplicaState(id=f"r{k}", url=f"sim://{k}", kv_capacity_blocks=kv_blocks) for k in range(replicas)
+    ]
+    routing = RoutingConfig(policy="prefix_affinity")
+    router = PoolRouter(states, routing, clock=lambda: clock[0], slot_limit=0 if mode == "none" else slots)
+    engine_cfg = EngineConfig(num_gpu_blocks=kv_blocks, max_num_seqs=slots)
+    engines = [Engine(engine_cfg) for _ in range(replicas)]
+    stepping = [False] * replicas
+    step_out: list[Any] = [None] * replicas
+    events: list[tuple[float, int, int, int]] = []
+    seq = 0
+    lim = SaturationLimits(slots=slots, reserved=reserved)
+    fifo: deque[Req] = deque()
+    fair = FairQueue(len(CLASSES) + 1, FAIR_QUEUE)
+    service = ServiceTime(SERVICE_S)
+    by_engine: dict[EngineRequest, Req] = {}
+    calm_left = sum(1 for r in reqs if r.tenant in CALM)
+    horizon = 20 * seconds
+    most_low = [0]
+
+    def push(t: float, kind: int, arg: int) -> None:
+        nonlocal seq
+        seq += 1
+        heapq.heappush(events, (t, seq, kind, arg))
+
+    def route_req(r: Req) -> RouteRequest:
+        return RouteRequest("chat", "m", r.body, r.tenant or "")
+
+    def send(r: Req, d: Decision, now: float) -> None:
+        r.decision = d
+        if r.spec.rank:  # most a replica held, counting a lower class's request just sent
+            most_low[0] = max(most_low[0], d.replica.in_flight)
+        k = int(d.replica.id[1:])
+        data = render_chat(r.body)
+        hashes = block_hashes(data, block_size=16, bytes_per_token=4)
+        ereq = EngineRequest(hashes, count_tokens(len(data), 4), r.body["max_tokens"])
+        by_engine[ereq] = r
+        engines[k].add(ereq, now)
+        if not stepping[k]:
+            out = engines[k].step(now)
+            stepping[k], step_out[k] = True, out
+            push(now + out.duration_s, _STEP, k)
+
+    def pump(now: float) -> None:
+        if mode == "fifo":
+            while fifo:
+                r = fifo[0]
+                if now - r.at > FIFO_TIMEOUT_S:
+                    fifo.popleft()
+                    r.shed = "timeout"
+                    continue
+                try:
+                    d = router.route(route_req(r))
+                except ReplicasBusy:
+                    return
+                fifo.popleft()
+                send(r, d, now)
+        elif mode in ("fair", "alone"):
+            for waiter, got in release(fair, router, lim, now, lookahead):
+                r = waiter.payload.req
+                if isinstance(got, Decision):
+                    send(r, got, now)
+                else:
+                    r.shed = "no_replica"
+
+    def arrive(r: Req, now: float) -> None:
+        if mode == "none":
+            send(r, router.route(route_req(r)), now)
+            return
+        if mode == "fifo":
+            if not fifo:
+                try:
+                    send(r, router.route(route_req(r)), now)
+                    return
+                except ReplicasBusy:
+                    pass
+            if len(fifo) >= FIFO_QUEUE:
+                r.shed = "queue_full"
+            else:
+                fifo.append(r)
+            return
+        request = route_req(r)
+        prompt, matched = router.matches(request)
+        blim = lim.for_band(r.spec.rank)
+        sat = pool_saturation(router.replicas, blim, now)
+
+        def objective_ok(ahead: int) -> bool:
+            if r.objective is None:
+                return True
+            predicted = predict_on_pool(
+                router.replicas, prompt, matched, limits=lim, now=now,
+                default_rate=routing.prefill_tokens_per_s, ahead=ahead, service_s=service.value,
+                overhead_s=OVERHEAD_S,
+            )  # fmt: skip
+            return predicted <= r.objective
+
+        if not len(fair) and not sat.saturated:
+            if not objective_ok(0):
+                r.shed = "objective"
+                return
+            try:
+                send(r, router.route(request, exclude=not_to((), full_for(router.replicas, blim, now))), now)
+                return
+            except NoReplicaAvailable:
+                pass  # every replica full for its class (the pool has healthy replicas): it waits
+        work = predicted_work(prompt, max(matched.values(), default=0), r.body["max_tokens"], DECODE_WEIGHT)
+        home = max(matched, key=matched.__getitem__) if matched else None
+        w = Waiter(r.tenant, r.spec.rank, work, 1.0, now, r.spec.max_wait_s, _Held(r, request, home, clock))
+        try:
+            evicted = fair.push(w, FAIR_QUEUE if r.tenant is None else FAIR_PER_TENANT)
+        except QueueFull as full:
+            r.shed = "tenant_cap" if full.scope == "tenant" else "queue_full"
+            return
+        if evicted is not None:
+            evicted.payload.req.shed = "preempted"
+        if not objective_ok(fair.ahead(w)):
+            fair.remove(w)
+            r.shed = "objective"
+            return
+        pump(now)
+
+    for r in reqs:
+        push(r.at, _ARRIVE, r.i)
+    push(0.0, _SCRAPE, 0)
+    while events:
+        now, _, kind, arg = heapq.heappop(events)
+        clock[0] = now
+        if now > horizon or (now > seconds and calm_left == 0):
+            break
+        if kind == _SCRAPE:
+            for k, e in enumerate(engines):
+                router.update_reported(f"r{k}", len(e.running), len(e.waiting), e.pool.usage(), now)
+            push(now + 1.0, _SCRAPE, 0)
+        elif kind == _ARRIVE:
+            arrive(reqs[arg], now)
+        else:
+            k = arg
+            out = step_out[k]
+            for ereq in out.first_tokens:
+                r = by_engine[ereq]
+                r.first = now
+                assert r.decision is not None
+                router.first_byte(r.decision)
+                if r.tenant in CALM:
+                    calm_left -= 1
+            for ereq in out.finished:
+                r = by_engine.pop(ereq)
+                r.done = now
+                r.prompt_tokens, r.cached_tokens = ereq.num_prompt_tokens, max(0, ereq.cached_tokens)
+                assert r.decision is not None
+                router.observe_usage(r.decision, ereq.cached_tokens)
+                router.release(r.decision)
+                service.observe(now - r.decision.routed_at)
+            stepping[k] = False
+            if not engines[k].idle:
+                nxt = engines[k].step(now)
+                stepping[k], step_out[k] = True, nxt
+                push(now + nxt.duration_s, _STEP, k)
+            if out.finished:
+                pump(now)
+    for r in reqs:  # still waiting at the end: the gateway would have answered 503 at its deadline
+        if r.decision is None and r.shed is None:
+            r.shed = "timeout"
+    run = Run(mode, reqs, seconds)
+    run.queries = sum(e.stats.prefix_queries for e in engines)
+    run.hits = sum(e.stats.prefix_hits for e in engines)
+    run.extra["most_in_flight_low"] = most_low[0]
+    return run
+
+
+def capacity(replicas: int, slots: int, seconds: float = 20.0, seed: int = 0, kv_blocks: int = 2048) -> float:
+    """Requests a second the fleet completes with every slot busy (a closed loop of flood requests)."""
+    rng = random.Random(seed)
+    system = _words(rng, 400)
+    rng_bodies = [
+        {
+            "messages": [
+                {"role": "system", "content": system},
+                {"role": "user", "content": _words(rng, 100)},
+            ],
+            "max_tokens": rng.randint(MAX_TOKENS // 4, MAX_TOKENS * 7 // 4),
+        }
+        for _ in range(replicas * slots * 4)
+    ]
+    engines = [Engine(EngineConfig(num_gpu_blocks=kv_blocks, max_num_seqs=slots)) for _ in range(replicas)]
+    done = 0
+    t = [0.0] * replicas
+    nxt = 0
+
+    def add(k: int, now: float) -> None:
+        nonlocal nxt
+        body = rng_bodies[nxt % len(rng_bodies)]
+        nxt += 1
+        data = render_chat(body)
+        hashes = block_hashes(data, block_size=16, bytes_per_token=4)
+        engines[k].add(EngineRequest(hashes, count_tokens(len(data), 4), body["max_tokens"]), now)
+
+    for k in range(replicas):
+        for _ in range(slots):
+            add(k, 0.0)
+    warm = seconds / 4
+    for k, e in enumerate(engines):
+        while t[k] < seconds:
+            out = e.step(t[k])
+            t[k] += out.duration_s
+            for _ in out.finished:
+                if t[k] >= warm:
+                    done += 1
+                add(k, t[k])
+    return done / (seconds - warm)
+
+
+def _ttfts(run: Run, tenant: str) -> list[float]:
+    return [r.first - r.at for r in run.reqs if r.tenant == tenant and r.first is not None]
+
+
+def summarize(run: Run) -> dict[str, Any]:
+    t_end = run.seconds
+    completed = [r for r in run.reqs if r.done is not None and r.done <= t_end]
+    out_tokens = sum(r.body["max_tokens"] for r in completed)
+    flood_done = sum(1 for r in completed if r.tenant == FLOOD)
+    with_obj = [r for r in run.reqs if r.objective is not None]
+    met = [r for r in with_obj if r.first is not None and r.first - r.at <= r.objective]  # type: ignore[operator]
+    calm_obj = [r for r in with_obj if r.tenant in CALM]
+    calm_met = [r for r in met if r.tenant in CALM]
+    per = {}
+    for t in CALM:
+        xs = _ttfts(run, t)
+        per[t] = (percentile(xs, 50), percentile(xs, 99)) if xs else (float("nan"), float("nan"))
+    calm_shed = sum(1 for r in run.reqs if r.tenant in CALM and r.shed is not None)
+    calm_done = [r for r in run.reqs if r.tenant in CALM and r.done is not None]
+    pooled = [r.first - r.at for r in run.reqs if r.tenant in CALM and r.first is not None]
+    return {
+        "per": per,
+        "throughput": len(completed) / t_end,
+        "tokens_per_s": out_tokens / t_end,
+        "flood_share": flood_done / len(completed) if completed else 0.0,
+        "attain": len(met) / len(with_obj) if with_obj else float("nan"),
+        "calm_attain": len(calm_met) / len(calm_obj) if calm_obj else float("nan"),
+        "hit": run.hits / run.queries if run.queries else 0.0,
+        "calm_hit": sum(r.cached_tokens for r in calm_done) / max(1, sum(r.prompt_tokens for r in calm_done)),
+        "p50": percentile(pooled, 50) if pooled else float("nan"),
+        "p99": percentile(pooled, 99) if pooled else float("nan"),
+        "calm_shed": calm_shed,
+        "flood_shed": sum(1 for r in run.reqs if r.tenant == FLOOD and r.shed is not None),
+        "batch_done": sum(1 for r in completed if r.tenant is None),
+    }
+
+
+HEADERS = [
+    "mode", "p50 TTFT", "p99 TTFT", "p99 x alone", "flood share", "req/s", "output tok/s", "x today",
+    "objective (well-behaved)", "objective (all)", "hit rate", "hit rate (well-behaved)",
+    "shed (well-behaved / flood)",
+    "batch lines done",
+]  # fmt: skip
+
+
+def _differs(args: argparse.Namespace) -> str:
+    parts = []
+    if args.calm_rate != 1.0:
+        parts.append(f"well-behaved tenants at {args.calm_rate:g} requests/s each")
+    if args.kv_blocks != 2048:
+        parts.append(f"{args.kv_blocks} KV blocks a replica")
+    return ", ".join(parts) or args.section
+
+
+def _f(x: float, digits: int = 3) -> str:
+    return "all shed" if x != x else f"{x:.{digits}f}"
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m bench.fairness", description=__doc__.split("\n")[0])
+    ap.add_argument("--replicas", type=int, default=2)
+    ap.add_argument("--slots", type=int, default=8)
+    ap.add_argument("--seconds", type=float, default=30.0)
+    ap.add_argument("--calm-rate", type=float, default=1.0)
+    ap.add_argument("--flood-x", type=float, default=10.0)
+    ap.add_argument("--batch-lines", type=int, default=200)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--reserved", type=int, nargs="*", default=[1], help="also run the fair queue with these")
+    ap.add_argument("--lookahead", type=int, nargs="*", default=[], help="also run the fair queue with these")
+    ap.add_argument("--kv-blocks", type=int, default=2048, help="KV blocks of 16 tokens a replica")
+    ap.add_argument("--write", action="store_true", help="write the section of docs/benchmarks.md")
+    ap.add_argument("--section", default="fairness", help="the section's name in docs/benchmarks.md")
+    args = ap.parse_args(argv)
+    if not (1 <= args.replicas <= 16 and 1 <= args.slots <= 256 and 0 < args.seconds <= 300):
+        ap.error("bounded: 1-16 replicas, 1-256 slots, at most 300 s")
+    if args.kv_blocks < 64:
+        ap.error("--kv-blocks: at least 64")
+    started = time.perf_counter()
+    cap = capacity(args.replicas, args.slots, seed=args.seed, kv_blocks=args.kv_blocks)
+    flood_rate = args.flood_x * cap
+    modes = [("alone", "well-behaved alone", 0, LOOKAHEAD), ("none", "no gateway queue", 0, LOOKAHEAD)]
+    modes += [("fifo", "today (slot FIFO)", 0, LOOKAHEAD), ("fair", "fair queue", 0, LOOKAHEAD)]
+    modes += [
+        ("fair", f"fair queue, {n} reserved slot{'s' if n > 1 else ''}", n, LOOKAHEAD) for n in args.reserved
+    ]
+    modes += [("fair", f"fair queue, lookahead {n}", 0, n) for n in args.lookahead]
+    results: dict[str, dict[str, Any]] = {}
+    for mode, name, reserved, lookahead in modes:
+        flood = 0.0 if mode == "alone" else flood_rate
+        batch = 0 if mode == "alone" else args.batch_lines
+        reqs = workload(args.seconds, args.calm_rate, flood, batch, args.seed)
+        run = simulate(
+            mode, reqs, args.replicas, args.slots, args.seconds, reserved, lookahead, args.kv_blocks
+        )
+        results[name] = summarize(run)
+    wall = time.perf_counter() - started
+    alone_p99 = results["well-behaved alone"]["p99"]
+    today = results["today (slot FIFO)"]["tokens_per_s"]
+    rows = []
+    for name, s in results.items():
+        rows.append([
+            name, _f(s["p50"]), _f(s["p99"]), _f(s["p99"] / alone_p99, 2), f"{s['flood_share']:.3f}",
+            f"{s['throughput']:.2f}", f"{s['tokens_per_s']:.0f}", f"{s['tokens_per_s'] / today:.3f}", f"{s['calm_attain']:.3f}",
+            f"{s['attain']:.3f}", f"{s['hit']:.3f}", f"{s['calm_hit']:.3f}",
+            f"{s['calm_shed']} / {s['flood_shed']}", s["batch_done"],
+        ])  # fmt: skip
+    per_rows = [
+        [t, *(f"{_f(s['per'][t][0])} / {_f(s['per'][t][1])}" for s in results.values())] for t in CALM
+    ]
+    given = argv if argv is not None else sys.argv[1:]
+    cmd = "python -m bench.fairness" + "".join(f" {a}" for a in given)
+    md = "\n".join(
+        [
+            "## Tenant-fair admission: a flood against five well-behaved tenants (model time)"
+            if args.section == "fairness"
+            else "### The same, " + _differs(args),
+            "",
+            f"`{cmd.replace(' --write', '')}` ({args.replicas} engine-model replicas, {args.slots} slots and {args.kv_blocks} KV blocks each, "
+            f"measured capacity {cap:.1f} requests/s, flood at {args.flood_x:g} x = {flood_rate:.0f}/s, five "
+            f"tenants at {args.calm_rate:g}/s each, {args.batch_lines} batch lines, arrivals for "
+            f"{args.seconds:g} s; {wall:.0f} s of wall time). TTFT in seconds, of the five "
+            "well-behaved tenants' requests that were served, pooled; x alone: their p99 against the same tenants with no flood and no batch. "
+            "Throughput: requests completed before the arrivals stop, per second, and their output tokens "
+            "(x today: tokens against today's; requests differ by the mix served). Flood share: of the "
+            "requests completed. Objective: share of "
+            "requests with one (well-behaved 1 s, flood 3 s) whose first token came within it; a shed "
+            "request missed it.",
+            "",
+            table(HEADERS, rows),
+            "",
+            "Each well-behaved tenant, p50 / p99 TTFT (s):",
+            "",
+            table(["tenant", *results], per_rows),
+        ]
+    )
+    print(md)
+    if args.write:
+        write_section(args.section, md)
+
+
+if __name__ == "__main__":
+    main()

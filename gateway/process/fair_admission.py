@@ -1,0 +1,295 @@
+"""The gateway's queue while a pool is saturated (``fairness.enabled``): one fair queue per pool.
+
+A request of an enabled pool goes to a replica at once while a replica has a slot free and nobody
+waits; otherwise it waits here, in the pool's ``router.fairness.queue.FairQueue`` (priority band,
+then start-time fair order by predicted work between tenants). A slot freeing (an attempt's end:
+``released``), a request arriving, and a tick while anyone waits (reports and health change without
+a release) each release waiters while a replica has room: the releaser routes the waiter itself
+(``PoolRouter.route``, prefix affinity among the replicas with room), so the slot is counted before
+anyone else can take it, and hands it the decision. Among the first ``fairness.lookahead`` waiters
+it prefers one whose longest prefix match is on a replica with room: a released request lands where
+its prefix lives.
+
+At arrival, a request with a TTFT objective is predicted (``router.fairness.ttft``: its wait for a
+slot, from the requests the queue would release before it, then the best replica's queued prefill)
+and answered at once with 429 and ``Retry-After`` when the prediction exceeds the objective
+(``on_objective_miss: reject``), never queued to fail later. A tenant past its queue cap gets 429, a
+full queue 503 unless the request preempts a lower band's newest waiter (which gets the 503), and a
+request that waited ``fairness.queue_timeout_s`` 503. Every answer is OpenAI's error shape.
+
+One process's view: slots count this process's requests, like the slot filter; with ``--workers N``
+each worker queues its own (replicas' reported KV usage and engine queue carry the others' load).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Container
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from config.fairness import FairnessConfig
+from config.policy import LimitsConfig
+from gateway.errors import GatewayError
+from gateway.observability.metrics import GatewayMetrics
+from router.fairness.queue import FairQueue, QueueFull, Waiter
+from router.fairness.release import could_take, not_to, release
+from router.fairness.saturation import SaturationLimits, full_for, pool_saturation
+from router.fairness.ttft import ServiceTime, predict_on_pool, retry_after_s
+from router.fairness.work import predicted_work
+from router.types import Decision, NoReplicaAvailable, ReplicasBusy, RouteRequest
+
+if TYPE_CHECKING:
+    from gateway.pipeline.fairness import Ticket
+    from router.pool import PoolRouter
+
+TICK_S = 0.05  # while anyone waits: reports, health and aging change without a release
+
+
+def saturation_limits(cfg: FairnessConfig, limits: LimitsConfig) -> SaturationLimits:
+    return SaturationLimits(
+        slots=cfg.slots_per_replica or limits.max_concurrent_per_replica,
+        kv_usage=cfg.kv_usage_full,
+        max_waiting=cfg.max_engine_waiting,
+        reserved=cfg.reserved_slots,
+    )
+
+
+@dataclass(slots=True, eq=False)
+class _Entry:
+    request: RouteRequest
+    exclude: Container[str]
+    home: str | None  # the replica holding the longest match of its prompt
+    ticket: Ticket
+    future: asyncio.Future[Decision]
+    gauge_labels: tuple[str, str, str]
+    left: bool = False
+
+    @property
+    def gone(self) -> bool:
+        return self.future.done()
+
+
+class _PoolQueue:
+    __slots__ = ("bands", "cfg", "limits", "queue", "router", "service", "ticking")
+
+    def __init__(self, bands: int, cfg: FairnessConfig, limits: LimitsConfig, router: PoolRouter):
+        self.bands = bands
+        self.queue = FairQueue(bands, cfg.max_queued)
+        self.service = ServiceTime(cfg.service_s)
+        self.cfg, self.limits, self.router = cfg, limits, router
+        self.ticking = False
+
+
+def _shed(status: int, message: str, code: str, retry_after: int) -> GatewayError:
+    return GatewayError(status, message, code=code, headers={"Retry-After": str(retry_after)})
+
+
+class FairAdmission:
+    def __init__(self, metrics: GatewayMetrics) -> None:
+        self.metrics = metrics
+        self._pools: dict[str, _PoolQueue] = {}
+
+    def _pool(self, name: str, cfg: FairnessConfig, limits: LimitsConfig, router: PoolRouter) -> _PoolQueue:
+        """The pool's queue, with a reload's settings and router: waiters keep their places (their
+        requests route on whichever router is current); a new class list waits for an empty queue."""
+        bands = len(cfg.classes) + 1
+        pq = self._pools.get(name)
+        if pq is None or (pq.bands != bands and not len(pq.queue)):
+            pq = self._pools[name] = _PoolQueue(bands, cfg, limits, router)
+        elif pq.bands == bands:
+            pq.cfg = cfg
+            pq.queue.max_queued = cfg.max_queued
+        pq.limits, pq.router = limits, router
+        return pq
+
+    def depth(self, pool: str) -> int:
+        pq = self._pools.get(pool)
+        return len(pq.queue) if pq is not None else 0
+
+    # -- a request --------------------------------------------------------------------------------------
+    async def route(
+        self,
+        pool: str,
+        router: PoolRouter,
+        request: RouteRequest,
+        tried: Container[str],
+        ticket: Ticket,
+        cfg: FairnessConfig,
+        limits: LimitsConfig,
+        max_tokens: int | None,
+    ) -> Decision:
+        """A decision for ``request`` on ``pool``, at once or after its wait (see the module)."""
+        pq = self._pool(pool, cfg, limits, router)
+        lim = saturation_limits(cfg, limits).for_band(ticket.spec.rank)  # its class's room
+        loop = asyncio.get_running_loop()
+        arrived = loop.time()
+        now = router.clock()
+        sat = pool_saturation(router.replicas, lim, now)
+        prompt, matched = router.matches(request)
+        home = max(matched, key=matched.__getitem__) if matched else None
+        labels = (pool, ticket.label, ticket.spec.name)
+        m = self.metrics
+        if not len(pq.queue) and not sat.saturated:
+            self._check_objective(pq, pool, ticket, prompt, matched, 0, tried)
+            try:
+                decision = router.route(request, exclude=not_to(tried, full_for(router.replicas, lim, now)))
+                m.child(m.fair_wait, *labels).observe(0.0)
+                return decision
+            except NoReplicaAvailable as exc:
+                if not isinstance(exc, ReplicasBusy) and not could_take(router, tried):
+                    raise  # no healthy replica it has not tried: dispatch answers as without fairness
+        work = predicted_work(
+            prompt, max(matched.values(), default=0), max_tokens or cfg.default_max_tokens, cfg.decode_weight
+        )
+        entry = _Entry(request, tried, home, ticket, loop.create_future(), labels)
+        band = min(ticket.spec.rank, pq.bands - 1)  # a reload's longer class list: the old queue's bands
+        waiter = Waiter(ticket.flow, band, work, ticket.weight, now, ticket.spec.max_wait_s, entry)
+        try:
+            evicted = pq.queue.push(waiter, ticket.max_queued)
+        except QueueFull as full:
+            if full.scope == "tenant":
+                m.child(m.fair_shed, pool, ticket.spec.name, "tenant_cap").inc()
+                raise _shed(
+                    429,
+                    f"too many requests of this tenant are waiting for model '{pool}' (at most "
+                    f"{ticket.max_queued}); retry shortly",
+                    "tenant_queue_full",
+                    1,
+                ) from None
+            m.child(m.fair_shed, pool, ticket.spec.name, "queue_full").inc()
+            raise _shed(
+                503, f"every replica of model '{pool}' is busy and its queue is full", "overloaded", 1
+            ) from None
+        m.child(m.fair_queued, *labels).inc()
+        if evicted is not None:
+            self._leave(evicted.payload)
+            m.child(m.fair_shed, pool, evicted.payload.ticket.spec.name, "preempted").inc()
+            evicted.payload.future.set_exception(
+                _shed(
+                    503,
+                    f"every replica of model '{pool}' is busy; a higher priority took the place",
+                    "overloaded",
+                    1,
+                )
+            )
+        try:
+            self._check_objective(pq, pool, ticket, prompt, matched, pq.queue.ahead(waiter), tried)
+        except GatewayError:
+            pq.queue.remove(waiter)
+            self._leave(entry)
+            raise
+        self._pump(pq)
+        self._arm(pq)
+        try:
+            async with asyncio.timeout(cfg.queue_timeout_s):
+                decision = await entry.future
+        except TimeoutError:
+            pq.queue.remove(waiter)
+            self._give_back(pq, entry)  # released at the deadline's instant: too late all the same
+            m.child(m.fair_shed, pool, ticket.spec.name, "timeout").inc()
+            raise _shed(
+                503,
+                f"every replica of model '{pool}' stayed busy for {cfg.queue_timeout_s:g}s",
+                "overloaded",
+                1,
+            ) from None
+        except asyncio.CancelledError:
+            pq.queue.remove(waiter)
+            self._give_back(pq, entry)
+            raise
+        finally:
+            self._leave(entry)
+            m.child(m.fair_wait, *labels).observe(loop.time() - arrived)
+        return decision
+
+    def _give_back(self, pq: _PoolQueue, entry: _Entry) -> bool:
+        """A waiter that stopped waiting after the pump routed it: the decision's load is given back."""
+        f = entry.future
+        if not f.done() or f.cancelled() or f.exception() is not None:
+            return False
+        decision = f.result()
+        pq.router.forget_failed(decision)
+        pq.router.release(decision)
+        self._pump(pq)
+        return True
+
+    def _leave(self, entry: _Entry) -> None:
+        if not entry.left:
+            entry.left = True
+            self.metrics.child(self.metrics.fair_queued, *entry.gauge_labels).dec()
+
+    def _check_objective(
+        self,
+        pq: _PoolQueue,
+        pool: str,
+        ticket: Ticket,
+        prompt: int,
+        matched: dict[str, int],
+        ahead: int,
+        tried: Container[str],
+    ) -> None:
+        objective = ticket.objective_s
+        if objective is None:
+            return
+        router, cfg = pq.router, pq.cfg
+        predicted = predict_on_pool(
+            router.replicas,
+            prompt,
+            matched,
+            limits=saturation_limits(cfg, pq.limits).for_band(ticket.spec.rank),  # its class's room
+            now=router.clock(),
+            default_rate=router.cfg.prefill_tokens_per_s,
+            ahead=ahead,
+            service_s=pq.service.value,
+            overhead_s=cfg.overhead_ms / 1000,
+            exclude=tried,
+        )
+        if predicted <= objective or cfg.on_objective_miss == "serve":
+            return
+        m = self.metrics
+        m.child(m.fair_shed, pool, ticket.spec.name, "objective").inc()
+        m.child(m.ttft_objective, pool, ticket.spec.name, "shed").inc()
+        retry = retry_after_s(predicted, objective)
+        raise _shed(
+            429,
+            f"no replica of model '{pool}' is predicted to give a first token within the objective of "
+            f"{objective * 1000:g} ms (predicted {predicted * 1000:.0f} ms); retry after {retry}s",
+            "ttft_objective_unattainable",
+            retry,
+        )
+
+    # -- releases ---------------------------------------------------------------------------------------
+    def released(self, pool: str, held_s: float | None = None) -> None:
+        """A request of ``pool`` left its replica (after ``held_s`` there): a waiter may go."""
+        pq = self._pools.get(pool)
+        if pq is None:
+            return
+        if held_s is not None:
+            pq.service.observe(held_s)
+        self._pump(pq)
+
+    def _pump(self, pq: _PoolQueue) -> None:
+        router = pq.router
+        lim = saturation_limits(pq.cfg, pq.limits)
+        for waiter, got in release(pq.queue, router, lim, router.clock(), pq.cfg.lookahead):
+            entry: _Entry = waiter.payload
+            if isinstance(got, Decision):
+                entry.future.set_result(got)
+            else:
+                entry.future.set_exception(got)
+
+    def _arm(self, pq: _PoolQueue) -> None:
+        if pq.ticking:
+            return
+        pq.ticking = True
+        loop = asyncio.get_running_loop()
+
+        def tick() -> None:
+            self._pump(pq)
+            if len(pq.queue):
+                loop.call_later(TICK_S, tick)
+            else:
+                pq.ticking = False
+
+        loop.call_later(TICK_S, tick)

@@ -1,0 +1,105 @@
+"""Releasing waiters to replicas with room: the queue's order, the router's placement.
+
+While the pool has a free slot and someone waits, the next waiter in the queue's order
+(``router.fairness.queue``) is routed by the pool's router itself (``PoolRouter.route``: its filters,
+then prefix affinity among the replicas with room), so the slot is counted at once, before another
+release could see it free. Among the first ``lookahead`` waiters of the band, one whose longest prefix
+match is on a replica with room goes first: the freed replica gets a request whose prefix it holds,
+where fair order alone may hand it one whose prefix lives on a replica that is still full (a spill:
+its prefix prefilled again, a copy crowding the cache). Measured (``python -m bench.fairness
+--kv-blocks 700 --lookahead 1``, docs/benchmarks.md): no difference worth the name on that workload,
+hit rate 0.752 with a lookahead of 1 and of 8 (the well-behaved tenants' 0.672 and 0.675), as six
+prefixes soon live on both replicas; kept at 8 since it costs fairness at most 8 requests' work.
+
+Below the highest class a waiter may use only the slots beyond the reserved ones
+(``SaturationLimits.reserved``): while those are taken, only the highest band is released. A waiter
+whose routing finds every replica it may use busy (it already tried the one with room, or its
+batch's share of the replica with room is taken) keeps its place and the release goes on with the
+next, up to ``lookahead`` such waiters in one release: a waiter that cannot use the free slot never
+holds the queue. Shared by the gateway
+(``gateway.process.fair_admission``) and the benchmark in model time (``bench.fairness``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Container, Iterator
+from typing import TYPE_CHECKING, Protocol
+
+from router.fairness.queue import FairQueue, Waiter
+from router.fairness.saturation import SaturationLimits, free_slots, full_for, pool_saturation
+from router.types import Decision, NoReplicaAvailable, ReplicasBusy, RouteRequest
+
+if TYPE_CHECKING:
+    from router.pool import PoolRouter
+
+
+class Held(Protocol):
+    """What a waiter's payload carries for its release."""
+
+    request: RouteRequest
+    exclude: Container[str]  # replicas it tried
+    home: str | None  # the replica holding its longest prefix match
+
+    @property
+    def gone(self) -> bool: ...  # it stopped waiting (its client left): skipped
+
+
+class _Union:
+    """Replicas a request may not go to: those it tried, and those full by their reports."""
+
+    __slots__ = ("a", "b")
+
+    def __init__(self, a: Container[str], b: Container[str]):
+        self.a, self.b = a, b
+
+    def __contains__(self, x: object) -> bool:
+        return x in self.a or x in self.b
+
+
+def not_to(tried: Container[str], full: Container[str]) -> Container[str]:
+    return _Union(tried, full)
+
+
+def could_take(router: PoolRouter, tried: Container[str]) -> bool:
+    """A healthy replica the request has not tried exists: ``NoReplicaAvailable`` from a routing that
+    also left out the full replicas means "wait", not "no replica"."""
+    return any(r.healthy and r.id not in tried for r in router.replicas)
+
+
+def _at_home(room: set[str]) -> Callable[[Waiter], bool]:
+    return lambda w: w.payload.home in room
+
+
+def release(
+    queue: FairQueue, router: PoolRouter, limits: SaturationLimits, now: float, lookahead: int
+) -> Iterator[tuple[Waiter, Decision | NoReplicaAvailable]]:
+    """Route waiters while a replica has room: each released waiter with its decision (or the
+    ``NoReplicaAvailable`` that says no replica may ever take it)."""
+    low = limits.for_band(1)
+    skipped: list[Waiter] = []  # waiters no replica they may use has room for: back in their places
+    try:
+        while len(queue) and len(skipped) < lookahead:
+            if pool_saturation(router.replicas, limits, now).saturated:
+                return
+            # below the highest class, only the slots beyond the reserved ones are room
+            max_band = None if not pool_saturation(router.replicas, low, now).saturated else 0
+            room = {r.id for r in router.replicas if free_slots(r, limits, now) > 0}
+            waiter = queue.pop(now, prefer=_at_home(room), lookahead=lookahead, max_band=max_band)
+            if waiter is None:
+                return
+            held: Held = waiter.payload
+            if held.gone:
+                continue
+            full = full_for(router.replicas, limits.for_band(waiter.band), now)
+            try:
+                decision = router.route(held.request, exclude=not_to(held.exclude, full))
+            except NoReplicaAvailable as exc:
+                if isinstance(exc, ReplicasBusy) or could_take(router, held.exclude):
+                    skipped.append(waiter)  # busy, or only the full replicas are left to it: it waits
+                    continue
+                yield waiter, exc
+                continue
+            yield waiter, decision
+    finally:
+        for waiter in reversed(skipped):
+            queue.requeue(waiter)

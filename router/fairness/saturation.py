@@ -1,0 +1,94 @@
+"""When a replica, and a pool, are full: what the gateway counts and what the replicas report.
+
+A replica has ``slots``: the requests this process sends it at once before it counts as full
+(``fairness.slots_per_replica``, else ``limits.max_concurrent_per_replica``). Past them the engine
+would still take more, but it runs its queue first come first served: a request sent to a full
+engine waits there behind whoever came first, where the gateway can no longer choose the order.
+Held at the gateway instead, the order is the fair queue's (``router.fairness.queue``). Slots are
+counted on this process's own in-flight requests, as the router's slot filter counts them
+(``router.filters.slots``), so "the queue releases a request" and "the router finds a replica with
+room" agree exactly.
+
+Two reported signals also make a replica full, when the replica publishes them and the policy sets a
+bound: its KV cache usage at or above ``kv_usage`` (new requests would preempt running ones: vLLM
+recomputes the last admitted request when its blocks cannot grow) and an engine queue
+(``vllm:num_requests_waiting``) longer than ``max_waiting`` (other gateway processes, or the engine
+itself, already queue there). A report older than ``max_report_age_s`` says nothing.
+
+``reserved`` slots of each replica are kept for the highest class (as smg reserves slots for its top
+priority): a lower class sees ``slots - reserved``. With every slot taken by a flood, an interactive
+request waits for the next slot to free, a wait that grows with the decode lengths in the batch;
+with a reserved slot it usually finds one free (``python -m bench.fairness``, docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+
+from router.replica import ReplicaState
+
+
+@dataclass(frozen=True, slots=True)
+class SaturationLimits:
+    slots: int  # requests in flight (this process) a replica takes before it is full; >= 1
+    kv_usage: float | None = None  # reported KV usage at or above which it is full (None: not read)
+    max_waiting: float | None = None  # reported engine queue above which it is full (None: not read)
+    max_report_age_s: float = 10.0
+    reserved: int = 0  # slots of each replica only the highest class may take (smg's reserved slots)
+
+    def for_band(self, band: int) -> SaturationLimits:
+        """The limits a request of ``band`` sees: below the highest class, the reserved slots are none
+        of its room."""
+        if band == 0 or not self.reserved:
+            return self
+        return replace(self, slots=max(0, self.slots - self.reserved), reserved=0)
+
+
+@dataclass(frozen=True, slots=True)
+class PoolSaturation:
+    free_slots: int  # slots free over the healthy replicas that are not full by their reports
+    healthy: int
+    full_by_report: frozenset[str]  # replicas full by their reported KV usage or engine queue
+    queued_prefill_tokens: int  # this process's prefill queued on the healthy replicas
+
+    @property
+    def saturated(self) -> bool:
+        return self.free_slots <= 0
+
+
+def full_for(replicas: Iterable[ReplicaState], limits: SaturationLimits, now: float) -> frozenset[str]:
+    """Replicas with no free slot under ``limits``: what a release must not route to."""
+    return frozenset(r.id for r in replicas if free_slots(r, limits, now) == 0)
+
+
+def full_by_report(r: ReplicaState, limits: SaturationLimits, now: float) -> bool:
+    """The replica's own last report says it is full (fresh reports only)."""
+    if r.reported_at is None or now - r.reported_at > limits.max_report_age_s:
+        return False
+    kv, waiting = r.reported_kv_usage, r.reported_waiting
+    if limits.kv_usage is not None and kv is not None and kv >= limits.kv_usage:
+        return True
+    return limits.max_waiting is not None and waiting is not None and waiting > limits.max_waiting
+
+
+def free_slots(r: ReplicaState, limits: SaturationLimits, now: float) -> int:
+    """Requests the replica may take now: 0 when unhealthy or full by its report."""
+    if not r.healthy or full_by_report(r, limits, now):
+        return 0
+    return max(0, limits.slots - r.in_flight)
+
+
+def pool_saturation(replicas: Iterable[ReplicaState], limits: SaturationLimits, now: float) -> PoolSaturation:
+    free = healthy = queued = 0
+    full: set[str] = set()
+    for r in replicas:
+        if not r.healthy:
+            continue
+        healthy += 1
+        queued += r.queued_prefill_tokens
+        if full_by_report(r, limits, now):
+            full.add(r.id)
+            continue
+        free += max(0, limits.slots - r.in_flight)
+    return PoolSaturation(free, healthy, frozenset(full), queued)

@@ -39,9 +39,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import gcd
 
-GROW = 32.0  # blocks of estimate per block the replica held beyond the index's match
+GROW = 2.0  # blocks of estimate per block of a ghost hit's depth, past the bound
+UNPUBLISHED_GROW = 32.0  # the same for an estimate that started from the default
 SHRINK = 1.0  # blocks of estimate per block the replica had evicted
 MAX_FACTOR = 8  # the estimate stays within [start / MAX_FACTOR, start * MAX_FACTOR]
+PUBLISHED_FACTOR = 2  # the same around a published capacity
 
 
 @dataclass(slots=True)
@@ -50,6 +52,7 @@ class CapacityEstimate:
 
     start: int  # the published (or default) capacity it started from
     blocks: float
+    factor: float = MAX_FACTOR  # the estimate stays within [start / factor, start * factor]
     grown: int = 0  # answers that grew it
     shrunk: int = 0  # answers that shrank it
 
@@ -58,7 +61,8 @@ class CapacityEstimate:
         return max(1, round(self.blocks))
 
     def clamp(self) -> None:
-        lo, hi = max(1.0, self.start / MAX_FACTOR), float(self.start * MAX_FACTOR)
+        f = self.factor
+        lo, hi = max(1.0, self.start / f), float(self.start * f)
         self.blocks = min(hi, max(lo, self.blocks))
 
 
@@ -68,6 +72,7 @@ class Evidence:
 
     missing: int  # predicted blocks the replica no longer held (0: none)
     surplus: int  # blocks it held beyond the prediction (0: none)
+    depth: int = 0  # the deepest of those in the index's ghost list (0: none was a ghost)
 
 
 class CapacityLearner:
@@ -78,9 +83,10 @@ class CapacityLearner:
         self.grain = 0  # gcd of the non-zero cached_tokens seen (0: none seen yet)
         self._est: dict[str, CapacityEstimate] = {}
 
-    def start(self, replica_id: str, blocks: int) -> int:
-        """(Re)start a replica's estimate at ``blocks`` (published or default); returns the bound."""
-        self._est[replica_id] = CapacityEstimate(blocks, float(blocks))
+    def start(self, replica_id: str, blocks: int, published: bool = False) -> int:
+        """(Re)start a replica's estimate at ``blocks`` (published, else the default); returns the bound."""
+        factor = PUBLISHED_FACTOR if published else MAX_FACTOR
+        self._est[replica_id] = CapacityEstimate(blocks, float(blocks), factor)
         return blocks
 
     def drop(self, replica_id: str) -> None:
@@ -89,8 +95,12 @@ class CapacityLearner:
     def estimate(self, replica_id: str) -> CapacityEstimate | None:
         return self._est.get(replica_id)
 
-    def evidence(self, predicted_tokens: int, cached_tokens: int) -> Evidence:
-        """Compare one answer with its prediction (and learn the engine's grain from it)."""
+    def evidence(
+        self, predicted_tokens: int, cached_tokens: int, ghost_depths: tuple[int, ...] = ()
+    ) -> Evidence:
+        """Compare one answer with its prediction (and learn the engine's grain from it).
+        ``ghost_depths``: the decision's blocks past its match, as deep as each was in the index's
+        ghost list (``PrefixIndex.ghost_depths``)."""
         if cached_tokens > 0:
             self.grain = gcd(self.grain, cached_tokens)
         bs = self.block_size
@@ -98,13 +108,14 @@ class CapacityLearner:
         deficit = predicted_tokens - cached_tokens
         missing = (deficit - tolerance) // bs if deficit > tolerance else 0
         surplus = -deficit // bs if -deficit >= bs else 0
-        return Evidence(missing, surplus)
+        depth = ghost_depths[min(surplus, len(ghost_depths)) - 1] if surplus and ghost_depths else 0
+        return Evidence(missing, surplus, depth)
 
-    def observe(self, replica_id: str, ev: Evidence, index_size: int) -> int | None:
+    def observe(self, replica_id: str, ev: Evidence) -> int | None:
         """Move the replica's estimate by one answer's evidence; the new bound when it changed.
 
-        ``index_size``: the replica's index entries when the answer came. A surplus only counts when the
-        index was at its bound (else the bound did not make it forget: another gateway's request, TTL)."""
+        A surplus counts only as far as its blocks were ghosts: what the bound had made the index forget
+        (not another gateway's request, a TTL, or blocks the index never sent there)."""
         est = self._est.get(replica_id)
         if est is None:
             return None
@@ -112,8 +123,56 @@ class CapacityLearner:
         if ev.missing:
             est.blocks -= SHRINK * ev.missing
             est.shrunk += 1
-        elif ev.surplus and index_size + ev.surplus >= before:
-            est.blocks += GROW * ev.surplus
-            est.grown += 1
+        elif ev.depth:
+            grow = GROW if est.factor == PUBLISHED_FACTOR else UNPUBLISHED_GROW
+            target = before + grow * ev.depth  # a bound that much larger would have kept them
+            if target > est.blocks:
+                est.blocks = target
+                est.grown += 1
         est.clamp()
         return est.bound if est.bound != before else None
+
+
+@dataclass(slots=True)
+class CounterWindow:
+    """One replica's evidence between two scrapes of its prefix-cache hit counter (vLLM's
+    ``prefix_cache_hits``), for a replica whose answers carry no ``cached_tokens``: the prefills it
+    finished in the window, as the index predicted them, against the counter's increase.
+
+    The counter sums the window's answers, so it says how many blocks the index was short, not which: a
+    surplus is read as the ghosts of the window's decisions, shallowest first (the least growth that
+    explains it). A deficit is not evidence here: a prefill the counter counted before the scrape and
+    the router heard of after it reads as a deficit in one window and a surplus in the next, and
+    shrinking on those collapsed the estimate (a published capacity: 0.98 -> 0.90 of the pooled bound;
+    told half: 0.97 -> 0.65)."""
+
+    last: float | None = None  # the counter at the previous scrape (None: not read yet)
+    predicted: int = 0  # tokens the index predicted for the window's prefills
+    prefills: int = 0
+    ghosts: list[int] | None = None  # the window's ghost depths (PrefixIndex.ghost_depths), any order
+
+    def add(self, predicted_tokens: int, ghost_depths: tuple[int, ...]) -> None:
+        self.predicted += predicted_tokens
+        self.prefills += 1
+        if ghost_depths:
+            if self.ghosts is None:
+                self.ghosts = []
+            self.ghosts.extend(ghost_depths)
+
+    def close(self, learner: CapacityLearner, total: float) -> Evidence | None:
+        """The counter now reads ``total``: the window's evidence (None: no surplus), and a new window.
+        A counter that went down (the replica restarted) starts over."""
+        last, self.last = self.last, total
+        predicted, prefills, ghosts = self.predicted, self.prefills, self.ghosts
+        self.predicted = self.prefills = 0
+        self.ghosts = None
+        if last is None or total < last or not prefills:
+            return None
+        surplus = (int(total - last) - predicted) // learner.block_size
+        if surplus <= 0:
+            return None
+        depth = 0
+        if ghosts:
+            ghosts.sort()
+            depth = ghosts[min(surplus, len(ghosts)) - 1]
+        return Evidence(0, surplus, depth)

@@ -6,32 +6,40 @@ where the estimate starts: other tenants' prompts, decode tokens, preemptions an
 our prompts can use differ from it, and many engines publish nothing. Every answer tells which way the
 estimate is wrong, for the replica that served it:
 
-- **an unpredicted hit** (``cached_tokens`` above the index's match by a block or more, while the index
-  was at its bound): the replica still held blocks the bound had made the index forget. The estimate
-  grows by ``GROW`` x those blocks. (Noisy when the bound is right: the index's LRU order is not the
-  engine's; with a right published capacity the growth costs 0.01 of the pooled bound on the trace.)
+- **a hit on a ghost** (``cached_tokens`` above the index's match, on blocks the index's bound had
+  made it forget: ``PrefixIndex`` keeps a ghost list of those, as many as the bound, with how many
+  evictions came after each): a bound larger by the ghost's depth would have kept them. The estimate
+  grows to the bound plus ``GROW`` (published start) or ``UNPUBLISHED_GROW`` (the default) x that depth.
+  A hit on anything else (decode blocks the engine caches and the index never listed, another
+  gateway's requests, a TTL) says nothing of the bound and moves nothing.
 - **a predicted hit that missed** (below the match by more than one engine block, the engine's
   last-token rule): the replica evicted blocks the index still lists. The estimate shrinks by
   ``SHRINK`` x those blocks (and the pool unlearns as many of the index's oldest entries).
 
 The tolerance is learned too: ``cached_tokens`` is always a multiple of the engine's block, so their
 greatest common divisor (``grain``) converges to the engine's block size within a few answers (1 for
-SGLang's radix cache, 16 for vLLM, 64 or more elsewhere). With 64-token engine blocks and 16-token
-router blocks a fixed one-block tolerance read every prompt's rounding as up to three evicted blocks
-and unlearned them.
+SGLang's radix cache, 16 for vLLM, 64 or more elsewhere).
 
-Why additive by the evidence, and why growing faster than shrinking, measured with
-``python -m bench.routing_matrix`` (docs/benchmarks.md, "Routing robustness matrix"): too small a bound
-is expensive (the index forgets conversations the replica still caches and the policy spreads them:
-0.79-0.82 of the pooled bound on the Mooncake conversation trace at KV 25 %, capacity unpublished), too
-large a bound is cheap (the misses it causes are unlearned: 0.98 at 2x). Each piece of evidence is as
-large as the error it shows (a conversation's forgotten history, or its evicted blocks), so a handful of
-answers from a replica's first minutes move the estimate most of the way. GROW on the tuning split
-(capacity unpublished, 16- / 64-token engine blocks): 2 -> 0.93 / 0.89 of the pooled bound,
-8 -> 0.96 / 0.91, 32 -> 0.98 / 0.94 (the estimates settle near 2x the truth, where a wrong bound costs
-least); held out, 0.92-0.96. Bounds of ``1/MAX_FACTOR`` to ``MAX_FACTOR`` x the starting point keep the
-index's memory bounded. Without ``cached_tokens`` (an engine that does not report it) nothing here
-moves: the starting point stays, and an unpublished capacity keeps costing (0.77-0.84).
+Why ghosts, measured with ``python -m bench.routing_matrix`` (tuning split: the Mooncake conversation
+trace's first 4,000 records at KV 25 %, Zipf seed 1; docs/benchmarks.md, "Routing robustness matrix"):
+the previous rule grew by 32 x every surplus while the index was at its bound, and a right published
+capacity drifted to 2-4x the truth (the index's LRU order is not the engine's, and vLLM caches decode
+blocks the index never sent). On the Zipf tight cache that hid the fullness the eviction term reads
+(``router.policies.prefix_affinity``): 0.964 of the pooled bound with busy imbalance 1.37, against
+0.987 and 1.14 now (learned capacity 1.01 x the engine's). Why two rates: a published capacity is
+evidence, the default a guess; too small a bound is expensive on the trace (the index forgets
+conversations the replica still caches) and too large one cheap (misses are unlearned). Unpublished,
+64-token engine blocks (the issue's cell): UNPUBLISHED_GROW 2 -> 0.907 of the pooled bound, 4 -> 0.922,
+8 -> 0.926, 32 -> 0.929; published 2x-trusted (``PUBLISHED_FACTOR``) GROW 2 kept Zipf at 0.97-0.99
+where 4 gave 0.94-0.95. Bounds of ``1/MAX_FACTOR`` to ``MAX_FACTOR`` x the default, ``1/PUBLISHED_FACTOR``
+to ``PUBLISHED_FACTOR`` x a published value, keep the index's memory bounded.
+
+Without ``cached_tokens`` in the answers (vLLM without ``--enable-prompt-tokens-details``) the replica's
+scraped ``vllm:prefix_cache_hits`` counter is the evidence (``CounterWindow``): summed over the prefills
+between two scrapes, its surplus over the index's predictions is read as the window's shallowest ghosts.
+Growth only (a prefill counted before a scrape and heard of after it reads as a deficit, then a
+surplus). Unpublished capacity on the trace: 0.809 -> 0.973 of the pooled bound (16-token blocks),
+0.771 -> 0.929 (64).
 """
 
 from __future__ import annotations

@@ -31,15 +31,15 @@ evidence, the default a guess; too small a bound is expensive on the trace (the 
 conversations the replica still caches) and too large one cheap (misses are unlearned). Unpublished,
 64-token engine blocks (the issue's cell): UNPUBLISHED_GROW 2 -> 0.907 of the pooled bound, 4 -> 0.922,
 8 -> 0.926, 32 -> 0.929; published 2x-trusted (``PUBLISHED_FACTOR``) GROW 2 kept Zipf at 0.97-0.99
-where 4 gave 0.94-0.95. Bounds of ``1/MAX_FACTOR`` to ``MAX_FACTOR`` x the default, ``1/PUBLISHED_FACTOR``
+where 4 gave 0.94-0.99 (2,000 records). Bounds of ``1/MAX_FACTOR`` to ``MAX_FACTOR`` x the default, ``1/PUBLISHED_FACTOR``
 to ``PUBLISHED_FACTOR`` x a published value, keep the index's memory bounded.
 
 Without ``cached_tokens`` in the answers (vLLM without ``--enable-prompt-tokens-details``) the replica's
 scraped ``vllm:prefix_cache_hits`` counter is the evidence (``CounterWindow``): summed over the prefills
 between two scrapes, its surplus over the index's predictions is read as the window's shallowest ghosts.
 Growth only (a prefill counted before a scrape and heard of after it reads as a deficit, then a
-surplus). Unpublished capacity on the trace: 0.809 -> 0.973 of the pooled bound (16-token blocks),
-0.771 -> 0.929 (64).
+surplus). Unpublished capacity on the trace, before -> after: 0.821 -> 0.980 of the pooled bound
+(16-token blocks), 0.787 -> 0.940 (64).
 """
 
 from __future__ import annotations

@@ -22,7 +22,10 @@ Splits, fixed before any tuning: ``tune`` is the Mooncake conversation trace's f
 records and the Zipf workloads with seed 1; ``heldout`` is another window of the same trace (records
 6,000 to 6,000 + ``--requests``) and seed 2. ``before`` is the policy as it was (fixed index bound,
 ``evict_weight`` 0); ``after`` the defaults. The pooled bound is one LRU of the fleet's total KV (with the
-CPU tier's, for ``tier`` cells). The peers run only in ``python -m bench.routing`` (processes).
+CPU tier's, for ``tier`` cells), in 16-token blocks; "its engine's pooled bound" is one replica of the
+cell's own engine with that KV (64-token blocks, whole-prompt eviction), where it differs. Each variant
+also shows the busy-time imbalance and the learned index bound over the engine's real capacity. The peers
+run only in ``python -m bench.routing`` (processes).
 """
 
 from __future__ import annotations

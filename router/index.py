@@ -13,7 +13,8 @@ read here, so tests control TTL expiry.
 With ``ghosts`` each replica also keeps a ghost list: the hashes its bound (or an unlearning) took out
 of the index, with how many such evictions came after each, at most as many as the bound. A replica that
 reports a hit on a ghost still held what the index forgot, and the ghost's depth says by how much the
-bound was short (``router.capacity``); a hit on anything else says nothing of the bound.
+bound was short (``router.capacity``); a hit on anything else says nothing of the bound. A ghost is a
+hash and an int (no time), at most the bound's count per replica: the index's memory at most doubles.
 """
 
 from __future__ import annotations

@@ -10,6 +10,8 @@ prefix reuse a routing policy kept.
 - ``capacity_blocks=N``: one LRU cache of ``N`` blocks, the fleet's total KV pooled (the pooled bound):
   what a perfect router could keep if the fleet were one replica with all the memory; a request's
   blocks are refreshed head last (freed tail first, as vLLM frees them), so its head outlives its tail.
+- ``whole_prompt=True``: that cache evicts as ``bench.routing_matrix``'s whole-prompt engine does: a
+  block's eviction takes every block the same request cached (the pooled bound of such an engine).
 Pure, no I/O.
 """
 
@@ -42,6 +44,7 @@ def oracle(
     bytes_per_token: int = 4,
     capacity_blocks: int | None = None,
     recompute_last: bool = True,
+    whole_prompt: bool = False,
 ) -> OracleResult:
     """Prompt tokens and cached tokens of ``bodies`` (chat requests) under one cache of
     ``capacity_blocks`` (None: infinite). ``recompute_last``: the engine's rule (a hit leaves at least
@@ -49,6 +52,8 @@ def oracle(
     if capacity_blocks is not None and capacity_blocks < 1:
         raise ValueError("capacity_blocks must be at least 1")
     lru: OrderedDict[int, None] = OrderedDict()
+    group: dict[int, int] = {}  # whole_prompt: hash -> the request that cached it
+    members: dict[int, list[int]] = {}
     prompt = hits = 0
     each: list[tuple[int, int]] = []
     for body in bodies:
@@ -65,9 +70,16 @@ def oracle(
         hits += matched * block_size
         each.append((tokens, matched * block_size))
         for h in reversed(hashes):
+            if whole_prompt and h not in lru:
+                group[h] = len(each)
+                members.setdefault(len(each), []).append(h)
             lru[h] = None
             lru.move_to_end(h)
         if capacity_blocks is not None:
             while len(lru) > capacity_blocks:
-                lru.popitem(last=False)
+                h, _ = lru.popitem(last=False)
+                if whole_prompt:
+                    for o in members.pop(group.pop(h, -1), ()):
+                        if o != h and lru.pop(o, 0) is None:
+                            group.pop(o, None)
     return OracleResult(prompt, hits, tuple(each))

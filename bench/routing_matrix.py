@@ -22,7 +22,10 @@ Splits, fixed before any tuning: ``tune`` is the Mooncake conversation trace's f
 records and the Zipf workloads with seed 1; ``heldout`` is another window of the same trace (records
 6,000 to 6,000 + ``--requests``) and seed 2. ``before`` is the policy as it was (fixed index bound,
 ``evict_weight`` 0); ``after`` the defaults. The pooled bound is one LRU of the fleet's total KV (with the
-CPU tier's, for ``tier`` cells). The peers run only in ``python -m bench.routing`` (processes).
+CPU tier's, for ``tier`` cells), in 16-token blocks; "its engine's pooled bound" is one replica of the
+cell's own engine with that KV (64-token blocks, whole-prompt eviction), where it differs. Each variant
+also shows the busy-time imbalance and the learned index bound over the engine's real capacity. The peers
+run only in ``python -m bench.routing`` (processes).
 """
 
 from __future__ import annotations
@@ -235,29 +238,52 @@ def main(argv: list[str] | None = None) -> None:
         jobs.append((f"{name} seed {seed}", Cell(), zipf_workload(name, seed), ecfg, ZIPF_RATE, ZIPF_BLOCKS))
     rows: list[list[str]] = []
     worst: dict[str, float] = {}
-    pooled_cache: dict[tuple[int, int], float] = {}
-    for label, cell, wl, ecfg, rate, per_replica in jobs:
-        tier = TIER_FACTOR + 1 if cell.eviction == "tier" else 1
-        key = (id(wl), per_replica * tier)
+    worst_busy: dict[str, float] = {}
+    pooled_cache: dict[tuple[int, int, int, bool], float] = {}
+
+    def pooled_bound(wl: workloads.Workload, block: int, blocks: int, whole_prompt: bool) -> float:
+        key = (id(wl), block, blocks, whole_prompt)
         if key not in pooled_cache:
             bodies = [r.body for r in wl.requests]
-            pooled_cache[key] = oracle(bodies, capacity_blocks=per_replica * tier * 4).hit_rate
-        pooled = pooled_cache[key]
-        row = [label, cell.name if label.startswith("mooncake") else "-", f"{pooled:.3f}"]
+            pooled_cache[key] = oracle(
+                bodies, block_size=block, capacity_blocks=blocks, whole_prompt=whole_prompt
+            ).hit_rate
+        return pooled_cache[key]
+
+    for label, cell, wl, ecfg, rate, per_replica in jobs:
+        tier = TIER_FACTOR + 1 if cell.eviction == "tier" else 1
+        pooled = pooled_bound(wl, 16, per_replica * tier * 4, False)
+        # The engine's own pooled bound, one replica of that engine with the fleet's KV (its block size,
+        # its eviction): where it differs from the 16-token LRU's, and not for 1-token blocks (minutes).
+        whole = cell.eviction == "prompt"
+        own = None
+        if cell.block == 64 or (whole and cell.block == 16):
+            own = pooled_bound(wl, cell.block, per_replica * tier * 4 * 16 // cell.block, whole)
+        row = [label, cell.name if label.startswith("mooncake") else "-", f"{pooled:.3f}",
+               "-" if own is None else f"{own:.3f}"]  # fmt: skip
         for v in args.variants:
             t0 = time.perf_counter()
             res = run_cell(wl, ecfg, cell, v, rate)
             ratio = res.hit / pooled if pooled else float("nan")
             worst[v] = min(worst.get(v, 9.0), ratio)
             imb = res.imbalance(res.per_replica_prompt)
-            row += [f"{res.hit:.3f}", f"{ratio:.3f}", f"{imb:.2f}"]
+            busy = res.imbalance(res.per_replica_busy)
+            worst_busy[v] = max(worst_busy.get(v, 0.0), busy)
+            cap = res.extra["capacity_ratio"]
+            of_own = "-" if own is None else f"{res.hit / own:.3f}"
+            row += [f"{res.hit:.3f}", f"{ratio:.3f}", of_own, f"{imb:.2f} / {busy:.2f}", f"{cap:.2f}"]
             print(f"{label:22s} {row[1]:26s} {v:6s} hit={res.hit:.3f} pooled={pooled:.3f} ratio={ratio:.3f} "
-                  f"imb={imb:.2f} ({time.perf_counter() - t0:.0f}s)", flush=True)  # fmt: skip
+                  f"own={of_own} imb={imb:.2f}/{busy:.2f} cap={cap:.2f} ({time.perf_counter() - t0:.0f}s)",
+                  flush=True)  # fmt: skip
         rows.append(row)
-    headers = ["stream", "cell", "pooled bound"]
+    headers = ["stream", "cell", "pooled bound", "its engine's pooled bound"]
     for v in args.variants:
-        headers += [f"{v}: hit", f"{v}: of pooled", f"{v}: imbalance"]
-    rows.append(["worst", "", ""] + [x for v in args.variants for x in ("", f"{worst.get(v, 0):.3f}", "")])
+        headers += [f"{v}: hit", f"{v}: of pooled", f"{v}: of its engine's", f"{v}: imbalance prompt / busy",
+                    f"{v}: capacity / engine's"]  # fmt: skip
+    rows.append(["worst", "", "", ""] + [
+        x for v in args.variants
+        for x in ("", f"{worst.get(v, 0):.3f}", "", f"- / {worst_busy.get(v, 0):.2f}", "")
+    ])  # fmt: skip
     md = "\n".join([
         f"### Routing robustness matrix, {args.split} split", "",
         f"Command: `python -m bench.routing_matrix {' '.join(sys.argv[1:] if argv is None else argv)}` "

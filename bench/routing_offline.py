@@ -188,6 +188,7 @@ def replay(
             for router, states in zip(routers, fleets, strict=True):
                 for k, e in enumerate(engines):
                     router.update_reported(states[k].id, len(e.running), len(e.waiting), e.pool.usage(), now)
+                    router.observe_hit_counter(states[k].id, e.stats.prefix_hits)  # vllm:prefix_cache_hits
             push(now + scrape_interval_s, _SCRAPE, 0)
         elif kind == _SHARE:
             g, d, what = shares.pop(arg)
@@ -288,8 +289,22 @@ def replay(
         preemptions=sum(e.stats.preemptions for e in engines),
         reasons=dict(reasons),
         makespan_s=last_end,
-        extra={"queue_error_tokens": sum(queue_err) / len(queue_err) if queue_err else 0.0},
+        extra={
+            "queue_error_tokens": sum(queue_err) / len(queue_err) if queue_err else 0.0,
+            "capacity_ratio": _capacity_ratio(routers[0], true_blocks),
+        },
     )
+
+
+def _capacity_ratio(router: PoolRouter, true_blocks: int) -> float:
+    """The first router's learned capacity over the engines' own, the mean over its replicas (the
+    fixed bound's when it learns none)."""
+    bounds = [
+        (est.bound if est is not None else router.index.capacity(r.id))
+        for r in router.replicas
+        for est in [router.capacity.estimate(r.id) if router.capacity is not None else None]
+    ]
+    return sum(bounds) / len(bounds) / true_blocks if bounds and true_blocks else 0.0
 
 
 def main(argv: list[str] | None = None) -> None:

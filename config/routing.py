@@ -241,8 +241,9 @@ class RoutingConfig(BaseModel):
     )
     learn_capacity: bool = Field(
         True,
-        description="learn each replica's effective KV capacity from its answers' cached_tokens, starting "
-        "from the published or default one (false: the index keeps that bound)",
+        description="learn each replica's effective KV capacity from its answers' cached_tokens (without "
+        "them, from its scraped vllm:prefix_cache_hits), starting from the published or default one "
+        "(false: the index keeps that bound)",
     )
     index_ttl_s: float | None = Field(None, gt=0, description="forget index entries older than this")
     default_kv_capacity_blocks: int = Field(

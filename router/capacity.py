@@ -6,32 +6,40 @@ where the estimate starts: other tenants' prompts, decode tokens, preemptions an
 our prompts can use differ from it, and many engines publish nothing. Every answer tells which way the
 estimate is wrong, for the replica that served it:
 
-- **an unpredicted hit** (``cached_tokens`` above the index's match by a block or more, while the index
-  was at its bound): the replica still held blocks the bound had made the index forget. The estimate
-  grows by ``GROW`` x those blocks. (Noisy when the bound is right: the index's LRU order is not the
-  engine's; with a right published capacity the growth costs 0.01 of the pooled bound on the trace.)
+- **a hit on a ghost** (``cached_tokens`` above the index's match, on blocks the index's bound had
+  made it forget: ``PrefixIndex`` keeps a ghost list of those, as many as the bound, with how many
+  evictions came after each): a bound larger by the ghost's depth would have kept them. The estimate
+  grows to the bound plus ``GROW`` (published start) or ``UNPUBLISHED_GROW`` (the default) x that depth.
+  A hit on anything else (decode blocks the engine caches and the index never listed, another
+  gateway's requests, a TTL) says nothing of the bound and moves nothing.
 - **a predicted hit that missed** (below the match by more than one engine block, the engine's
   last-token rule): the replica evicted blocks the index still lists. The estimate shrinks by
   ``SHRINK`` x those blocks (and the pool unlearns as many of the index's oldest entries).
 
 The tolerance is learned too: ``cached_tokens`` is always a multiple of the engine's block, so their
 greatest common divisor (``grain``) converges to the engine's block size within a few answers (1 for
-SGLang's radix cache, 16 for vLLM, 64 or more elsewhere). With 64-token engine blocks and 16-token
-router blocks a fixed one-block tolerance read every prompt's rounding as up to three evicted blocks
-and unlearned them.
+SGLang's radix cache, 16 for vLLM, 64 or more elsewhere).
 
-Why additive by the evidence, and why growing faster than shrinking, measured with
-``python -m bench.routing_matrix`` (docs/benchmarks.md, "Routing robustness matrix"): too small a bound
-is expensive (the index forgets conversations the replica still caches and the policy spreads them:
-0.79-0.82 of the pooled bound on the Mooncake conversation trace at KV 25 %, capacity unpublished), too
-large a bound is cheap (the misses it causes are unlearned: 0.98 at 2x). Each piece of evidence is as
-large as the error it shows (a conversation's forgotten history, or its evicted blocks), so a handful of
-answers from a replica's first minutes move the estimate most of the way. GROW on the tuning split
-(capacity unpublished, 16- / 64-token engine blocks): 2 -> 0.93 / 0.89 of the pooled bound,
-8 -> 0.96 / 0.91, 32 -> 0.98 / 0.94 (the estimates settle near 2x the truth, where a wrong bound costs
-least); held out, 0.92-0.96. Bounds of ``1/MAX_FACTOR`` to ``MAX_FACTOR`` x the starting point keep the
-index's memory bounded. Without ``cached_tokens`` (an engine that does not report it) nothing here
-moves: the starting point stays, and an unpublished capacity keeps costing (0.77-0.84).
+Why ghosts, measured with ``python -m bench.routing_matrix`` (tuning split: the Mooncake conversation
+trace's first 4,000 records at KV 25 %, Zipf seed 1; docs/benchmarks.md, "Routing robustness matrix"):
+the previous rule grew by 32 x every surplus while the index was at its bound, and a right published
+capacity drifted to 2-4x the truth (the index's LRU order is not the engine's, and vLLM caches decode
+blocks the index never sent). On the Zipf tight cache that hid the fullness the eviction term reads
+(``router.policies.prefix_affinity``): 0.964 of the pooled bound with busy imbalance 1.37, against
+0.987 and 1.14 now (learned capacity 1.01 x the engine's). Why two rates: a published capacity is
+evidence, the default a guess; too small a bound is expensive on the trace (the index forgets
+conversations the replica still caches) and too large one cheap (misses are unlearned). Unpublished,
+64-token engine blocks (the issue's cell): UNPUBLISHED_GROW 2 -> 0.907 of the pooled bound, 4 -> 0.922,
+8 -> 0.926, 32 -> 0.929; published 2x-trusted (``PUBLISHED_FACTOR``) GROW 2 kept Zipf at 0.97-0.99
+where 4 gave 0.94-0.99 (2,000 records). Bounds of ``1/MAX_FACTOR`` to ``MAX_FACTOR`` x the default, ``1/PUBLISHED_FACTOR``
+to ``PUBLISHED_FACTOR`` x a published value, keep the index's memory bounded.
+
+Without ``cached_tokens`` in the answers (vLLM without ``--enable-prompt-tokens-details``) the replica's
+scraped ``vllm:prefix_cache_hits`` counter is the evidence (``CounterWindow``): summed over the prefills
+between two scrapes, its surplus over the index's predictions is read as the window's shallowest ghosts.
+Growth only (a prefill counted before a scrape and heard of after it reads as a deficit, then a
+surplus). Unpublished capacity on the trace, before -> after: 0.821 -> 0.980 of the pooled bound
+(16-token blocks), 0.787 -> 0.940 (64).
 """
 
 from __future__ import annotations
@@ -39,9 +47,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import gcd
 
-GROW = 32.0  # blocks of estimate per block the replica held beyond the index's match
+GROW = 2.0  # blocks of estimate per block of a ghost hit's depth, past the bound
+UNPUBLISHED_GROW = 32.0  # the same for an estimate that started from the default
 SHRINK = 1.0  # blocks of estimate per block the replica had evicted
 MAX_FACTOR = 8  # the estimate stays within [start / MAX_FACTOR, start * MAX_FACTOR]
+PUBLISHED_FACTOR = 2  # the same around a published capacity
 
 
 @dataclass(slots=True)
@@ -50,6 +60,7 @@ class CapacityEstimate:
 
     start: int  # the published (or default) capacity it started from
     blocks: float
+    factor: float = MAX_FACTOR  # the estimate stays within [start / factor, start * factor]
     grown: int = 0  # answers that grew it
     shrunk: int = 0  # answers that shrank it
 
@@ -58,7 +69,8 @@ class CapacityEstimate:
         return max(1, round(self.blocks))
 
     def clamp(self) -> None:
-        lo, hi = max(1.0, self.start / MAX_FACTOR), float(self.start * MAX_FACTOR)
+        f = self.factor
+        lo, hi = max(1.0, self.start / f), float(self.start * f)
         self.blocks = min(hi, max(lo, self.blocks))
 
 
@@ -68,6 +80,7 @@ class Evidence:
 
     missing: int  # predicted blocks the replica no longer held (0: none)
     surplus: int  # blocks it held beyond the prediction (0: none)
+    depth: int = 0  # the deepest of those in the index's ghost list (0: none was a ghost)
 
 
 class CapacityLearner:
@@ -78,9 +91,10 @@ class CapacityLearner:
         self.grain = 0  # gcd of the non-zero cached_tokens seen (0: none seen yet)
         self._est: dict[str, CapacityEstimate] = {}
 
-    def start(self, replica_id: str, blocks: int) -> int:
-        """(Re)start a replica's estimate at ``blocks`` (published or default); returns the bound."""
-        self._est[replica_id] = CapacityEstimate(blocks, float(blocks))
+    def start(self, replica_id: str, blocks: int, published: bool = False) -> int:
+        """(Re)start a replica's estimate at ``blocks`` (published, else the default); returns the bound."""
+        factor = PUBLISHED_FACTOR if published else MAX_FACTOR
+        self._est[replica_id] = CapacityEstimate(blocks, float(blocks), factor)
         return blocks
 
     def drop(self, replica_id: str) -> None:
@@ -89,8 +103,12 @@ class CapacityLearner:
     def estimate(self, replica_id: str) -> CapacityEstimate | None:
         return self._est.get(replica_id)
 
-    def evidence(self, predicted_tokens: int, cached_tokens: int) -> Evidence:
-        """Compare one answer with its prediction (and learn the engine's grain from it)."""
+    def evidence(
+        self, predicted_tokens: int, cached_tokens: int, ghost_depths: tuple[int, ...] = ()
+    ) -> Evidence:
+        """Compare one answer with its prediction (and learn the engine's grain from it).
+        ``ghost_depths``: the decision's blocks past its match, as deep as each was in the index's
+        ghost list (``PrefixIndex.ghost_depths``)."""
         if cached_tokens > 0:
             self.grain = gcd(self.grain, cached_tokens)
         bs = self.block_size
@@ -98,13 +116,14 @@ class CapacityLearner:
         deficit = predicted_tokens - cached_tokens
         missing = (deficit - tolerance) // bs if deficit > tolerance else 0
         surplus = -deficit // bs if -deficit >= bs else 0
-        return Evidence(missing, surplus)
+        depth = ghost_depths[min(surplus, len(ghost_depths)) - 1] if surplus and ghost_depths else 0
+        return Evidence(missing, surplus, depth)
 
-    def observe(self, replica_id: str, ev: Evidence, index_size: int) -> int | None:
+    def observe(self, replica_id: str, ev: Evidence) -> int | None:
         """Move the replica's estimate by one answer's evidence; the new bound when it changed.
 
-        ``index_size``: the replica's index entries when the answer came. A surplus only counts when the
-        index was at its bound (else the bound did not make it forget: another gateway's request, TTL)."""
+        A surplus counts only as far as its blocks were ghosts: what the bound had made the index forget
+        (not another gateway's request, a TTL, or blocks the index never sent there)."""
         est = self._est.get(replica_id)
         if est is None:
             return None
@@ -112,8 +131,56 @@ class CapacityLearner:
         if ev.missing:
             est.blocks -= SHRINK * ev.missing
             est.shrunk += 1
-        elif ev.surplus and index_size + ev.surplus >= before:
-            est.blocks += GROW * ev.surplus
-            est.grown += 1
+        elif ev.depth:
+            grow = GROW if est.factor == PUBLISHED_FACTOR else UNPUBLISHED_GROW
+            target = before + grow * ev.depth  # a bound that much larger would have kept them
+            if target > est.blocks:
+                est.blocks = target
+                est.grown += 1
         est.clamp()
         return est.bound if est.bound != before else None
+
+
+@dataclass(slots=True)
+class CounterWindow:
+    """One replica's evidence between two scrapes of its prefix-cache hit counter (vLLM's
+    ``prefix_cache_hits``), for a replica whose answers carry no ``cached_tokens``: the prefills it
+    finished in the window, as the index predicted them, against the counter's increase.
+
+    The counter sums the window's answers, so it says how many blocks the index was short, not which: a
+    surplus is read as the ghosts of the window's decisions, shallowest first (the least growth that
+    explains it). A deficit is not evidence here: a prefill the counter counted before the scrape and
+    the router heard of after it reads as a deficit in one window and a surplus in the next, and
+    shrinking on those collapsed the estimate (a published capacity: 0.98 -> 0.90 of the pooled bound;
+    told half: 0.97 -> 0.65)."""
+
+    last: float | None = None  # the counter at the previous scrape (None: not read yet)
+    predicted: int = 0  # tokens the index predicted for the window's prefills
+    prefills: int = 0
+    ghosts: list[int] | None = None  # the window's ghost depths (PrefixIndex.ghost_depths), any order
+
+    def add(self, predicted_tokens: int, ghost_depths: tuple[int, ...]) -> None:
+        self.predicted += predicted_tokens
+        self.prefills += 1
+        if ghost_depths:
+            if self.ghosts is None:
+                self.ghosts = []
+            self.ghosts.extend(ghost_depths)
+
+    def close(self, learner: CapacityLearner, total: float) -> Evidence | None:
+        """The counter now reads ``total``: the window's evidence (None: no surplus), and a new window.
+        A counter that went down (the replica restarted) starts over."""
+        last, self.last = self.last, total
+        predicted, prefills, ghosts = self.predicted, self.prefills, self.ghosts
+        self.predicted = self.prefills = 0
+        self.ghosts = None
+        if last is None or total < last or not prefills:
+            return None
+        surplus = (int(total - last) - predicted) // learner.block_size
+        if surplus <= 0:
+            return None
+        depth = 0
+        if ghosts:
+            ghosts.sort()
+            depth = ghosts[min(surplus, len(ghosts)) - 1]
+        return Evidence(0, surplus, depth)

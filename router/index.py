@@ -9,6 +9,12 @@ before its head, as a replica's own prefix cache does. A replica holding ``h_k``
 ``h_1..h_k``, which lets ``match`` binary-search each replica (about 8 lookups for 256 blocks) instead
 of walking every block, and needs no global hash -> replicas map. Time is passed in (``now``), never
 read here, so tests control TTL expiry.
+
+With ``ghosts`` each replica also keeps a ghost list: the hashes its bound (or an unlearning) took out
+of the index, with how many such evictions came after each, at most as many as the bound. A replica that
+reports a hit on a ghost still held what the index forgot, and the ghost's depth says by how much the
+bound was short (``router.capacity``); a hit on anything else says nothing of the bound. A ghost is a
+hash and an int (no time), at most the bound's count per replica: the index's memory at most doubles.
 """
 
 from __future__ import annotations
@@ -30,10 +36,13 @@ class IndexStats:
 
 
 class PrefixIndex:
-    def __init__(self, ttl_s: float | None = None) -> None:
+    def __init__(self, ttl_s: float | None = None, *, ghosts: bool = False) -> None:
         self.ttl_s = ttl_s
         self._lru: dict[str, OrderedDict[int, float]] = {}
         self._cap: dict[str, int] = {}
+        # Ghost lists (None: not kept): hash -> its eviction's sequence number, and each replica's count.
+        self._ghost: dict[str, OrderedDict[int, int]] | None = {} if ghosts else None
+        self._seq: dict[str, int] = {}
         self.evictions = 0
         self.expirations = 0
         self.unlearned = 0
@@ -45,11 +54,17 @@ class PrefixIndex:
             raise ValueError("capacity_blocks must be at least 1")
         self._cap[replica_id] = capacity_blocks
         lru = self._lru.setdefault(replica_id, OrderedDict())
-        self._evict(lru, len(lru) - capacity_blocks)
+        if self._ghost is not None:
+            self._ghost.setdefault(replica_id, OrderedDict())
+            self._seq.setdefault(replica_id, 0)
+        self._evict(replica_id, len(lru) - capacity_blocks)
 
     def drop_replica(self, replica_id: str) -> None:
         self._lru.pop(replica_id, None)
         self._cap.pop(replica_id, None)
+        self._seq.pop(replica_id, None)
+        if self._ghost is not None:
+            self._ghost.pop(replica_id, None)
 
     def replica_ids(self) -> list[str]:
         return list(self._lru)
@@ -101,13 +116,16 @@ class PrefixIndex:
         tail = hashes[known:]
         if tail:
             lru.update(zip(reversed(tail), repeat(now)))
+            if self._ghost is not None:  # in the index again: no longer a ghost
+                ghost = self._ghost[replica_id]
+                deque(map(ghost.pop, tail, repeat(None)), maxlen=0)
         if known:
             head = hashes[:known]
             deque(map(lru.move_to_end, reversed(head)), maxlen=0)
             if self.ttl_s is not None:
                 lru.update(zip(head, repeat(now)))  # new times; updating keeps the (fresh) order
         if len(lru) > cap:
-            self._evict(lru, len(lru) - cap)
+            self._evict(replica_id, len(lru) - cap)
 
     def forget_from(self, replica_id: str, hashes: Sequence[int], start: int) -> None:
         """Forget ``hashes[start:]`` for one replica: the tail of a chain, so entries stay prefix-closed."""
@@ -131,6 +149,7 @@ class PrefixIndex:
                 lru[h] = t
             else:
                 dropped += 1
+                self._bury(replica_id, h)
         self.unlearned += dropped
         return dropped
 
@@ -165,6 +184,26 @@ class PrefixIndex:
         lru = self._lru.get(replica_id)
         return len(lru) if lru is not None else 0
 
+    def ghost_depths(self, replica_id: str, hashes: Sequence[int], start: int) -> tuple[int, ...]:
+        """For ``hashes[start:]``, as far as each is a ghost of the replica: how many blocks the index
+        had evicted since it, counting it (what a bound that much larger would still hold). Empty
+        without ghosts or when ``hashes[start]`` is none."""
+        ghost = self._ghost.get(replica_id) if self._ghost is not None else None
+        if not ghost:
+            return ()
+        seq = self._seq[replica_id]
+        out: list[int] = []
+        for h in hashes[start:]:
+            at = ghost.get(h)
+            if at is None:
+                break
+            out.append(seq - at + 1)
+        return tuple(out)
+
+    def capacity(self, replica_id: str) -> int:
+        """The replica's bound in blocks (0: unknown replica)."""
+        return self._cap.get(replica_id, 0)
+
     def holds(self, replica_id: str, block_hash: int) -> bool:
         lru = self._lru.get(replica_id)
         return lru is not None and block_hash in lru
@@ -181,7 +220,24 @@ class PrefixIndex:
         )
 
     # -- internals ------------------------------------------------------------------------------------
-    def _evict(self, lru: OrderedDict[int, float], count: int) -> None:
-        for _ in range(max(0, count)):
-            lru.popitem(last=False)
+    def _evict(self, replica_id: str, count: int) -> None:
+        lru = self._lru[replica_id]
+        if self._ghost is None:
+            for _ in range(max(0, count)):
+                lru.popitem(last=False)
+        else:
+            for _ in range(max(0, count)):
+                self._bury(replica_id, lru.popitem(last=False)[0])
         self.evictions += max(0, count)
+
+    def _bury(self, replica_id: str, block_hash: int) -> None:
+        """Keep an evicted hash as the replica's newest ghost (the oldest go past the bound's count)."""
+        if self._ghost is None:
+            return
+        ghost = self._ghost[replica_id]
+        seq = self._seq[replica_id] + 1
+        self._seq[replica_id] = seq
+        ghost[block_hash] = seq
+        ghost.move_to_end(block_hash)
+        while len(ghost) > self._cap[replica_id]:
+            ghost.popitem(last=False)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 
 from config.routing import RoutingConfig
 from router.blocks import block_hashes, root_hash, route_key
-from router.capacity import CapacityLearner
+from router.capacity import CapacityLearner, CounterWindow
 from router.engine_prompt import EnginePrompt
 from router.exact_index import ExactIndex
 from router.explain import explain
@@ -58,7 +58,7 @@ class PoolRouter:
         self.policy: RoutingPolicy = policy or make_policy(cfg)
         self.tokenizer: Tokenizer = tokenizer or make_tokenizer(cfg.tokenizer)
         self.clock = clock
-        self.index = PrefixIndex(cfg.index_ttl_s)
+        self.index = PrefixIndex(cfg.index_ttl_s, ghosts=cfg.learn_capacity)
         # The index's bound per replica, learned from cached_tokens (router.capacity); None: fixed bounds.
         self.capacity: CapacityLearner | None = (
             CapacityLearner(cfg.block_size) if cfg.learn_capacity else None
@@ -80,6 +80,10 @@ class PoolRouter:
             )
         self._predicted = 0
         self._observed = 0
+        # learn_capacity without cached_tokens: each replica's prefix-cache hit counter between scrapes,
+        # until one of its answers carries cached_tokens (then those are the evidence).
+        self._windows: dict[str, CounterWindow] = {}
+        self._reports_cached: set[str] = set()
         # Build each decision's ``explanation`` (router.explain): the gateway's decision log turns it on.
         self.explain = False
         self.set_replicas(replicas)
@@ -110,11 +114,13 @@ class PoolRouter:
             start = r.kv_capacity_blocks or self.cfg.default_kv_capacity_blocks
             est = self.capacity.estimate(r.id) if self.capacity is not None else None
             if est is None or est.start != start:
-                self.index.add_replica(r.id, self._start_capacity(r.id, start))
+                self.index.add_replica(r.id, self._start_capacity(r.id, start, bool(r.kv_capacity_blocks)))
             else:  # a staying replica keeps what its answers taught
                 self.index.add_replica(r.id, est.bound)
         for gone in set(self._by_id) - set(ids):
             self.index.drop_replica(gone)
+            self._windows.pop(gone, None)
+            self._reports_cached.discard(gone)
             if self.capacity is not None:
                 self.capacity.drop(gone)
             if self.exact is not None:
@@ -129,7 +135,7 @@ class PoolRouter:
         if r is None or kv_capacity_blocks < 1:
             return False
         r.kv_capacity_blocks = kv_capacity_blocks
-        self.index.add_replica(replica_id, self._start_capacity(replica_id, kv_capacity_blocks))
+        self.index.add_replica(replica_id, self._start_capacity(replica_id, kv_capacity_blocks, True))
         return True
 
     def capacity_bound(self, replica_id: str) -> int | None:
@@ -225,6 +231,8 @@ class PoolRouter:
         decision.queued_at_route = replica.queued_prefill_tokens
         if request.placement is not None:  # a batch line's slot goes where the line goes
             request.placement.move(replica.id)
+        if hashes and self.capacity is not None and not engine:
+            decision.ghost_depths = self.index.ghost_depths(replica.id, hashes, approx.get(replica.id, 0))
         if hashes:
             # Speculative: the replica will hold this prefix once it has prefilled it.
             self.index.insert(replica.id, hashes, now, known=approx.get(replica.id, 0))
@@ -250,6 +258,30 @@ class PoolRouter:
         if not decision._prefill_released:
             decision._prefill_released = True
             decision.replica.queued_prefill_tokens -= decision.uncached_tokens
+            rid = decision.replica.id
+            if (
+                self.capacity is not None
+                and decision.block_hashes
+                and not decision.engine_block_hashes
+                and rid not in self._reports_cached
+            ):  # the replica's hit counter has counted this prefill
+                self._windows.setdefault(rid, CounterWindow()).add(
+                    decision.matched_tokens, decision.ghost_depths
+                )
+
+    def observe_hit_counter(self, replica_id: str, total: float) -> None:
+        """A scrape's reading of the replica's prefix-cache hit counter (tokens, cumulative): with
+        ``learn_capacity``, for a replica whose answers carry no ``cached_tokens``, the prefills it
+        finished since the last reading are the evidence of ``observe_usage``, summed."""
+        learner = self.capacity
+        if learner is None or replica_id not in self._by_id or replica_id in self._reports_cached:
+            return
+        ev = self._windows.setdefault(replica_id, CounterWindow()).close(learner, total)
+        if ev is None:
+            return
+        bound = learner.observe(replica_id, ev)
+        if bound is not None:
+            self.index.add_replica(replica_id, bound)
 
     def prefill_due_s(self, decision: Decision) -> float | None:
         """Seconds from now until the replica is predicted to have prefilled ``decision`` (``router.prefill``),
@@ -303,15 +335,18 @@ class PoolRouter:
         self._predicted += decision.matched_tokens
         self._observed += cached
         rid = decision.replica.id
+        if rid not in self._reports_cached and rid in self._by_id:
+            self._reports_cached.add(rid)
+            self._windows.pop(rid, None)
         if decision.engine_block_hashes or rid not in self._by_id:
             return  # precise mode: the replica's events keep its index true
         learner = self.capacity
         if learner is None:
             missing = (decision.matched_tokens - cached) // decision.block_size - 1
         else:
-            ev = learner.evidence(decision.matched_tokens, cached)
+            ev = learner.evidence(decision.matched_tokens, cached, decision.ghost_depths)
             missing = ev.missing
-            bound = learner.observe(rid, ev, self.index.size(rid))
+            bound = learner.observe(rid, ev)
             if bound is not None:
                 self.index.add_replica(rid, bound)
         if missing > 0:
@@ -336,8 +371,8 @@ class PoolRouter:
         self.exact = exact
 
     # -- internals ------------------------------------------------------------------------------------
-    def _start_capacity(self, replica_id: str, blocks: int) -> int:
-        return self.capacity.start(replica_id, blocks) if self.capacity is not None else blocks
+    def _start_capacity(self, replica_id: str, blocks: int, published: bool) -> int:
+        return self.capacity.start(replica_id, blocks, published) if self.capacity is not None else blocks
 
     def _prefix(
         self, request: RouteRequest, ctx: PickContext, engine: tuple[list[int], int] | None = None

@@ -74,6 +74,7 @@ class Decision:
     routed_at: float = 0.0  # the router's clock at the decision
     queued_at_route: int = 0  # the replica's queued prefill after this decision (its own and what is ahead)
     explanation: Explanation | None = None  # the score terms (``PoolRouter.explain``), else None
+    ghost_depths: tuple[int, ...] = ()  # past the match: how far each block was in the index's ghost list
     _prefill_released: bool = False
     _released: bool = False
 

@@ -40,6 +40,9 @@ SGLANG_CAPACITY = "sglang:max_total_num_tokens"
 # The replica's own token counters (cumulative since it started), for usage reconciliation.
 PROMPT_TOTAL = ("vllm:prompt_tokens_total", "sglang:prompt_tokens_total")
 GENERATION_TOTAL = ("vllm:generation_tokens_total", "sglang:generation_tokens_total")
+# Its prefix-cache hits in tokens (cumulative): what router.capacity learns from when answers carry no
+# cached_tokens (vLLM without --enable-prompt-tokens-details).
+PREFIX_HITS_TOTAL = ("vllm:prefix_cache_hits_total",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,9 +53,12 @@ class ReplicaLoad:
     kv_capacity_tokens: int | None = None  # what its KV cache holds, when the replica says
     prompt_tokens_total: float | None = None  # its counters, summed over label sets (models, engines)
     generation_tokens_total: float | None = None
+    prefix_cache_hits_total: float | None = None
 
 
-_WANTED = frozenset(RUNNING + WAITING + KV_USAGE + PROMPT_TOTAL + GENERATION_TOTAL + (SGLANG_CAPACITY,))
+_WANTED = frozenset(
+    RUNNING + WAITING + KV_USAGE + PROMPT_TOTAL + GENERATION_TOTAL + PREFIX_HITS_TOTAL + (SGLANG_CAPACITY,)
+)
 # The sample lines the gateway reads, found by one C-speed regex scan first: a vLLM /metrics page is
 # a thousand lines and more (histograms per model and bucket), and prometheus_client's pure-Python parser
 # held the event loop 79 ms per replica and scrape on a 1,434-line page built like vLLM's, against 2.1 ms
@@ -94,6 +100,7 @@ def parse_load(text: str) -> ReplicaLoad:
         capacity,
         first(PROMPT_TOTAL),
         first(GENERATION_TOTAL),
+        first(PREFIX_HITS_TOTAL),
     )
 
 
@@ -146,6 +153,8 @@ async def scrape_loop(process: Process, interval_s: float, timeout_s: float) -> 
             if isinstance(load, ReplicaLoad):
                 router.update_reported(replica.id, load.running, load.waiting, load.kv_usage)
                 learn_capacity(router, replica, load.kv_capacity_tokens, learned)
+                if load.prefix_cache_hits_total is not None:
+                    router.observe_hit_counter(replica.id, load.prefix_cache_hits_total)
                 if load.prompt_tokens_total is not None and load.generation_tokens_total is not None:
                     process.usage_counters.observe(
                         model,

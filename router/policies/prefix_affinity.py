@@ -47,9 +47,15 @@ tables in docs/benchmarks.md):
   take beyond the index's free room; in a full fleet it is the same for every replica of a cold request
   (no change there) and it makes a shared prompt's copy cost two re-prefills instead of one. Zipf over
   16 shared prompts of 1.6k tokens, 4 replicas holding about 3 each (``python -m bench.routing_matrix``,
-  tuning seed): hit / pooled bound 0.88 (0) -> 0.97 (0.25-1; 0.5 and 1 alike), 0.93 on the held-out
-  seed's variants; the price is concentration: the hot prompt's home takes up to 1.4-1.8 x the mean
-  prompt tokens (busy 1.1-1.4 x), p99 TTFT 0.21 -> 0.27-0.33 s.
+  tuning seed): hit / pooled bound 0.88 (0) -> 0.97 (0.25-1; 0.5 and 1 alike). The term reads the
+  index's free room, so it needs a right capacity: with the capacity learner drifting to 2-4 x the
+  truth the fleet looked roomy and the hot prompt concentrated (busy imbalance 1.37, p99 TTFT 0.33 s);
+  with ``router.capacity``'s ghost rule (learned capacity 0.99-1.01 x) 0.97-0.99 of the pooled bound,
+  busy 1.09-1.17 x, prompt tokens 1.24-1.38 x, p99 0.19-0.24 s. Capping the term by the bounded load
+  (dropped while every replica holding the match has more than c x the mean in flight) was measured
+  and left out: c = 1.1-1.5 cost 0.05-0.13 of the pooled bound for busy 1.05-1.18, c = 2-3 changed
+  nothing; so was a larger ``decode_cost_tokens`` (512: Zipf busy <= 1.13 but 0.96 of the pooled bound,
+  and the trace 0.979 -> 0.965).
 """
 
 from __future__ import annotations

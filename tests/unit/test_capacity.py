@@ -5,7 +5,14 @@ from __future__ import annotations
 import argparse
 
 from config.routing import RoutingConfig
-from router.capacity import MAX_FACTOR, CapacityLearner
+from router.capacity import (
+    GROW,
+    MAX_FACTOR,
+    PUBLISHED_FACTOR,
+    UNPUBLISHED_GROW,
+    CapacityLearner,
+    CounterWindow,
+)
 from router.pool import PoolRouter
 from router.replica import ReplicaState
 from router.types import RouteRequest
@@ -45,18 +52,54 @@ def test_evidence_learns_the_engine_grain_and_tolerates_its_rounding():
 def test_the_estimate_moves_both_ways_and_stays_within_its_bounds():
     learner = CapacityLearner(16)
     learner.start("r", 1000)
-    grown = learner.observe("r", learner.evidence(0, 160), index_size=1000)  # 10 blocks it had kept
-    assert grown is not None and grown > 1000
-    assert learner.observe("r", learner.evidence(0, 160), index_size=10) is None  # index not at its bound
-    shrunk = learner.observe("r", learner.evidence(16 * 500, 0), index_size=grown)
+    grown = learner.observe("r", learner.evidence(0, 160, (3, 5, 7, 9, 11, 13, 15, 17, 19, 21)))
+    assert grown == 1000 + UNPUBLISHED_GROW * 21  # a bound 21 blocks larger would have kept all ten
+    grown = learner.observe("r", learner.evidence(0, 160, (2,)))
+    assert grown == 1000 + UNPUBLISHED_GROW * 23  # each ghost hit says the bound was that much short
+    shrunk = learner.observe("r", learner.evidence(16 * 500, 0))
     assert shrunk is not None and shrunk < grown
     for _ in range(1000):
-        learner.observe("r", learner.evidence(0, 16 * 1000), index_size=10**9)
+        learner.observe("r", learner.evidence(0, 16 * 1000, tuple(range(1, 1001))))
     assert learner.estimate("r").bound == 1000 * MAX_FACTOR
     for _ in range(1000):
-        learner.observe("r", learner.evidence(16 * 5000, 0), index_size=10**9)
+        learner.observe("r", learner.evidence(16 * 5000, 0))
     assert learner.estimate("r").bound == 1000 // MAX_FACTOR
-    assert learner.observe("gone", learner.evidence(0, 160), 10) is None
+    assert learner.observe("gone", learner.evidence(0, 160, (1,))) is None
+
+
+def test_a_published_capacity_is_trusted_within_a_narrower_band():
+    learner = CapacityLearner(16)
+    learner.start("p", 1000, published=True)
+    assert learner.observe("p", learner.evidence(0, 160, (5,) * 10)) == 1000 + GROW * 5  # trusted more
+    for _ in range(100):
+        learner.observe("p", learner.evidence(0, 16 * 1000, tuple(range(1, 1001))))
+    assert learner.estimate("p").bound == 1000 * PUBLISHED_FACTOR
+    for _ in range(1000):
+        learner.observe("p", learner.evidence(16 * 5000, 0))
+    assert learner.estimate("p").bound == 1000 // PUBLISHED_FACTOR
+
+
+def test_a_hit_on_blocks_the_index_never_evicted_does_not_grow_the_estimate():
+    """The regression of the last round: the index's LRU order is not the engine's, and answers hold
+    blocks the index never listed (decode tokens, another gateway's requests). Growing on every surplus
+    while the index was at its bound drifted a right published capacity up to 2-4x (Zipf tight cache:
+    busy imbalance 1.37). Only a ghost (what the bound made the index forget) is evidence."""
+    learner = CapacityLearner(16)
+    learner.start("r", 1000, published=True)
+    assert learner.evidence(0, 160).surplus == 10
+    assert learner.observe("r", learner.evidence(0, 160)) is None
+    assert learner.estimate("r").bound == 1000
+
+
+def test_a_right_published_capacity_stays_when_the_replica_holds_what_the_index_never_sent():
+    router = one(capacity=24)
+    for tag in "ab":  # the index at its bound: 24 blocks
+        router.release(router.route(chat(text(tag, 12))))
+    assert router.index.size("r0") == 24
+    d = router.route(chat(text("c", 6)))  # another gateway had sent "c" there: the replica holds it
+    assert d.matched_tokens == 0 and d.ghost_depths == ()
+    router.observe_usage(d, 6 * 16)
+    assert router.capacity_bound("r0") == 24
 
 
 def test_an_unpredicted_hit_grows_the_index_bound_so_the_replica_is_remembered():
@@ -108,10 +151,52 @@ def test_a_published_capacity_restarts_the_estimate_and_a_staying_replica_keeps_
     assert router.capacity_bound("r0") == 100
     router.set_capacity("r0", 400)
     assert router.capacity_bound("r0") == 400
-    router.capacity.observe("r0", router.capacity.evidence(0, 16 * 50), index_size=400)
+    router.capacity.observe("r0", router.capacity.evidence(0, 16 * 50, tuple(range(1, 51))))
     learned = router.capacity_bound("r0")
     assert learned > 400
     router.set_replicas([ReplicaState(id="r0", url="u2", kv_capacity_blocks=400)])
+    assert router.capacity_bound("r0") == learned
+
+
+def test_a_hit_counter_window_reads_its_surplus_as_the_shallowest_ghosts():
+    learner = CapacityLearner(16)
+    w = CounterWindow()
+    assert w.close(learner, 1000.0) is None  # the first reading only sets where the window starts
+    w.add(160, ())
+    w.add(0, (9, 3, 5))
+    w.add(0, (4,))
+    ev = w.close(learner, 1000.0 + 160 + 2 * 16)  # two blocks beyond the prediction
+    assert ev is not None and (ev.missing, ev.surplus, ev.depth) == (0, 2, 4)  # explained by depths 3, 4
+    assert w.predicted == w.prefills == 0 and w.ghosts is None
+    w.add(320, (1,))
+    assert w.close(learner, 1000.0 + 192 + 16) is None  # a deficit: not evidence (timing, below)
+    w.add(0, ())
+    ev = w.close(learner, 1000.0 + 208 + 64)
+    assert ev is not None and ev.surplus == 4 and ev.depth == 0  # no ghost: nothing for the bound
+    w.add(0, (1,))
+    assert w.close(learner, 10.0) is None  # the counter went down: the replica restarted
+
+
+def test_without_cached_tokens_the_hit_counter_grows_the_bound_on_ghosts():
+    """A replica whose answers carry no cached_tokens (vLLM without --enable-prompt-tokens-details) and
+    publishes no capacity: the default bound (8 here) made the index forget "a"; the replica's prefix
+    cache hit counter says it had it."""
+    router = one(default_kv_capacity_blocks=8)
+    router.observe_hit_counter("r0", 0.0)
+    for tag in "ab":
+        d = router.route(chat(text(tag, 6)))
+        router.release(d)
+        router.observe_usage(d, None)  # no cached_tokens in the answer
+    again = router.route(chat(text("a", 6) + "?"))
+    assert again.matched_tokens < 5 * 16 and again.ghost_depths
+    router.release(again)
+    router.observe_hit_counter("r0", 5 * 16.0)  # the replica had five blocks of it
+    assert router.capacity_bound("r0") > 8
+    learned = router.capacity_bound("r0")
+    d = router.route(chat(text("c", 6)))
+    router.release(d)
+    router.observe_usage(d, 0)  # an answer with cached_tokens: from now on those are the evidence
+    router.observe_hit_counter("r0", 10_000.0)
     assert router.capacity_bound("r0") == learned
 
 

@@ -178,3 +178,32 @@ def test_headroom_and_unlearn_oldest():
     assert idx.unlearn_oldest("a", 10) == 1 and idx.unlearn_oldest("gone", 1) == 0
     assert idx.stats().unlearned == 4
     assert idx.headroom("unknown", 0.0) == (0, 0.0)
+
+
+def test_ghosts_are_what_the_bound_forgot_with_how_many_evictions_came_after():
+    """router.capacity grows a replica's estimate only on hits the index's own bound had forgotten."""
+    idx = PrefixIndex(ghosts=True)
+    idx.add_replica("r", 4)
+    idx.insert("r", [1, 2, 3, 4])
+    idx.insert("r", [5, 6])  # evicts 4 then 3 (a chain's tail first)
+    assert not idx.holds("r", 3) and not idx.holds("r", 4)
+    assert idx.ghost_depths("r", [1, 2, 3, 4], 2) == (1, 2)  # 3 buried last: a depth counts itself
+    assert idx.ghost_depths("r", [1, 2, 3, 4], 3) == (2,)
+    assert idx.ghost_depths("r", [7, 3], 0) == ()  # never held: no evidence
+    idx.insert("r", [1, 2, 3])  # back in the index: no longer a ghost
+    assert idx.ghost_depths("r", [1, 2, 3], 2) == ()
+    assert idx.ghost_depths("r", [6], 0) == (1,)  # evicted by that insert (oldest: 6, 5, 3, 2, 1)
+    idx.unlearn_oldest("r", 1)  # what the replica evicted is a ghost too
+    assert idx.ghost_depths("r", [5], 0) == (1,) and idx.ghost_depths("r", [6], 0) == (2,)
+    for h in range(100, 120):
+        idx.insert("r", [h])
+    assert sum(len(idx.ghost_depths("r", [h], 0)) for h in range(100, 120)) == 4  # at most the bound
+    assert PrefixIndex().ghost_depths("r", [1], 0) == ()
+
+
+def test_no_ghosts_unless_asked():
+    idx = PrefixIndex()
+    idx.add_replica("r", 1)
+    idx.insert("r", [1])
+    idx.insert("r", [2])
+    assert idx.ghost_depths("r", [1], 0) == ()

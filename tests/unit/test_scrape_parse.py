@@ -60,3 +60,15 @@ def test_token_counters_of_vllm_and_sglang_are_read_and_summed() -> None:
     sg = parse_load("sglang:prompt_tokens_total 10\nsglang:generation_tokens_total 3\n")
     assert (sg.prompt_tokens_total, sg.generation_tokens_total) == (10.0, 3.0)
     assert parse_load("vllm:num_requests_running 1\n").prompt_tokens_total is None
+
+
+def test_the_prefix_cache_hit_counter_is_read_and_summed() -> None:
+    """router.capacity learns from it when answers carry no cached_tokens."""
+    load = parse_load(
+        "# TYPE vllm:prefix_cache_hits counter\n"
+        'vllm:prefix_cache_hits_total{model_name="m",engine="0"} 640.0\n'
+        'vllm:prefix_cache_hits_total{model_name="m",engine="1"} 64.0\n'
+        'vllm:prefix_cache_queries_total{model_name="m",engine="0"} 9999.0\n'
+    )
+    assert load.prefix_cache_hits_total == 704.0
+    assert parse_load("vllm:num_requests_running 1\n").prefix_cache_hits_total is None

@@ -4,7 +4,7 @@ OTLP/HTTP as the policy's ``tracing`` section says, opened and closed with the p
 Sampling is parent-based: a client's sampled ``traceparent`` is followed, new traces are sampled at
 ``sample_ratio``. Spans wait in a bounded queue (``max_queue_size``; beyond, dropped) for a background
 exporter thread, so the request path never waits on the collector. The spans themselves are made by
-the pipeline's lifecycle hooks (``gateway.pipeline.trace``).
+the pipeline's lifecycle hooks (``gateway.pipeline.hooks.trace``).
 """
 
 from __future__ import annotations

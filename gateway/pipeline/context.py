@@ -67,13 +67,12 @@ class RequestContext:
     line_item: LineItem | None = None  # the ledger row, once billed
     billed: bool = False
     # -- where it went (dispatch)
-    propagate: dict[str, str] = field(default_factory=dict)  # headers every attempt carries (trace context)
-    trace: Any = None  # the open spans of this request, when tracing is on (gateway.pipeline.trace)
+    trace: Any = None  # the open spans of this request, when tracing is on (gateway.pipeline.hooks.trace)
     decision: Decision | None = None  # the current (last) attempt's
     attempts: int = 0
     # The current attempt's request went to its replica and was neither refused (an error status) nor
     # given up before its first byte (a retry's, or the request's error): a generation the replica
-    # started, which is a ledger row whatever ends the request (``pipeline.billing.row_source``).
+    # started, which is a ledger row whatever ends the request (``pipeline.hooks.billing.row_source``).
     generation_started: bool = False
     resent: bool = False  # cancelled with ``RESENT``: billed by the run that sends it again
     upstream_error: str | None = None

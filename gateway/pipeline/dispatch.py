@@ -34,7 +34,8 @@ from aiohttp import web
 from gateway.errors import GatewayError
 from gateway.fleet.pools import Pool
 from gateway.pipeline.context import RequestContext
-from gateway.pipeline.lifecycle import Event, Hooks
+from gateway.pipeline.hooks.trace import propagation
+from gateway.pipeline.lifecycle import Event
 from gateway.pipeline.parse import ENDPOINTS
 from gateway.pipeline.protocols.base import replica_error
 from gateway.pipeline.relay import Relay, relay
@@ -191,7 +192,9 @@ async def attempt_once(
             await _with_adapter(ctx, decision)
             path = ENDPOINTS[ctx.parsed.endpoint].path
             ctx.generation_started = True  # from here on the replica may be generating
-            resp = await ctx.state.upstream.send(decision.replica, path, body, {**headers, **ctx.propagate})
+            resp = await ctx.state.upstream.send(
+                decision.replica, path, body, {**headers, **propagation(ctx)}
+            )
             ctx.generation_started = resp.status == 200  # an error status is no generation
             if resp.status in retries.on_status and not last:
                 raise AttemptFailed(f"status_{resp.status}", await _error_from_status(ctx, decision, resp))
@@ -267,60 +270,3 @@ async def _error_from_status(
     except UpstreamFailure:
         data = b""
     return replica_error(resp.status, data)
-
-
-# -- the router's side of the lifecycle -----------------------------------------------------------------
-def _prefill_done(ctx: RequestContext) -> None:
-    """The answer's first byte: a stream's says its prefill is done (and how fast it went); a whole
-    answer's comes at its end (its prefill was released by its timer, else now)."""
-    d, pool = ctx.decision, ctx.pool
-    if d is None or pool is None or ctx.parsed is None:
-        return
-    if ctx.parsed.stream:
-        pool.router.first_byte(d)
-        return
-    if ctx.generation_started:
-        pool.router.answered_whole(d)
-    pool.router.release_prefill(d)
-
-
-def _record_decision(ctx: RequestContext) -> None:
-    d = ctx.decision
-    if d is not None and d.explanation is not None:
-        limit = ctx.state.policy.limits.explain_decisions
-        ctx.process.decisions.record(ctx.request_id, ctx.client_request_id, ctx.model, d.explanation, limit)
-
-
-def _count_decision(ctx: RequestContext) -> None:
-    d, metrics = ctx.decision, ctx.process.metrics
-    assert d is not None
-    metrics.child(metrics.decisions, ctx.model, d.policy, d.reason).inc()
-    if d.prompt_tokens:
-        metrics.child(metrics.match_fraction, ctx.model).observe(d.matched_tokens / d.prompt_tokens)
-
-
-def _observe_usage(ctx: RequestContext) -> None:
-    """Compare what the index predicted with what the replica says it had cached."""
-    d, usage = ctx.decision, ctx.usage
-    if d is None or ctx.pool is None or ctx.source != "upstream" or not isinstance(usage, dict):
-        return
-    if not d.block_hashes:
-        return
-    details = usage.get("prompt_tokens_details")
-    cached = details.get("cached_tokens") if isinstance(details, dict) else None
-    if not isinstance(cached, int):
-        return
-    ctx.pool.router.observe_usage(d, cached)
-    metrics = ctx.process.metrics
-    metrics.child(metrics.predicted_tokens, d.replica.id).inc(d.matched_tokens)
-    metrics.child(metrics.reported_cached_tokens, d.replica.id).inc(max(0, cached))
-    metrics.child(metrics.available_tokens, ctx.pool.name, d.replica.id).inc(d.available_tokens)
-    metrics.child(metrics.achieved_tokens, ctx.pool.name, d.replica.id).inc(max(0, cached))
-    ctx.process.decisions.reported(ctx.request_id, max(0, cached))
-
-
-def install(hooks: Hooks) -> None:
-    hooks.on(Event.ROUTED, _count_decision)
-    hooks.on(Event.ROUTED, _record_decision)
-    hooks.on(Event.FIRST_BYTE, _prefill_done)
-    hooks.on(Event.COMPLETED, _observe_usage)

@@ -14,13 +14,11 @@ objective, decided once after the tenant's limits; the waiting itself is the pro
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 
 from config.fairness import FairnessConfig
 from gateway.errors import GatewayError
 from gateway.pipeline.context import RequestContext
-from gateway.pipeline.lifecycle import Event, Hooks
 from router.fairness.classes import ClassSpec, UnknownClass, batch_band, resolve
 
 SMG_HEADER = "x-smg-priority"
@@ -107,17 +105,3 @@ def _objective(ctx: RequestContext, cfg: FairnessConfig, spec: ClassSpec) -> flo
             code="invalid_ttft_objective",
         )
     return ms / 1000
-
-
-def objective_outcome(ctx: RequestContext) -> None:
-    """The replica's first byte: the request met its objective or missed it."""
-    t, pool = ctx.fair, ctx.pool
-    if t is None or t.objective_s is None or pool is None:
-        return
-    met = time.perf_counter() - ctx.started <= t.objective_s
-    metrics = ctx.process.metrics
-    metrics.child(metrics.ttft_objective, pool.name, t.spec.name, "met" if met else "missed").inc()
-
-
-def install(hooks: Hooks) -> None:
-    hooks.on(Event.FIRST_BYTE, objective_outcome)

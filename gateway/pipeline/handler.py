@@ -19,7 +19,7 @@
 Billing, tenant refunds, routing feedback, metrics and the access log run as hooks on the lifecycle's
 events (``pipeline.lifecycle``), emitted where they happen. ``ctx.status`` is what the client saw (499
 when it went away, for the access log); the ledger row is decided from what happened upstream
-(``pipeline.billing.row_source``), never from it.
+(``pipeline.hooks.billing.row_source``), never from it.
 
 ``call`` runs the same stages for a body that did not come over HTTP: a line of an offline batch
 (``gateway.batch``), as the tenant that created the batch, under the line's own request id (derived from

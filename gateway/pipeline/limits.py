@@ -8,7 +8,6 @@ from __future__ import annotations
 from cache.buckets import TakeResult
 from gateway.errors import GatewayError
 from gateway.pipeline.context import RequestContext
-from gateway.pipeline.lifecycle import Event, Hooks
 
 
 async def admit(ctx: RequestContext) -> None:
@@ -45,17 +44,3 @@ def _rate_limited(took: TakeResult, what: str, limit: float) -> GatewayError:
             "x-ratelimit-reset": f"{retry}s",
         },
     )
-
-
-async def _refund(ctx: RequestContext) -> None:
-    """Refund what the reservation did not use (all of it when nothing was generated)."""
-    if ctx.reservation is None or ctx.state.cache is None:
-        return
-    used = 0
-    if ctx.usage and ctx.source == "upstream":
-        used = int(ctx.usage.get("total_tokens") or 0)
-    await ctx.state.cache.limiter.settle(ctx.reservation, used)
-
-
-def install(hooks: Hooks) -> None:
-    hooks.on(Event.FINISHED, _refund)

@@ -48,9 +48,8 @@ from gateway.fleet.sharing import SharedIndex, open_shared_index
 from gateway.observability.decisions import DecisionLog
 from gateway.observability.metrics import GatewayMetrics
 from gateway.observability.tracing import Tracing, open_tracing
-from gateway.pipeline import trace
-from gateway.pipeline.context import RequestContext
-from gateway.pipeline.lifecycle import Event, Hooks
+from gateway.pipeline.hooks import registered_hooks
+from gateway.pipeline.lifecycle import Hooks
 from gateway.pipeline.tenant import server_secret
 from gateway.process.admission import Admission
 from gateway.process.exposition import metrics_token, open_listener
@@ -76,7 +75,7 @@ class Process:
     file_policy: Policy = field(init=False)
     secret: bytes | None = None  # salt secret; from the environment at open when not given
     metrics: GatewayMetrics = field(default_factory=GatewayMetrics)
-    hooks: Hooks = field(default_factory=Hooks)
+    hooks: Hooks = field(default_factory=registered_hooks)  # the table of gateway.pipeline.hooks
     resolver: Any = None  # discovery's DNS resolver (None: loop.getaddrinfo); injectable in tests
     worker: int = 0  # index among --workers N: its metrics listener is server.metrics_port + worker
     admission: Admission = field(init=False)
@@ -148,7 +147,6 @@ class Process:
         self.tracing = open_tracing(policy.tracing, self.span_exporter)
         if self.tracing is not None:
             stack.push_async_callback(self.tracing.close)
-            trace.install(self.hooks, self.tracing)
         self.state, pending = self.build(policy, previous=None)
         for apply in pending:
             apply()
@@ -158,7 +156,6 @@ class Process:
         self.shared = await open_shared_index(policy, self.metrics, self._router_of)
         if self.shared is not None:
             stack.push_async_callback(self.shared.close)
-            self.hooks.on(Event.FIRST_BYTE, self._share_placement)
         stack.push_async_callback(self._run_shutdown_hooks)
         stack.push_async_callback(self._stop_tasks)
         self.start_loops(policy)
@@ -215,12 +212,6 @@ class Process:
     def _router_of(self, pool: str) -> PoolRouter | None:
         found = self.state.pools.get(pool)
         return found.router if found is not None else None
-
-    def _share_placement(self, ctx: RequestContext) -> None:
-        """``first_byte``: the replica holds the prompt's blocks now; the other processes learn it."""
-        d = ctx.decision
-        if self.shared is not None and d is not None and d.block_hashes and ctx.pool is not None:
-            self.shared.offer(ctx.pool.name, d.replica.id, d.block_hashes)
 
     def _budget_redis_error(self, op: str, exc: BaseException) -> None:
         """A budget counter's Redis call failed: counted here until Redis takes it (fails open, bounded)."""

@@ -29,21 +29,11 @@ from gateway.admin.routes import add_admin_routes
 from gateway.errors import GatewayError
 from gateway.observability.logs import traceback_without_messages
 from gateway.observability.metrics import GatewayMetrics
-from gateway.pipeline import advise, billing, dispatch, fairness, limits, observe
 from gateway.pipeline.protocols.openai import FRONTEND as OPENAI
 from gateway.process.process import PROCESS, Process, process_context
 from gateway.server.batch_api import STREAMED_PATHS, quiet_multipart_warnings
 from gateway.server.conn_guard import GatewayRunner, read_body_within
 from gateway.server.endpoints import FRONTEND_BY_PATH, INFERENCE_PATHS, add_public_routes
-
-HOOKS = (
-    dispatch.install,
-    advise.install,
-    billing.install,
-    limits.install,
-    fairness.install,
-    observe.install,
-)
 
 
 @web.middleware
@@ -113,8 +103,6 @@ def create_app(
         span_exporter=span_exporter,
         worker=worker,
     )
-    for install in HOOKS:
-        install(process.hooks)
     quiet_multipart_warnings()
     app = web.Application(middlewares=[gateway_middleware], client_max_size=policy.limits.max_body_bytes)
     app[PROCESS] = process

@@ -13,13 +13,12 @@ from __future__ import annotations
 from array import array
 
 from gateway.pipeline.context import RequestContext
-from gateway.pipeline.lifecycle import Event, Hooks
 from router.prompt import render_prompt
 
 OBSERVED_ENDPOINTS = frozenset(("chat", "completions"))
 
 
-def _observe(ctx: RequestContext) -> None:
+def observe(ctx: RequestContext) -> None:
     advisor, d, parsed = ctx.process.advisor, ctx.decision, ctx.parsed
     # The endpoint the stages saw: a Responses or Messages request is a chat request here.
     endpoint = parsed.endpoint if parsed is not None else ctx.endpoint
@@ -43,7 +42,3 @@ def _observe(ctx: RequestContext) -> None:
         chat=endpoint == "chat",
         marked_tokens=ctx.marked.prefix_tokens if ctx.marked is not None else 0,
     )
-
-
-def install(hooks: Hooks) -> None:
-    hooks.on(Event.ROUTED, _observe)

@@ -12,10 +12,9 @@ import time
 
 from gateway.observability.logs import log_access
 from gateway.pipeline.context import RequestContext
-from gateway.pipeline.lifecycle import Event, Hooks
 
 
-def _finished(ctx: RequestContext) -> None:
+def finished(ctx: RequestContext) -> None:
     elapsed = time.perf_counter() - ctx.started
     metrics, model, d = ctx.process.metrics, ctx.model, ctx.decision
     metrics.child(metrics.requests, model, ctx.replica_id, str(ctx.status)).inc()
@@ -49,7 +48,3 @@ def _finished(ctx: RequestContext) -> None:
                 "duration_ms": round(elapsed * 1000, 2),
             }
         )
-
-
-def install(hooks: Hooks) -> None:
-    hooks.on(Event.FINISHED, _finished)

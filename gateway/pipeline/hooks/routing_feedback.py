@@ -1,0 +1,61 @@
+"""Routing feedback: what the router and the operator learn from each attempt.
+
+``routed``: the decision is counted (by policy and reason, with its predicted match) and kept for
+``GET /admin/routing/explain``. ``first_byte``: the replica's prefill for this request is done (a
+stream's first byte; a whole answer's comes at its end), so the router releases the prefill it had
+queued there. ``completed``: the replica's ``cached_tokens`` against what the index predicted (the
+capacity learning's evidence, and the achieved/available counters).
+"""
+
+from __future__ import annotations
+
+from gateway.pipeline.context import RequestContext
+
+
+def prefill_done(ctx: RequestContext) -> None:
+    """The answer's first byte: a stream's says its prefill is done (and how fast it went); a whole
+    answer's comes at its end (its prefill was released by its timer, else now)."""
+    d, pool = ctx.decision, ctx.pool
+    if d is None or pool is None or ctx.parsed is None:
+        return
+    if ctx.parsed.stream:
+        pool.router.first_byte(d)
+        return
+    if ctx.generation_started:
+        pool.router.answered_whole(d)
+    pool.router.release_prefill(d)
+
+
+def record_decision(ctx: RequestContext) -> None:
+    d = ctx.decision
+    if d is not None and d.explanation is not None:
+        limit = ctx.state.policy.limits.explain_decisions
+        ctx.process.decisions.record(ctx.request_id, ctx.client_request_id, ctx.model, d.explanation, limit)
+
+
+def count_decision(ctx: RequestContext) -> None:
+    d, metrics = ctx.decision, ctx.process.metrics
+    assert d is not None
+    metrics.child(metrics.decisions, ctx.model, d.policy, d.reason).inc()
+    if d.prompt_tokens:
+        metrics.child(metrics.match_fraction, ctx.model).observe(d.matched_tokens / d.prompt_tokens)
+
+
+def observe_usage(ctx: RequestContext) -> None:
+    """Compare what the index predicted with what the replica says it had cached."""
+    d, usage = ctx.decision, ctx.usage
+    if d is None or ctx.pool is None or ctx.source != "upstream" or not isinstance(usage, dict):
+        return
+    if not d.block_hashes:
+        return
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    if not isinstance(cached, int):
+        return
+    ctx.pool.router.observe_usage(d, cached)
+    metrics = ctx.process.metrics
+    metrics.child(metrics.predicted_tokens, d.replica.id).inc(d.matched_tokens)
+    metrics.child(metrics.reported_cached_tokens, d.replica.id).inc(max(0, cached))
+    metrics.child(metrics.available_tokens, ctx.pool.name, d.replica.id).inc(d.available_tokens)
+    metrics.child(metrics.achieved_tokens, ctx.pool.name, d.replica.id).inc(max(0, cached))
+    ctx.process.decisions.reported(ctx.request_id, max(0, cached))

@@ -15,7 +15,9 @@ A batch's life, each step under the batch's lease (see ``store``) and each move 
 
 Every step can be resumed by whichever process holds the lease next: validation is a pure function of
 the (immutable) input file; a run plans only the lines without a result (re-plan, no stored plan: the
-fleet may have changed meanwhile); a finalization rewrites the same result files.
+fleet may have changed meanwhile); a finalization rewrites the same result files. Validation, planning
+and settling run on the event loop in slices (``gateway.batch.pace``), a line's body read back and
+dropped one at a time.
 """
 
 from __future__ import annotations
@@ -51,12 +53,12 @@ from gateway.batch.objects import (
     result_file_id,
     unanswered,
 )
-from gateway.batch.pace import Pacer, drive
+from gateway.batch.pace import THREAD_LINE_BYTES, Pacer, drive
 from gateway.batch.runner import BatchLine, Runner, RunStats, Send, SlotPool
 from gateway.batch.store import JobStore
-from gateway.batch.validate import LineIndex, Validated, iter_bodies, read_body, validate_file
+from gateway.batch.validate import LineIndex, Validated, iter_lines, read_body, validate_file
 from gateway.errors import GatewayError
-from router.batch_plan import Plan, Prefixes, line_prefix, plan_steps, reserved_for_online
+from router.batch_plan import LinePrefix, Plan, Prefixes, line_prefix, plan_steps, reserved_for_online
 from router.tokenizers import Tokenizer
 from router.types import OnlineReserve
 
@@ -462,18 +464,17 @@ class BatchService:
         model, kind = rec.model, ENDPOINTS[rec.endpoint]
         routing, tokenizer = self.fleet.routing(model), self.fleet.tokenizer(model)
         prefixes = Prefixes()
-        async for line, body in iter_bodies(path, (index[i] for i in todo), pace):
-            prefixes.append(
-                line_prefix(
-                    line.number,
-                    kind,
-                    body,
-                    model,
-                    tokenizer,
-                    routing,
-                    default_output_tokens=self.cfg.default_output_tokens,
-                )
-            )
+
+        def prefix(number: int, raw: bytes) -> LinePrefix:
+            body = orjson.loads(raw)["body"]
+            out = self.cfg.default_output_tokens
+            return line_prefix(number, kind, body, model, tokenizer, routing, default_output_tokens=out)
+
+        async for line, raw in iter_lines(path, (index[i] for i in todo), pace):
+            if len(raw) >= THREAD_LINE_BYTES:
+                prefixes.append(await asyncio.to_thread(prefix, line.number, raw))
+            else:
+                prefixes.append(prefix(line.number, raw))
         steps = plan_steps(
             prefixes,
             replicas,

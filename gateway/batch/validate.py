@@ -8,8 +8,11 @@ in ``validating`` with OpenAI's ``errors`` (code, message, param, 1-based line);
 Sampling parameters are not checked here: each line goes through the gateway's own request path,
 whose 400 lands in the error file as OpenAI's would.
 
-What passes is an index of the lines (offset, length, custom_id): the runner reads each body back by
-offset when it sends it, so a batch of 50,000 lines costs its index, not its bodies, in memory.
+What passes is an index of the lines (offset, length, custom_id), kept as columns (``LineIndex``): the
+runner reads each body back by offset when it sends it, so a batch of 50,000 lines costs its index, not
+its bodies, in memory. ``validate_input`` is the pass in one call; ``validate_file`` (what the gateway
+runs) is the same pass on the event loop, lines read ``READ_BYTES`` at a time in a thread and checked
+in slices of ``gateway.batch.pace.YIELD_S``.
 Error codes are OpenAI's where it has one (``invalid_json_line``, ``duplicate_custom_id``,
 ``url_mismatch``, ``model_mismatch``, ``empty_file``, ``too_many_tasks``, ``model_not_found``,
 ``missing_required_parameter``).
@@ -304,11 +307,11 @@ def read_body(path: Path, line: InputLine) -> dict[str, Any]:
     return next(read_bodies(path, (line,)))[1]
 
 
-async def iter_bodies(
+async def iter_lines(
     path: Path, lines: Iterable[InputLine], pace: Pacer
-) -> AsyncIterator[tuple[InputLine, dict[str, Any]]]:
-    """``read_bodies`` for the event loop: the raw lines read ``READ_BYTES`` at a time in a thread, each
-    parsed on the loop when it is wanted; ``pace`` between two lines (the caller's work on each counts)."""
+) -> AsyncIterator[tuple[InputLine, bytes]]:
+    """The text of validated lines (``read_bodies`` parses it), for the event loop: read ``READ_BYTES``
+    at a time in a thread; ``pace`` between two lines (the caller's work on each counts)."""
     f = await asyncio.to_thread(open, path, "rb")
     try:
         todo = iter(lines)
@@ -322,7 +325,7 @@ async def iter_bodies(
             if not chunk:
                 return
             for line, raw in zip(chunk, await asyncio.to_thread(_read_raw, f, chunk), strict=True):
-                yield line, orjson.loads(raw)["body"]
+                yield line, raw
                 await pace()
     finally:
         await asyncio.to_thread(f.close)

@@ -17,7 +17,7 @@ import orjson
 import pytest
 
 from gateway.batch.pace import READ_BYTES, YIELD_S, Pacer, drive
-from gateway.batch.validate import InputLine, iter_bodies, read_bodies, validate_file, validate_input
+from gateway.batch.validate import InputLine, iter_lines, read_bodies, validate_file, validate_input
 from router.batch_plan import PLAN_STEP, LinePrefix, Prefixes, plan, plan_steps
 
 URL = "/v1/chat/completions"
@@ -89,11 +89,11 @@ async def test_validating_a_big_file_on_the_loop_yields_every_few_ms(tmp_path: P
     assert ticks > 20
 
 
-async def test_bodies_are_read_back_in_slices_the_same_as_in_one_call(tmp_path: Path) -> None:
+async def test_lines_are_read_back_in_slices_the_same_as_in_one_call(tmp_path: Path) -> None:
     path = batch_file(tmp_path, 5_000)
     v = validate_input(path, endpoint=URL, serves=lambda m: m == "m", **LIMITS)
     pace = Pacer()
-    got = [(line, body) async for line, body in iter_bodies(path, iter(v.lines), pace)]
+    got = [(line, orjson.loads(raw)["body"]) async for line, raw in iter_lines(path, iter(v.lines), pace)]
     assert got == list(read_bodies(path, v.lines))
     assert all(isinstance(line, InputLine) for line, _ in got)
     assert pace.yields > 0

@@ -3,6 +3,7 @@
     python -m bench.batch_memory                      # 9 runs of a one-line 10 MB batch, 2 of 50,000 lines
     python -m bench.batch_memory --big 3 --many 1     # what tests/load/test_batch_memory.py runs
     python -m bench.batch_memory --checkout /tmp/old  # another checkout's gateway (before/after)
+    python -m bench.batch_memory --shape parts --big 12 --many 0  # the big line as 110,000 parts
 
 A real ``prefix-gateway serve`` process (batches on, SQLite job store, the default limits) in front of
 a simulator that answers at once. Each batch is uploaded, created and followed over HTTP; RSS is read
@@ -62,8 +63,17 @@ STALL_CPU_BOUND_S = 0.1
 BATCH_TIMEOUT_S = 120.0
 
 
-def big_file() -> bytes:
-    content = ("lorem ipsum dolor sit amet " * (BIG_LINE_BYTES // 27 + 1))[: BIG_LINE_BYTES - 200]
+SHAPES = ("text", "parts")
+
+
+def big_file(shape: str = "text") -> bytes:
+    """One line of about ``BIG_LINE_BYTES``: one message of that much text (``text``), or one message of
+    text parts of 100 bytes each (``parts``: 110,000 of them, 330,000 objects once parsed)."""
+    if shape == "parts":
+        part = {"type": "text", "text": "lorem ipsum dolor sit amet " * 3}
+        content: Any = [part] * (BIG_LINE_BYTES // 108)
+    else:
+        content = ("lorem ipsum dolor sit amet " * (BIG_LINE_BYTES // 27 + 1))[: BIG_LINE_BYTES - 200]
     line = {
         "custom_id": "big",
         "method": "POST",
@@ -252,7 +262,9 @@ def _batch(c: httpx.Client, data: bytes, kind: str) -> tuple[str, dict[str, int]
     return obj["status"], counts, marks
 
 
-def run(workdir: Path, big: int = 9, many: int = 2, checkout: str | None = None) -> Result:
+def run(
+    workdir: Path, big: int = 9, many: int = 2, checkout: str | None = None, shape: str = "text"
+) -> Result:
     """``big`` one-line 10 MB batches, then ``many`` 50,000-line batches, one at a time."""
     sim, urls = start_sim(2, extra=["--speed", "0"])
     path = workdir / "policy.yaml"
@@ -263,7 +275,7 @@ def run(workdir: Path, big: int = 9, many: int = 2, checkout: str | None = None)
         gw = start_gateway(
             ["--config", str(path)], env={"PREFIX_GATEWAY_SECRET": "batch-memory"}, checkout=checkout
         )
-        files = {"big": big_file(), "many": many_file()}
+        files = {"big": big_file(shape), "many": many_file() if many else b""}
         with (
             running(gw, sim),
             httpx.Client(base_url=gw.url, timeout=120) as c,
@@ -315,9 +327,10 @@ def main(argv: list[str] | None = None) -> int:
         "--many", type=int, default=2, help=f"batches of {MANY_LINES:,} lines (cancelled once started)"
     )
     p.add_argument("--checkout", help="run this checkout's gateway (a worktree of another commit)")
+    p.add_argument("--shape", choices=SHAPES, default="text", help="of the big line (see big_file)")
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="pgw-bmem-") as d:
-        result = run(Path(d), args.big, args.many, args.checkout)
+        result = run(Path(d), args.big, args.many, args.checkout, args.shape)
     print(table(result))
     problems = result.problems()
     print("PASS" if not problems else "FAIL: " + "; ".join(problems))

@@ -13,6 +13,14 @@ issue's 5,000-line batch of 50 templates on 4 replicas):
   The sort is C ``memcmp`` over keys of at most ``max_prefix_tokens / block_size`` words and keeps no
   node objects: 2 KiB a line at the defaults, where a node-per-block trie of a 50,000-line batch of
   unique 4k-token prompts would hold 12.8 M Python objects.
+- **In slices, as columns.** A 50,000-line plan is about half a second of CPU. ``plan_steps`` yields
+  after each sorted run of ``SORT_RUN`` lines (the runs are merged) and every ``PLAN_STEP`` lines of
+  the other passes, so the gateway plans on its event loop between other tasks
+  (``gateway.batch.pace``); a plan's lines are columns (``Prefixes``, ``Range``: a few arrays whatever
+  the batch's size). Before, one ``sorted`` of every key was one C call of 200 ms, and one object per
+  line for each of the plan's stages made every old-generation collection walk 150,000-200,000 objects
+  with the GIL held: the planner ran in a thread, yet ``/health`` waited 300-770 ms
+  (``python -m bench.batch_memory``).
 - **Work** of a line is its prefill in that order (its tokens minus what it shares with the line before
   it) plus its expected output tokens: what the replica that runs it spends on it.
 - **Ranges, not bins.** The order is cut into one contiguous range per replica of equal work (by
@@ -45,10 +53,11 @@ issue's 5,000-line batch of 50 templates on 4 replicas):
 from __future__ import annotations
 
 import bisect
+import heapq
 from array import array
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, overload
 
 from xxhash import xxh3_64_intdigest
 
@@ -58,6 +67,10 @@ from router.prompt import prompt_pieces
 from router.tokenizers import Tokenizer, tokenize
 
 _WORD = 8  # bytes of one packed block hash
+SORT_RUN = 2048
+"""Lines sorted by one C call; the runs are merged (``plan_steps`` yields between two runs)."""
+PLAN_STEP = 1024
+"""Lines of the plan's other passes between two yields of ``plan_steps`` (about 1-2 ms)."""
 assert array("Q").itemsize == _WORD
 
 
@@ -71,6 +84,37 @@ class LinePrefix:
     output_tokens: int
 
 
+@dataclass(slots=True)
+class Prefixes:
+    """Many ``LinePrefix`` as columns (``append`` one, read one back by index): what a caller that plans
+    a large batch keeps, four objects whatever its size. One object per line is one more for every
+    old-generation collection to walk with the GIL held (``gateway.batch.validate.LineIndex``)."""
+
+    keys: array[int] = field(default_factory=lambda: array("q"))
+    hashes: list[bytes] = field(default_factory=list)
+    prompt_tokens: array[int] = field(default_factory=lambda: array("q"))
+    output_tokens: array[int] = field(default_factory=lambda: array("q"))
+
+    @classmethod
+    def of(cls, lines: Iterable[LinePrefix]) -> Prefixes:
+        out = cls()
+        for line in lines:
+            out.append(line)
+        return out
+
+    def append(self, line: LinePrefix) -> None:
+        self.keys.append(line.key)
+        self.hashes.append(line.hashes)
+        self.prompt_tokens.append(line.prompt_tokens)
+        self.output_tokens.append(line.output_tokens)
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def __getitem__(self, i: int) -> LinePrefix:
+        return LinePrefix(self.keys[i], self.hashes[i], self.prompt_tokens[i], self.output_tokens[i])
+
+
 @dataclass(frozen=True, slots=True)
 class PlannedLine:
     key: int
@@ -80,19 +124,52 @@ class PlannedLine:
     work: int  # uncached prompt tokens + expected output tokens
 
 
+@dataclass(slots=True)
+class Range:
+    """One replica's lines in order, as columns (``after`` -1: waits for none); each read back as a
+    ``PlannedLine``. Like ``Prefixes``: four arrays whatever the number of lines."""
+
+    replica: str | None
+    keys: array[int] = field(default_factory=lambda: array("q"))
+    after: array[int] = field(default_factory=lambda: array("q"))
+    cached_tokens: array[int] = field(default_factory=lambda: array("q"))
+    work: array[int] = field(default_factory=lambda: array("q"))
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    @overload
+    def __getitem__(self, i: int) -> PlannedLine: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[PlannedLine]: ...
+
+    def __getitem__(self, i: int | slice) -> PlannedLine | list[PlannedLine]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(len(self))[i]]
+        after = self.after[i]
+        return PlannedLine(
+            self.keys[i], self.replica, None if after < 0 else after, self.cached_tokens[i], self.work[i]
+        )
+
+    def __iter__(self) -> Iterator[PlannedLine]:
+        return (self[i] for i in range(len(self)))
+
+
 @dataclass(frozen=True, slots=True)
 class Plan:
-    ranges: dict[str | None, tuple[PlannedLine, ...]]  # per replica (None: no replica known), in order
+    ranges: dict[str | None, Range]  # per replica (None: no replica known), in order
     prompt_tokens: int
     oracle_cached_tokens: int  # one infinite cache over the whole batch, in trie order
 
     @property
     def cached_tokens(self) -> int:
         """What the plan can hit when each replica keeps the prefix of the group it works on."""
-        return sum(p.cached_tokens for r in self.ranges.values() for p in r)
+        return sum(sum(r.cached_tokens) for r in self.ranges.values())
 
     def work(self, replica: str | None) -> int:
-        return sum(p.work for p in self.ranges.get(replica, ()))
+        r = self.ranges.get(replica)
+        return sum(r.work) if r is not None else 0
 
     def __len__(self) -> int:
         return sum(len(r) for r in self.ranges.values())
@@ -161,7 +238,7 @@ def reserved_for_online(replicas: Sequence[str], n: int, pool: str) -> frozenset
 
 
 def plan(
-    lines: Sequence[LinePrefix],
+    lines: Sequence[LinePrefix] | Prefixes,
     replicas: Sequence[str],
     *,
     block_size: int,
@@ -170,33 +247,84 @@ def plan(
     weights: Mapping[str, float] | None = None,
 ) -> Plan:
     """Order ``lines`` by shared prefix and cut the order into one range per replica (see the module)."""
-    order = sorted(range(len(lines)), key=lambda i: (lines[i].hashes, lines[i].key))
-    keys = [lines[i] for i in order]
-    lcp = [0 if i == 0 else _common_blocks(keys[i - 1].hashes, keys[i].hashes) for i in range(len(keys))]
-    shared = [min(c * block_size, k.prompt_tokens) for k, c in zip(keys, lcp, strict=True)]
-    work = [k.prompt_tokens - s + k.output_tokens for k, s in zip(keys, shared, strict=True)]
+    steps = plan_steps(
+        lines, replicas, block_size=block_size, warm_tokens=warm_tokens, tolerance=tolerance, weights=weights
+    )
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value
+
+
+def plan_steps(
+    lines: Sequence[LinePrefix] | Prefixes,
+    replicas: Sequence[str],
+    *,
+    block_size: int,
+    warm_tokens: int = 256,
+    tolerance: float = 0.1,
+    weights: Mapping[str, float] | None = None,
+) -> Generator[None, None, Plan]:
+    """``plan`` as a generator that yields after every ``PLAN_STEP`` lines of work (or one sorted run,
+    or one budget tried) and returns the plan: a caller on an event loop runs other tasks between two
+    steps (``gateway.batch.pace.drive``); the plan is the same."""
+    cols = lines if isinstance(lines, Prefixes) else Prefixes.of(lines)
+    n = len(cols)
+    runs: list[list[tuple[bytes, int, int]]] = []
+    for i in range(0, n, SORT_RUN):
+        j = min(n, i + SORT_RUN)
+        runs.append(sorted(zip(cols.hashes[i:j], cols.keys[i:j], range(i, j), strict=True)))
+        yield
+    merged = heapq.merge(*runs) if len(runs) > 1 else iter(runs[0] if runs else ())
+    hashes: list[bytes] = []
+    keys: list[int] = []  # lists of ints and of bytes: nothing for the collector to walk
+    prompt: list[int] = []
+    output: list[int] = []
+    lcp: list[int] = []
+    shared: list[int] = []
+    work: list[int] = []
+    for j, (h, k, i) in enumerate(merged):
+        c = _common_blocks(hashes[-1], h) if hashes else 0
+        p, o = cols.prompt_tokens[i], cols.output_tokens[i]
+        s = min(c * block_size, p)
+        hashes.append(h)
+        keys.append(k)
+        prompt.append(p)
+        output.append(o)
+        lcp.append(c)
+        shared.append(s)
+        work.append(p - s + o)
+        if j % PLAN_STEP == PLAN_STEP - 1:
+            yield
+    yield
+    del runs, merged
+    yield
     names: list[str | None] = list(replicas) or [None]
     w = weights or {}
-    cuts = _cuts(work, lcp, block_size, [1.0 if r is None else w.get(r, 1.0) for r in names], tolerance)
-    ranges = {
-        name: _range(keys[a:b], [0, *lcp[a + 1 : b]][: b - a], name, block_size, warm_tokens)
-        for name, a, b in zip(names, cuts, cuts[1:], strict=False)
-    }
-    return Plan(
-        ranges=ranges, prompt_tokens=sum(k.prompt_tokens for k in keys), oracle_cached_tokens=sum(shared)
+    cuts = yield from _cuts(
+        work, lcp, block_size, [1.0 if r is None else w.get(r, 1.0) for r in names], tolerance
     )
+    ranges: dict[str | None, Range] = {}
+    for name, a, b in zip(names, cuts, cuts[1:], strict=False):
+        ranges[name] = yield from _range(
+            keys[a:b], prompt[a:b], output[a:b], [0, *lcp[a + 1 : b]][: b - a], name, block_size, warm_tokens
+        )
+    return Plan(ranges=ranges, prompt_tokens=sum(prompt), oracle_cached_tokens=sum(shared))
 
 
 def _cuts(
     work: Sequence[int], lcp: Sequence[int], block_size: int, weights: Sequence[float], tolerance: float
-) -> list[int]:
+) -> Generator[None, None, list[int]]:
     """Start positions of each replica's range, plus the end. A range's cost is its lines' work plus the
     prefill of the prefix its first line shares with the line before the cut; the smallest budget (per
     unit of weight) with which a greedy left-to-right fill places every line is found by binary search."""
     n = len(work)
     cum = [0]
-    for w in work:
+    for i, w in enumerate(work):
         cum.append(cum[-1] + w)
+        if i % PLAN_STEP == PLAN_STEP - 1:
+            yield
 
     def extra(s: int) -> int:  # what a range starting at s prefills again
         return lcp[s] * block_size if 0 < s < n else 0
@@ -218,8 +346,10 @@ def _cuts(
         return cuts
 
     lo, hi = int(cum[n] / sum(weights)), int(cum[n] / min(weights)) + 1
+    yield
     best = fill(hi)  # everything in the first range fits this budget
     while lo < hi:
+        yield
         mid = (lo + hi) // 2
         got = fill(mid)
         if got is None:
@@ -231,20 +361,31 @@ def _cuts(
 
 
 def _range(
-    keys: Sequence[LinePrefix], lcp: Sequence[int], replica: str | None, block_size: int, warm_tokens: int
-) -> tuple[PlannedLine, ...]:
+    keys: Sequence[int],
+    prompt: Sequence[int],
+    output: Sequence[int],
+    lcp: Sequence[int],
+    replica: str | None,
+    block_size: int,
+    warm_tokens: int,
+) -> Generator[None, None, Range]:
     """One replica's lines in order, ``lcp`` their shared blocks with the line before (0 for the first):
     what each can hit, and the line it waits for (the previous one with a shorter LCP, when that line
     brings it at least ``warm_tokens``)."""
-    out: list[PlannedLine] = []
+    out = Range(replica)
     stack: list[int] = []  # positions of strictly increasing LCP: the previous-shorter-LCP candidates
-    for j, (k, c) in enumerate(zip(keys, lcp, strict=True)):
+    for j, (k, p, o, c) in enumerate(zip(keys, prompt, output, lcp, strict=True)):
         while stack and lcp[stack[-1]] >= c:
             stack.pop()
-        after = None
+        after = -1
         if c and stack and warm_tokens and (c - lcp[stack[-1]]) * block_size >= warm_tokens:
-            after = keys[stack[-1]].key
+            after = keys[stack[-1]]
         stack.append(j)
-        cached = min(c * block_size, k.prompt_tokens)
-        out.append(PlannedLine(k.key, replica, after, cached, k.prompt_tokens - cached + k.output_tokens))
-    return tuple(out)
+        cached = min(c * block_size, p)
+        out.keys.append(k)
+        out.after.append(after)
+        out.cached_tokens.append(cached)
+        out.work.append(p - cached + o)
+        if j % PLAN_STEP == PLAN_STEP - 1:
+            yield
+    return out

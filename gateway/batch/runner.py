@@ -40,6 +40,7 @@ import asyncio
 import contextlib
 import heapq
 import random
+from array import array
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,7 +48,7 @@ from typing import Any
 from config.batch import PoolBatchParams
 from gateway.batch.objects import LineResult, answered, unanswered
 from gateway.pipeline.context import RESENT
-from router.batch_plan import Plan, PlannedLine
+from router.batch_plan import Plan
 
 RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 FINAL_STOPS = frozenset({"cancelled", "expired"})
@@ -159,13 +160,16 @@ def _int(v: Any) -> int:
 
 @dataclass(slots=True)
 class _Lane:
+    """A replica's lines, each by its plan position (an int: a 50,000-line batch's lanes are lists of
+    ints, nothing for the collector to walk; ``router.batch_plan.Range``)."""
+
     replica: str | None
-    ready: list[tuple[int, PlannedLine]] = field(default_factory=list)  # heap by plan position
-    waiting: dict[int, list[tuple[int, PlannedLine]]] = field(default_factory=dict)  # by the key waited for
+    ready: list[int] = field(default_factory=list)  # heap of plan positions
+    waiting: dict[int, list[int]] = field(default_factory=dict)  # positions, by the key waited for
     warming: int | None = None  # key of the line others wait for that is out (sent or awaiting a retry)
     busy: int = 0  # its lines in flight or awaiting a retry
 
-    def backlog(self) -> list[tuple[int, PlannedLine]]:
+    def backlog(self) -> list[int]:
         """Its lines not yet sent, by plan position."""
         return sorted([*self.ready, *(x for xs in self.waiting.values() for x in xs)])
 
@@ -196,17 +200,20 @@ class Runner:
         self.poll_s, self.rng = poll_s, rng
         self.stats = stats if stats is not None else RunStats()
         self._lanes: list[_Lane] = []
-        pos = 0  # positions run across the ranges, in trie order, so stolen lines keep their order
+        # Per plan position (run across the ranges, in trie order, so stolen lines keep their order):
+        # the line's key and its cached tokens.
+        self._key, self._cached = array("q"), array("q")
         for replica, lines in plan.ranges.items():
             lane = _Lane(replica)
-            for pl in lines:
-                if pl.after is None:
-                    lane.ready.append((pos, pl))
+            start = len(self._key)
+            self._key.extend(lines.keys)
+            self._cached.extend(lines.cached_tokens)
+            for pos, after in enumerate(lines.after, start):
+                if after < 0:
+                    lane.ready.append(pos)
                 else:
-                    lane.waiting.setdefault(pl.after, []).append((pos, pl))
-                pos += 1
-            heapq.heapify(lane.ready)
-            self._lanes.append(lane)
+                    lane.waiting.setdefault(after, []).append(pos)
+            self._lanes.append(lane)  # ready is in position order: a heap already
         self._left = len(plan)
         self._attempts: dict[int, int] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -254,24 +261,25 @@ class Runner:
         if allowed and not (lane.ready or lane.waiting or lane.busy):
             self._steal(lane)
         while lane.ready:
-            pos, pl = lane.ready[0]
-            warms = pl.key in lane.waiting
-            if warms and lane.warming not in (None, pl.key):
+            pos = lane.ready[0]
+            key = self._key[pos]
+            warms = key in lane.waiting
+            if warms and lane.warming not in (None, key):
                 return  # one prefix warms at a time: the next group's lead waits for this one
             if not self.slots.take(lane.replica, allowed):
                 return
             heapq.heappop(lane.ready)
             if warms:
-                lane.warming = pl.key
+                lane.warming = key
             lane.busy += 1
-            self._start(lane, pos, pl, Slot(self.slots, lane.replica, self._room))
+            self._start(lane, pos, Slot(self.slots, lane.replica, self._room))
 
     def _steal(self, thief: _Lane) -> None:
         """An idle lane takes the back half of the unsent lines of the lane with the most of them, if that
         lane is stalled (its replica's online queue allows it nothing) or has at least two rounds of its
         slots left; the cut moves within the middle quarter to the line that shares least with the one
         before it (a group boundary when one is near). The thief prefills the stolen group's prefix."""
-        best: list[tuple[int, PlannedLine]] = []
+        best: list[int] = []
         victim = None
         for lane in self._lanes:
             if lane is thief:
@@ -283,39 +291,42 @@ class Runner:
             return
         half, spread = len(best) // 2, len(best) // 8
         cut = min(
-            range(half - spread, half + spread + 1), key=lambda i: (best[i][1].cached_tokens, abs(i - half))
+            range(half - spread, half + spread + 1), key=lambda i: (self._cached[best[i]], abs(i - half))
         )
         moved = best[cut:]
-        taken = {pl.key for _, pl in moved}
-        dep_of = {x[1].key: k for k, xs in victim.waiting.items() for x in xs}
-        victim.ready = [x for x in victim.ready if x[1].key not in taken]
+        taken = {self._key[pos] for pos in moved}
+        dep_of = {self._key[pos]: k for k, xs in victim.waiting.items() for pos in xs}
+        victim.ready = [pos for pos in victim.ready if self._key[pos] not in taken]
         heapq.heapify(victim.ready)
         victim.waiting = {
-            k: kept for k, xs in victim.waiting.items() if (kept := [x for x in xs if x[1].key not in taken])
+            k: kept
+            for k, xs in victim.waiting.items()
+            if (kept := [pos for pos in xs if self._key[pos] not in taken])
         }
         # On the thief the first stolen line warms the prefix; lines that waited for a line left behind
         # wait for it instead, the others keep their wait.
         first = moved[0]
         thief.ready.append(first)
-        for item in moved[1:]:
-            dep = dep_of.get(item[1].key)
-            thief.waiting.setdefault(dep if dep in taken else first[1].key, []).append(item)
+        for pos in moved[1:]:
+            dep = dep_of.get(self._key[pos])
+            thief.waiting.setdefault(dep if dep in taken else self._key[first], []).append(pos)
         heapq.heapify(thief.ready)
         self.stats.stolen += len(taken)
 
-    def _start(self, lane: _Lane, pos: int, pl: PlannedLine, slot: Slot) -> None:
-        task = asyncio.get_running_loop().create_task(self._one(lane, pos, pl, slot))
+    def _start(self, lane: _Lane, pos: int, slot: Slot) -> None:
+        task = asyncio.get_running_loop().create_task(self._one(lane, pos, slot))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _one(self, lane: _Lane, pos: int, pl: PlannedLine, slot: Slot) -> None:
-        attempt = self._attempts.get(pl.key, 0) + 1
-        self._attempts[pl.key] = attempt
+    async def _one(self, lane: _Lane, pos: int, slot: Slot) -> None:
+        key = self._key[pos]
+        attempt = self._attempts.get(key, 0) + 1
+        self._attempts[key] = attempt
         status: int | None = None
         body: Any = None
         error = ""
         try:
-            line = await self.read(pl.key)
+            line = await self.read(key)
             self.stats.sent += 1
             try:
                 status, body = await self.send(line, slot)
@@ -334,7 +345,7 @@ class Runner:
         if (status is None or status in RETRY_STATUS) and attempt < self.max_attempts and self._stop is None:
             self.stats.retried += 1
             delay = min(self.backoff_max_s, self.backoff_s * 2 ** (attempt - 1)) * (0.5 + self.rng() / 2)
-            self._timers[pl.key] = asyncio.get_running_loop().call_later(delay, self._requeue, lane, pos, pl)
+            self._timers[key] = asyncio.get_running_loop().call_later(delay, self._requeue, lane, pos)
             return
         if status is None:
             result = unanswered(line.batch_id, line.custom_id, line.line, "request_failed", error)
@@ -354,17 +365,17 @@ class Runner:
             self.stats.failed += 1
         self._left -= 1
         lane.busy -= 1
-        if lane.warming == pl.key:
+        if lane.warming == key:
             lane.warming = None
         for waiter in self._lanes:  # its waiters, wherever a steal has put them
-            for item in waiter.waiting.pop(pl.key, ()):
+            for item in waiter.waiting.pop(key, ()):
                 heapq.heappush(waiter.ready, item)
         self._wake.set()
 
-    def _requeue(self, lane: _Lane, pos: int, pl: PlannedLine) -> None:
-        del self._timers[pl.key]
+    def _requeue(self, lane: _Lane, pos: int) -> None:
+        del self._timers[self._key[pos]]
         lane.busy -= 1  # ready again, no longer out
-        heapq.heappush(lane.ready, (pos, pl))
+        heapq.heappush(lane.ready, pos)
         self._wake.set()
 
     def _fail(self, exc: BaseException) -> None:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import orjson
 import pytest
 
-from gateway.batch.validate import read_bodies, read_body, validate_input
+from gateway.batch.pace import Pacer
+from gateway.batch.validate import read_bodies, read_body, validate_file, validate_input
 
 URL = "/v1/chat/completions"
 
@@ -36,7 +38,15 @@ def check(path: Path, endpoint: str = URL, **kw: int):
         "max_reported_errors": 10,
     }
     limits.update(kw)
-    return validate_input(path, endpoint=endpoint, serves=lambda m: m in {"m", "other"}, **limits)
+    v = validate_input(path, endpoint=endpoint, serves=lambda m: m in {"m", "other"}, **limits)
+    # The gateway's driver (on the event loop, yielding between lines: here after every one) agrees.
+    paced = asyncio.run(
+        validate_file(
+            path, endpoint=endpoint, serves=lambda m: m in {"m", "other"}, pace=Pacer(0.0), **limits
+        )
+    )
+    assert paced == v
+    return v
 
 
 def codes(v) -> list[tuple[int | None, str]]:

@@ -133,11 +133,11 @@ def start_discovery(process: Process, restart: bool = False) -> None:
     stop the loops of pools that no longer have it."""
     resolver = process.resolver or resolve_dns
     wanted = {name for name, pool in process.state.pools.items() if pool.cfg.discovery is not None}
-    for key in [k for k in process.tasks if k.startswith("discovery:")]:
+    running = process.running_tasks("discovery:")
+    for key in running:
         if key.removeprefix("discovery:") not in wanted:
-            process.tasks.pop(key).cancel()
+            process.stop_task(key)
     for name in wanted:
         key = f"discovery:{name}"
-        task = process.tasks.get(key)
-        if restart or task is None or task.done():
+        if restart or not running.get(key, False):
             process.start_task(key, discovery_loop(process, name, resolver))

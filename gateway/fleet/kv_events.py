@@ -426,9 +426,8 @@ async def stop_kv_events(process: Process) -> None:
     """Stop listening (idempotent): cancel the loops, close the sockets."""
     listeners, process.kv_listeners = process.kv_listeners, []
     for listener in listeners:
-        task = process.tasks.pop(f"kv_events:{listener.bind}", None)
+        task = process.stop_task(f"kv_events:{listener.bind}")
         if task is not None:
-            task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         listener.close()

@@ -275,17 +275,25 @@ class Process:
 
     # -- background tasks -----------------------------------------------------------------------------
     def start_task(self, name: str, coro: Awaitable[Any]) -> None:
-        old = self.tasks.pop(name, None)
-        if old is not None:
-            old.cancel()
+        """Run ``coro`` as the process's task ``name`` (one of that name: a running one is cancelled)."""
+        self.stop_task(name)
         self.tasks[name] = asyncio.ensure_future(coro)
+
+    def stop_task(self, name: str) -> asyncio.Task[Any] | None:
+        """Cancel the task ``name``; returned, so a caller that must wait for its end can."""
+        task = self.tasks.pop(name, None)
+        if task is not None:
+            task.cancel()
+        return task
+
+    def running_tasks(self, prefix: str) -> dict[str, bool]:
+        """The tasks whose name starts with ``prefix``: name -> still running."""
+        return {name: not t.done() for name, t in self.tasks.items() if name.startswith(prefix)}
 
     def start_loops(self, policy: Policy) -> None:
         """(Re)start the loops whose settings come from the policy (they read ``self.state`` afresh)."""
         for name in ("health", "scrape", "watch", "adapters", "reconcile"):
-            task = self.tasks.pop(name, None)
-            if task is not None:
-                task.cancel()
+            self.stop_task(name)
         if policy.health.enabled:
             h = policy.health
             self.start_task("health", probes.health_loop(self, h.interval_s, h.timeout_s, h.fails_to_eject))

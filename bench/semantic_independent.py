@@ -36,6 +36,7 @@ from cache.semantic.store import MemorySemanticStore
 from config import load_policy
 
 DATA = Path("bench/data/semantic_independent.jsonl")
+DOMAINS = {"shop": "e-commerce", "air": "airline", "tel": "mobile plans", "bank": "bank cards"}
 
 
 async def probe(route: SemanticRoute, embedder: Embedder | None, p: dict[str, Any]) -> tuple[bool, str]:
@@ -72,24 +73,49 @@ def cell(hits: Counter[Any], totals: Counter[Any], pred: Any) -> str:
     return f"{h}/{t}" if t else "-"
 
 
-async def run_split(split: str, show: bool) -> list[str]:
+class DiskMemoEmbedder(MemoEmbedder):
+    """``MemoEmbedder`` whose vectors also persist in ``path`` (JSON): a rerun embeds no text twice."""
+
+    def __init__(self, path: Path | None, *a: Any, **kw: Any) -> None:
+        super().__init__(*a, **kw)
+        self.path = path
+        if path is not None and path.exists():
+            self.memo.update(orjson.loads(path.read_bytes()))
+
+    def save(self) -> None:
+        if self.path is not None:
+            self.path.write_bytes(orjson.dumps(self.memo))
+
+
+async def run_split(split: str, show: bool, modes: list[str], memo: Path | None = None) -> list[str]:
     pairs = [orjson.loads(line) for line in DATA.read_text(encoding="utf-8").splitlines() if line]
     pairs = [p for p in pairs if p["split"] == split]
     policies = {p["policy"] for p in pairs}
     base = {path: load_policy(Path(path), env={}).cache.semantic for path in policies}
     fleet = await start_replicas(
-        [SimConfig(models=(MODEL, EMBED_MODEL), speed=0, embedding_model="minilm")], base_port=0
+        [
+            SimConfig(
+                models=(MODEL, EMBED_MODEL),
+                speed=0,
+                embedding_model="minilm" if modes != ["fingerprint"] else None,
+            )
+        ],
+        base_port=0,
     )
     rows = []
     try:
         async with aiohttp.ClientSession() as session:
-            embedder = MemoEmbedder(session, fleet.urls[0], EMBED_MODEL, timeout_s=30.0)
-            for mode in ("fingerprint", "guarded@0.9"):
+            embedder = DiskMemoEmbedder(memo, session, fleet.urls[0], EMBED_MODEL, timeout_s=30.0)
+            for mode in modes:
                 hits: Counter[tuple[str, str, str]] = Counter()
                 totals: Counter[tuple[str, str, str]] = Counter()
                 shown = []
                 for path in sorted(policies):
-                    cfg = base[path] if mode == "fingerprint" else embedding_config(base[path], 0.9, True)
+                    cfg = (
+                        base[path]
+                        if mode == "fingerprint"
+                        else embedding_config(base[path], float(mode[8:]), True)
+                    )
                     route = SemanticRoute(cfg, SECRET)
                     for p in (p for p in pairs if p["policy"] == path):
                         hit, why = await probe(route, None if mode == "fingerprint" else embedder, p)
@@ -99,11 +125,11 @@ async def run_split(split: str, show: bool) -> list[str]:
                         if hit != (p["label"] == "same"):
                             shown.append(f"  {mode} {p['id']} {p['label']} {p['kind']} [{why}]: "
                                          f"{p['cached']!r} / {p['probe']!r}")  # fmt: skip
-                for domain in ("shop", "air"):
+                for domain in [d for d in DOMAINS if any(p["domain"] == d for p in pairs)]:
                     d = lambda k, dom=domain: k[0] == dom  # noqa: E731
                     fh, ft = count(hits, totals, lambda k, d=d: d(k) and k[1] == "different")
                     rows.append(
-                        [{"shop": "e-commerce", "air": "airline"}[domain], mode, f"**{fh}/{ft}**",
+                        [DOMAINS[domain], mode, f"**{fh}/{ft}**",
                          f"{100 * upper95(fh, ft):.1f} %"]
                         + [cell(hits, totals, lambda k, d=d, lg=lg: d(k) and k[1] == "different" and k[2] == lg)
                            for lg in ("en", "zh", "mixed")]
@@ -113,6 +139,7 @@ async def run_split(split: str, show: bool) -> list[str]:
                     )  # fmt: skip
                 if show:
                     print("\n".join(shown))
+            embedder.save()
     finally:
         await fleet.stop()
     lines = [
@@ -130,7 +157,7 @@ async def main_async(args: argparse.Namespace) -> None:
     splits = ("tune", "heldout") if args.split == "both" or args.write else (args.split,)
     out: list[str] = []
     for split in splits:
-        out += [*(await run_split(split, args.show and split == "tune")), ""]
+        out += [*(await run_split(split, args.show and split == "tune", args.modes, args.embed_cache)), ""]
     print("\n".join(out))
     if args.write:
         intro = (
@@ -146,6 +173,10 @@ def main() -> None:
     ap.add_argument("--split", choices=("tune", "heldout", "both"), default="tune")
     ap.add_argument("--write", action="store_true", help="both splits, written to docs/benchmarks.md")
     ap.add_argument("--show", action="store_true", help="list wrong hits and missed paraphrases")
+    ap.add_argument(
+        "--modes", nargs="+", default=["fingerprint", "guarded@0.9"], help="fingerprint, guarded@THRESHOLD"
+    )
+    ap.add_argument("--embed-cache", type=Path, help="a JSON file that keeps the vectors between runs")
     asyncio.run(main_async(ap.parse_args()))
 
 

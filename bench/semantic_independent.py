@@ -34,6 +34,7 @@ from cache.semantic.layer import SemanticLayer
 from cache.semantic.route import SemanticRoute
 from cache.semantic.store import MemorySemanticStore
 from config import load_policy
+from config.semantic import SemanticConfig
 
 DATA = Path("bench/data/semantic_independent.jsonl")
 DOMAINS = {"shop": "e-commerce", "air": "airline", "tel": "mobile plans", "bank": "bank cards"}
@@ -87,11 +88,25 @@ class DiskMemoEmbedder(MemoEmbedder):
             self.path.write_bytes(orjson.dumps(self.memo))
 
 
-async def run_split(split: str, show: bool, modes: list[str], memo: Path | None = None) -> list[str]:
+def mode_config(base: SemanticConfig, mode: str) -> SemanticConfig:
+    """``fingerprint``; ``guarded@T``: embedding mode at threshold T, every guard on (the compatible rule
+    too); ``verified@T``: the same without the compatible rule (only complete, equal fingerprints)."""
+    if mode == "fingerprint":
+        return base
+    name, threshold = mode.split("@")
+    cfg = embedding_config(base, float(threshold), True)
+    assert cfg.embedding is not None and name in ("guarded", "verified")
+    guards = cfg.embedding.guards.model_copy(update={"compatible": name == "guarded"})
+    return cfg.model_copy(update={"embedding": cfg.embedding.model_copy(update={"guards": guards})})
+
+
+async def run_split(
+    split: str, show: bool, modes: list[str], memo: Path | None = None, root: Path = Path()
+) -> list[str]:
     pairs = [orjson.loads(line) for line in DATA.read_text(encoding="utf-8").splitlines() if line]
     pairs = [p for p in pairs if p["split"] == split]
     policies = {p["policy"] for p in pairs}
-    base = {path: load_policy(Path(path), env={}).cache.semantic for path in policies}
+    base = {path: load_policy(root / path, env={}).cache.semantic for path in policies}
     fleet = await start_replicas(
         [
             SimConfig(
@@ -111,11 +126,7 @@ async def run_split(split: str, show: bool, modes: list[str], memo: Path | None 
                 totals: Counter[tuple[str, str, str]] = Counter()
                 shown = []
                 for path in sorted(policies):
-                    cfg = (
-                        base[path]
-                        if mode == "fingerprint"
-                        else embedding_config(base[path], float(mode[8:]), True)
-                    )
+                    cfg = mode_config(base[path], mode)
                     route = SemanticRoute(cfg, SECRET)
                     for p in (p for p in pairs if p["policy"] == path):
                         hit, why = await probe(route, None if mode == "fingerprint" else embedder, p)
@@ -157,7 +168,14 @@ async def main_async(args: argparse.Namespace) -> None:
     splits = ("tune", "heldout") if args.split == "both" or args.write else (args.split,)
     out: list[str] = []
     for split in splits:
-        out += [*(await run_split(split, args.show and split == "tune", args.modes, args.embed_cache)), ""]
+        out += [
+            *(
+                await run_split(
+                    split, args.show and split == "tune", args.modes, args.embed_cache, args.policy_root
+                )
+            ),
+            "",
+        ]
     print("\n".join(out))
     if args.write:
         intro = (
@@ -176,6 +194,7 @@ def main() -> None:
     ap.add_argument(
         "--modes", nargs="+", default=["fingerprint", "guarded@0.9"], help="fingerprint, guarded@THRESHOLD"
     )
+    ap.add_argument("--policy-root", type=Path, default=Path(), help="read the policies under this folder")
     ap.add_argument("--embed-cache", type=Path, help="a JSON file that keeps the vectors between runs")
     asyncio.run(main_async(ap.parse_args()))
 

@@ -17,8 +17,11 @@ Greetings and politeness (``GREETINGS``) are fillers of every route: they never 
 
 ``SIMILARITY_SAFE`` is what the guarded embedding mode lets two questions differ by when no rule explains
 those words (``guards.veto``, rule ``compatible``): articles, pronouns, auxiliaries, politeness and
-asking verbs. Not question words (``how long`` is not ``how``), prepositions (``from`` is not ``to``),
-quantities or anything in ``CONTENT_WORDS``: a word that can change the answer never differs.
+asking verbs, and the question words that only ask for the amount the intent already names (``what``,
+``how``, ``much``, ``many``: "How much is the minimum repayment?" is "What is the minimum payment?").
+Not the question words that change what is asked (``how long``, ``when``, ``where``, ``why``),
+prepositions (``from`` is not ``to``), quantities or anything in ``CONTENT_WORDS``: a word that can
+change the answer never differs.
 """
 
 from __future__ import annotations
@@ -84,6 +87,7 @@ CONTENT_WORDS = _set(
 SIMILARITY_SAFE = _set(
     """a an the this that these those it its i me my you your we our us they their
     is are was were be been am do does did have has had can could would should may might
+    what whats how much many include includes included
     please kindly tell know want like wondering wonder get give show let see find check need
     just also exactly actually really any some ok okay thanks thank hi hello hey quick question
     s t d ll re ve"""

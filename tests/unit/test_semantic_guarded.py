@@ -96,3 +96,18 @@ def test_the_index_offers_a_compatible_candidate_only_at_or_above_the_threshold(
     assert index.search("p", array("f", [0.6, 0.8]), 0.9, exact.meaning) == []
     # ...and is offered above it (the guards then decide)
     assert [c.key for _, c in index.search("p", array("f", [1.0, 0.0]), 0.9, exact.meaning)] == ["k-near"]
+
+
+def test_question_words_that_only_ask_for_the_amount_are_compatible() -> None:
+    # The banking example without its filler "much": "how much" asks for what the intent names,
+    # "when" (as "how long") asks something else.
+    bank = load_policy(example_path("semantic-banking"), env={}).cache.semantic
+    fillers = [f for f in bank.fillers if f != "much"]
+    emb = EmbeddingConfig(url="http://127.0.0.1:9", model="m", threshold=0.9)
+    r = SemanticRoute(
+        bank.model_copy(update={"mode": "embedding", "embedding": emb, "fillers": fillers}), b"s"
+    )
+    assert r.cfg.embedding is not None
+    cached = g(r, "What is the minimum payment?")
+    assert veto(g(r, "How much is the minimum repayment?"), cached, r.cfg.embedding.guards) is None
+    assert veto(g(r, "When is the minimum repayment?"), cached, r.cfg.embedding.guards) == "unexplained"

@@ -1,14 +1,17 @@
 """The semantic cache on the independent set of issue 25, per split, language and mode.
 
     python -m bench.semantic_independent [--split tune|heldout|both] [--show] [--write]
+        [--modes fingerprint guarded@0.9 ...] [--embed-cache FILE] [--policy-root DIR]
 
 Each pair of bench/data/semantic_independent.jsonl (``bench.semantic_independent_source``) runs under
-its own policy (``policy`` field: the e-commerce or the airline example), in a fresh layer and store
+its own policy (``policy`` field: the e-commerce, airline, mobile-plan or bank-card example; read under
+``--policy-root`` to measure another version of them), in a fresh layer and store
 (nothing of one pair reaches another), through ``cache.semantic.layer.SemanticLayer``, the code the
 gateway's request path calls: the ``cached`` question is looked up and its answer filled, then the
-``probe`` is looked up. Modes: ``fingerprint`` (the policy as shipped) and ``guarded@0.9`` (embedding
-mode at the default threshold, every guard on; all-MiniLM-L6-v2 served by the simulator's
-``/v1/embeddings``, called through the gateway's embedder client). A hit on a ``different`` pair is a
+``probe`` is looked up. Modes: ``fingerprint`` (the policy as shipped), ``guarded@T`` (embedding
+mode at threshold T, every guard on, the compatible rule too; all-MiniLM-L6-v2 served by the
+simulator's ``/v1/embeddings``, called through the gateway's embedder client) and ``verified@T`` (the
+same without the compatible rule: only complete, equal fingerprints). A hit on a ``different`` pair is a
 false hit, and its rate has a one-sided 95 % Clopper-Pearson upper bound (0 of 49 is at most 5.9 %).
 ``--show`` lists the pairs that hit wrongly or missed (use it on ``tune`` only); ``--write`` runs both
 splits and writes the tables to docs/benchmarks.md (section ``semantic-independent``).
@@ -179,9 +182,11 @@ async def main_async(args: argparse.Namespace) -> None:
     print("\n".join(out))
     if args.write:
         intro = (
-            "`python -m bench.semantic_independent --write` on bench/data/semantic_independent.jsonl (issue 25: "
-            "156 pairs written before the fixes, e-commerce and airline, en/zh/mixed; split by seed 25). "
-            "Each pair in a fresh layer and store; `guarded@0.9`: embedding mode, all-MiniLM-L6-v2, every guard on."
+            f"`python -m bench.semantic_independent --write --modes {' '.join(args.modes)} --embed-cache FILE` "
+            "on bench/data/semantic_independent.jsonl (issue 25: 406 pairs, e-commerce, airline, mobile plans, "
+            "bank cards, en/zh/mixed; round 1 split by seed 25, round 2 by seed 2502). Each pair in a fresh "
+            "layer and store; `guarded@T`: embedding mode at threshold T, all-MiniLM-L6-v2, every guard on "
+            "(the compatible rule too); `verified@T`: without the compatible rule."
         )
         write_section("semantic-independent", intro + "\n\n" + "\n".join(out))
 

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from cache.semantic.fingerprint import Fingerprint
 from cache.semantic.terms import TermMatcher
 from cache.semantic.values import number
-from cache.semantic.vocab import NUMBER_WORDS, SIMILARITY_SAFE
+from cache.semantic.vocab import NOT_NUMBERS, NUMBER_WORDS, SIMILARITY_SAFE
 from config.semantic import GuardConfig
 
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
@@ -98,7 +98,10 @@ def guard_features(raw: str, text: str, fp: Fingerprint, negations: TermMatcher)
 
 
 def _number_words(text: str, fp: Fingerprint) -> list[str]:
-    """Spelled-out numbers outside the slots' matches (``一`` in ``一台``; not the ``十`` of ``iphone十五``)."""
+    """Spelled-out numbers outside the slots' matches (``一`` in ``一台``; not the ``十`` of ``iphone十五``,
+    nor the ``一`` of ``查一下``: ``NOT_NUMBERS``)."""
+    for word in NOT_NUMBERS:
+        text = text.replace(word, " ")
     return [m.group() for m in _NUMBER_WORD.finditer(text) if not any(m.group() in w for w in fp.covered)]
 
 

@@ -66,6 +66,8 @@ NUMBER_WORDS = {
     "零": "0", "一": "1", "两": "2", "二": "2", "三": "3", "四": "4", "五": "5", "六": "6", "七": "7",
     "八": "8", "九": "9", "十": "10", "百": "100", "千": "1000", "万": "10000",
 }  # fmt: skip
+# Chinese words written with a number character that name no quantity (查一下 "have a look").
+NOT_NUMBERS = ("一下", "一般", "一些", "一直", "一起", "一样")
 CONTENT_WORDS = _set(
     """battery batteries charge charger charging cable case cover strap screen display camera lens
     box accessory accessories part parts keyboard headphones earbuds adapter

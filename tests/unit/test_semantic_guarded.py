@@ -111,3 +111,9 @@ def test_question_words_that_only_ask_for_the_amount_are_compatible() -> None:
     cached = g(r, "What is the minimum payment?")
     assert veto(g(r, "How much is the minimum repayment?"), cached, r.cfg.embedding.guards) is None
     assert veto(g(r, "When is the minimum repayment?"), cached, r.cfg.embedding.guards) == "unexplained"
+
+
+def test_chinese_words_that_only_look_like_numbers_are_no_numbers() -> None:
+    # 查一下 ("have a look") is no quantity: the verified pair was refused on "numbers" (bench.semantic)
+    assert why("订单号SO20240101到哪了？", "帮我查一下物流单号SO20240101到哪里了") is None
+    assert why("一台iPhone 15多少钱", "两台iPhone 15多少钱") == "numbers"

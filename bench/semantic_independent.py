@@ -1,14 +1,17 @@
 """The semantic cache on the independent set of issue 25, per split, language and mode.
 
     python -m bench.semantic_independent [--split tune|heldout|both] [--show] [--write]
+        [--modes fingerprint guarded@0.9 ...] [--embed-cache FILE] [--policy-root DIR]
 
 Each pair of bench/data/semantic_independent.jsonl (``bench.semantic_independent_source``) runs under
-its own policy (``policy`` field: the e-commerce or the airline example), in a fresh layer and store
+its own policy (``policy`` field: the e-commerce, airline, mobile-plan or bank-card example; read under
+``--policy-root`` to measure another version of them), in a fresh layer and store
 (nothing of one pair reaches another), through ``cache.semantic.layer.SemanticLayer``, the code the
 gateway's request path calls: the ``cached`` question is looked up and its answer filled, then the
-``probe`` is looked up. Modes: ``fingerprint`` (the policy as shipped) and ``guarded@0.9`` (embedding
-mode at the default threshold, every guard on; all-MiniLM-L6-v2 served by the simulator's
-``/v1/embeddings``, called through the gateway's embedder client). A hit on a ``different`` pair is a
+``probe`` is looked up. Modes: ``fingerprint`` (the policy as shipped), ``guarded@T`` (embedding
+mode at threshold T, every guard on, the compatible rule too; all-MiniLM-L6-v2 served by the
+simulator's ``/v1/embeddings``, called through the gateway's embedder client) and ``verified@T`` (the
+same without the compatible rule: only complete, equal fingerprints). A hit on a ``different`` pair is a
 false hit, and its rate has a one-sided 95 % Clopper-Pearson upper bound (0 of 49 is at most 5.9 %).
 ``--show`` lists the pairs that hit wrongly or missed (use it on ``tune`` only); ``--write`` runs both
 splits and writes the tables to docs/benchmarks.md (section ``semantic-independent``).
@@ -33,9 +36,11 @@ from cache.semantic.layer import SemanticLayer
 from cache.semantic.route import SemanticRoute
 from cache.semantic.store import MemorySemanticStore
 from config import load_policy
+from config.semantic import SemanticConfig
 from sim import SimConfig, start_replicas
 
 DATA = Path("bench/data/semantic_independent.jsonl")
+DOMAINS = {"shop": "e-commerce", "air": "airline", "tel": "mobile plans", "bank": "bank cards"}
 
 
 async def probe(route: SemanticRoute, embedder: Embedder | None, p: dict[str, Any]) -> tuple[bool, str]:
@@ -72,24 +77,59 @@ def cell(hits: Counter[Any], totals: Counter[Any], pred: Any) -> str:
     return f"{h}/{t}" if t else "-"
 
 
-async def run_split(split: str, show: bool) -> list[str]:
+class DiskMemoEmbedder(MemoEmbedder):
+    """``MemoEmbedder`` whose vectors also persist in ``path`` (JSON): a rerun embeds no text twice."""
+
+    def __init__(self, path: Path | None, *a: Any, **kw: Any) -> None:
+        super().__init__(*a, **kw)
+        self.path = path
+        if path is not None and path.exists():
+            self.memo.update(orjson.loads(path.read_bytes()))
+
+    def save(self) -> None:
+        if self.path is not None:
+            self.path.write_bytes(orjson.dumps(self.memo))
+
+
+def mode_config(base: SemanticConfig, mode: str) -> SemanticConfig:
+    """``fingerprint``; ``guarded@T``: embedding mode at threshold T, every guard on (the compatible rule
+    too); ``verified@T``: the same without the compatible rule (only complete, equal fingerprints)."""
+    if mode == "fingerprint":
+        return base
+    name, threshold = mode.split("@")
+    cfg = embedding_config(base, float(threshold), True)
+    assert cfg.embedding is not None and name in ("guarded", "verified")
+    guards = cfg.embedding.guards.model_copy(update={"compatible": name == "guarded"})
+    return cfg.model_copy(update={"embedding": cfg.embedding.model_copy(update={"guards": guards})})
+
+
+async def run_split(
+    split: str, show: bool, modes: list[str], memo: Path | None = None, root: Path = Path()
+) -> list[str]:
     pairs = [orjson.loads(line) for line in DATA.read_text(encoding="utf-8").splitlines() if line]
     pairs = [p for p in pairs if p["split"] == split]
     policies = {p["policy"] for p in pairs}
-    base = {path: load_policy(Path(path), env={}).cache.semantic for path in policies}
+    base = {path: load_policy(root / path, env={}).cache.semantic for path in policies}
     fleet = await start_replicas(
-        [SimConfig(models=(MODEL, EMBED_MODEL), speed=0, embedding_model="minilm")], base_port=0
+        [
+            SimConfig(
+                models=(MODEL, EMBED_MODEL),
+                speed=0,
+                embedding_model="minilm" if modes != ["fingerprint"] else None,
+            )
+        ],
+        base_port=0,
     )
     rows = []
     try:
         async with aiohttp.ClientSession() as session:
-            embedder = MemoEmbedder(session, fleet.urls[0], EMBED_MODEL, timeout_s=30.0)
-            for mode in ("fingerprint", "guarded@0.9"):
+            embedder = DiskMemoEmbedder(memo, session, fleet.urls[0], EMBED_MODEL, timeout_s=30.0)
+            for mode in modes:
                 hits: Counter[tuple[str, str, str]] = Counter()
                 totals: Counter[tuple[str, str, str]] = Counter()
                 shown = []
                 for path in sorted(policies):
-                    cfg = base[path] if mode == "fingerprint" else embedding_config(base[path], 0.9, True)
+                    cfg = mode_config(base[path], mode)
                     route = SemanticRoute(cfg, SECRET)
                     for p in (p for p in pairs if p["policy"] == path):
                         hit, why = await probe(route, None if mode == "fingerprint" else embedder, p)
@@ -99,11 +139,11 @@ async def run_split(split: str, show: bool) -> list[str]:
                         if hit != (p["label"] == "same"):
                             shown.append(f"  {mode} {p['id']} {p['label']} {p['kind']} [{why}]: "
                                          f"{p['cached']!r} / {p['probe']!r}")  # fmt: skip
-                for domain in ("shop", "air"):
+                for domain in [d for d in DOMAINS if any(p["domain"] == d for p in pairs)]:
                     d = lambda k, dom=domain: k[0] == dom  # noqa: E731
                     fh, ft = count(hits, totals, lambda k, d=d: d(k) and k[1] == "different")
                     rows.append(
-                        [{"shop": "e-commerce", "air": "airline"}[domain], mode, f"**{fh}/{ft}**",
+                        [DOMAINS[domain], mode, f"**{fh}/{ft}**",
                          f"{100 * upper95(fh, ft):.1f} %"]
                         + [cell(hits, totals, lambda k, d=d, lg=lg: d(k) and k[1] == "different" and k[2] == lg)
                            for lg in ("en", "zh", "mixed")]
@@ -113,6 +153,7 @@ async def run_split(split: str, show: bool) -> list[str]:
                     )  # fmt: skip
                 if show:
                     print("\n".join(shown))
+            embedder.save()
     finally:
         await fleet.stop()
     lines = [
@@ -130,13 +171,22 @@ async def main_async(args: argparse.Namespace) -> None:
     splits = ("tune", "heldout") if args.split == "both" or args.write else (args.split,)
     out: list[str] = []
     for split in splits:
-        out += [*(await run_split(split, args.show and split == "tune")), ""]
+        out += [
+            *(
+                await run_split(
+                    split, args.show and split == "tune", args.modes, args.embed_cache, args.policy_root
+                )
+            ),
+            "",
+        ]
     print("\n".join(out))
     if args.write:
         intro = (
-            "`python -m bench.semantic_independent --write` on bench/data/semantic_independent.jsonl (issue 25: "
-            "156 pairs written before the fixes, e-commerce and airline, en/zh/mixed; split by seed 25). "
-            "Each pair in a fresh layer and store; `guarded@0.9`: embedding mode, all-MiniLM-L6-v2, every guard on."
+            f"`python -m bench.semantic_independent --write --modes {' '.join(args.modes)} --embed-cache FILE` "
+            "on bench/data/semantic_independent.jsonl (issue 25: 406 pairs, e-commerce, airline, mobile plans, "
+            "bank cards, en/zh/mixed; round 1 split by seed 25, round 2 by seed 2502). Each pair in a fresh "
+            "layer and store; `guarded@T`: embedding mode at threshold T, all-MiniLM-L6-v2, every guard on "
+            "(the compatible rule too); `verified@T`: without the compatible rule."
         )
         write_section("semantic-independent", intro + "\n\n" + "\n".join(out))
 
@@ -146,6 +196,11 @@ def main() -> None:
     ap.add_argument("--split", choices=("tune", "heldout", "both"), default="tune")
     ap.add_argument("--write", action="store_true", help="both splits, written to docs/benchmarks.md")
     ap.add_argument("--show", action="store_true", help="list wrong hits and missed paraphrases")
+    ap.add_argument(
+        "--modes", nargs="+", default=["fingerprint", "guarded@0.9"], help="fingerprint, guarded@THRESHOLD"
+    )
+    ap.add_argument("--policy-root", type=Path, default=Path(), help="read the policies under this folder")
+    ap.add_argument("--embed-cache", type=Path, help="a JSON file that keeps the vectors between runs")
     asyncio.run(main_async(ap.parse_args()))
 
 

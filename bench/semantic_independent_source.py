@@ -8,6 +8,14 @@ Written by hand before the fixes of issue 25, for ``config/examples/semantic-eco
 quantity, negation, unit, order or date changes the answer). Split by ``SEED``: each pair is drawn
 into ``tune`` (60 %) or ``heldout`` (40 %) by one shuffle of this fixed seed; the held-out split is
 never looked at while rules change. Pairs are not edited after being written.
+
+Round 2 (``PAIRS_2``, 250 pairs, the set to 406): written before any matching rule of the second pass
+changed, from public FAQ knowledge alone (no policy or code consulted for their wording): a mobile-plan
+FAQ (``tel``: plan price, data, hotspot, roaming per country, calls abroad, eSIM, number porting,
+top-up) and a bank-card FAQ (``bank``: annual fee per card, foreign and ATM fees, interest, lost card,
+freeze, limits), plus more e-commerce and airline. Near misses change one product or slot value, a
+negation (``don't``, ``de-``/``un-``, 不/没有), a quantity, a time or date, a unit, an order, or mix
+languages. Its split is its own shuffle of ``SEED_2`` (the round-1 pairs keep theirs).
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ from pathlib import Path
 import orjson
 
 SEED = 25
+SEED_2 = 2502
 HELDOUT_SHARE = 0.4
 OUT = Path("bench/data/semantic_independent.jsonl")
 
@@ -186,18 +195,296 @@ PAIRS: list[tuple[str, str, str, str, str, str]] = [
     ("air", "mixed", D, "attribute", "business class 退票政策", "business class 改签费"),
 ]  # fmt: skip
 
-POLICY = {"shop": "config/examples/semantic-ecommerce.yaml", "air": "config/examples/semantic-airline.yaml"}
+# --- round 2 (issue 25, second pass): written before any matching change of that pass ---
+PAIRS_2: list[tuple[str, str, str, str, str, str]] = [
+    # --- telecom (mobile plan FAQ), same answer ---
+    ("tel", "en", S, "paraphrase", "How much is the Plus plan per month?", "Plus plan monthly price"),
+    ("tel", "en", S, "paraphrase", "What's the monthly fee for the Lite plan?", "How much does the Lite plan cost a month?"),
+    ("tel", "en", S, "paraphrase", "How much data do I get on the Max plan?", "Max plan data allowance"),
+    ("tel", "en", S, "paraphrase", "How many GB does the Plus plan include?", "What is the data allowance of the Plus plan?"),
+    ("tel", "en", S, "paraphrase", "What are the roaming charges in Japan?", "How much is roaming in Japan?"),
+    ("tel", "en", S, "paraphrase", "Roaming rates for the USA", "How much does roaming cost in the United States?"),
+    ("tel", "en", S, "paraphrase", "How do I activate my eSIM?", "eSIM activation steps"),
+    ("tel", "en", S, "paraphrase", "Can I keep my number if I switch to you?", "How do I port my number?"),
+    ("tel", "en", S, "paraphrase", "How do I check my data balance?", "How can I see how much data I have left?"),
+    ("tel", "en", S, "paraphrase", "What's the cancellation fee for the Max plan?", "How much does it cost to cancel the Max plan?"),
+    ("tel", "en", S, "paraphrase", "Does the Plus plan include hotspot?", "Can I use tethering on the Plus plan?"),
+    ("tel", "en", S, "paraphrase", "How much is a call to the UK?", "International call rate to the United Kingdom"),
+    ("tel", "en", S, "filler", "Hi there, what's the price of the Family plan?", "Family plan price"),
+    ("tel", "en", S, "paraphrase", "How do I top up my prepaid SIM?", "Ways to recharge a prepaid SIM"),
+    ("tel", "en", S, "paraphrase", "What happens when I use up my data on the Lite plan?", "Lite plan what if I run out of data"),
+    ("tel", "en", S, "paraphrase", "Is 5G included in the Lite plan?", "Does the Lite plan support 5G?"),
+    ("tel", "en", S, "paraphrase", "What's the hotspot allowance on the Max plan?", "How much tethering data does the Max plan have?"),
+    ("tel", "en", S, "case", "plus plan price", "PLUS PLAN PRICE?!"),
+    ("tel", "en", S, "unit_default", "How much is the Plus plan per month?", "How much is the Plus plan?"),
+    ("tel", "en", S, "paraphrase", "Whats the roaming fee in Korea", "What is the roaming fee in South Korea?"),
+    ("tel", "en", S, "paraphrase", "How long does number porting take?", "How many days does it take to transfer my number?"),
+    ("tel", "en", S, "typo", "Familly plan price", "Family plan price"),
+    ("tel", "en", S, "paraphrase", "Does the Max plan include international calls?", "Are international calls included in the Max plan?"),
+    ("tel", "zh", S, "paraphrase", "Plus套餐每月多少钱", "Plus套餐月费是多少"),
+    ("tel", "zh", S, "paraphrase", "Max套餐有多少流量", "Max套餐包含多少流量"),
+    ("tel", "zh", S, "paraphrase", "日本漫游怎么收费", "在日本漫游资费是多少"),
+    ("tel", "zh", S, "paraphrase", "怎么查剩余流量", "如何查询剩余流量"),
+    ("tel", "zh", S, "paraphrase", "携号转网怎么办理", "怎么携号转网"),
+    ("tel", "zh", S, "paraphrase", "家庭套餐多少钱一个月", "家庭套餐月费"),
+    ("tel", "zh", S, "paraphrase", "轻享套餐支持5G吗", "轻享套餐能用5G吗"),
+    ("tel", "zh", S, "paraphrase", "怎么激活eSIM", "eSIM如何激活"),
+    ("tel", "zh", S, "paraphrase", "打到英国的国际长途多少钱一分钟", "英国国际通话资费"),
+    ("tel", "zh", S, "paraphrase", "Max套餐热点流量多少", "Max套餐可以开多少热点流量"),
+    ("tel", "zh", S, "paraphrase", "预付费卡怎么充值", "预付费SIM卡充值方式"),
+    ("tel", "mixed", S, "lang_mix", "Plus plan 每月多少钱", "Plus套餐月费"),
+    ("tel", "mixed", S, "lang_mix", "日本 roaming 资费", "roaming charges in Japan"),
+    ("tel", "mixed", S, "lang_mix", "Max套餐 data allowance", "How much data does the Max plan include?"),
+    ("tel", "mixed", S, "lang_mix", "eSIM 怎么 activate", "how to activate eSIM"),
+    # --- telecom, near misses ---
+    ("tel", "en", D, "entity", "How much is the Plus plan per month?", "How much is the Max plan per month?"),
+    ("tel", "en", D, "entity", "What are the roaming charges in Japan?", "What are the roaming charges in Korea?"),
+    ("tel", "en", D, "attribute", "How much data does the Max plan include?", "How many minutes does the Max plan include?"),
+    ("tel", "en", D, "attribute", "Max plan data allowance", "Max plan hotspot allowance"),
+    ("tel", "en", D, "time", "How much is the Plus plan per month?", "How much is the Plus plan per year?"),
+    ("tel", "en", D, "quantity", "How much is the Family plan for 2 lines?", "How much is the Family plan for 4 lines?"),
+    ("tel", "en", D, "negation", "What happens if I use all my data?", "What happens if I don't use all my data?"),
+    ("tel", "en", D, "negation", "How do I activate my eSIM?", "How do I deactivate my eSIM?"),
+    ("tel", "en", D, "attribute", "What's the cancellation fee for the Max plan?", "What's the upgrade fee for the Max plan?"),
+    ("tel", "en", D, "modifier", "How much is a call to the UK?", "How much is a text to the UK?"),
+    ("tel", "en", D, "attribute", "Roaming data charges in Japan", "Roaming call charges in Japan"),
+    ("tel", "en", D, "number", "Does the Lite plan support 5G?", "Does the Lite plan support 4G?"),
+    ("tel", "en", D, "modifier", "How long does number porting take?", "How long does number porting take on weekends?"),
+    ("tel", "en", D, "entity", "Does the Plus plan include hotspot?", "Does the Prepaid plan include hotspot?"),
+    ("tel", "en", D, "order", "Can I switch from the Plus plan to the Max plan?", "Can I switch from the Max plan to the Plus plan?"),
+    ("tel", "en", D, "time", "What's the cancellation fee in the first month?", "What's the cancellation fee after 12 months?"),
+    ("tel", "en", D, "modifier", "How do I top up my prepaid SIM?", "How do I top up my prepaid SIM from abroad?"),
+    ("tel", "en", D, "quantity", "Can I add one extra line to the Family plan?", "Can I add five extra lines to the Family plan?"),
+    ("tel", "en", D, "negation", "Is roaming included in the Max plan?", "Is roaming not included in the Max plan?"),
+    ("tel", "en", D, "modifier", "Max plan price", "Max plan price for students"),
+    ("tel", "en", D, "time", "Roaming price per day in Japan", "Roaming price per week in Japan"),
+    ("tel", "en", D, "attribute", "How do I check my data balance?", "How do I check my bill?"),
+    ("tel", "zh", D, "entity", "Plus套餐每月多少钱", "Max套餐每月多少钱"),
+    ("tel", "zh", D, "entity", "日本漫游怎么收费", "韩国漫游怎么收费"),
+    ("tel", "zh", D, "attribute", "Max套餐有多少流量", "Max套餐有多少通话分钟数"),
+    ("tel", "zh", D, "negation", "怎么激活eSIM", "怎么注销eSIM"),
+    ("tel", "zh", D, "negation", "轻享套餐支持5G吗", "轻享套餐不支持5G吗"),
+    ("tel", "zh", D, "quantity", "家庭套餐两张副卡多少钱", "家庭套餐四张副卡多少钱"),
+    ("tel", "zh", D, "time", "Plus套餐每月多少钱", "Plus套餐每年多少钱"),
+    ("tel", "zh", D, "attribute", "怎么查剩余流量", "怎么查剩余话费"),
+    ("tel", "zh", D, "modifier", "英国国际通话资费", "英国国际短信资费"),
+    ("tel", "zh", D, "time", "日本漫游一天多少钱", "日本漫游一周多少钱"),
+    ("tel", "zh", D, "order", "Plus套餐换成Max套餐要钱吗", "Max套餐换成Plus套餐要钱吗"),
+    ("tel", "mixed", D, "entity", "Plus plan 每月多少钱", "Max plan 每月多少钱"),
+    ("tel", "mixed", D, "entity", "日本 roaming 资费", "泰国 roaming 资费"),
+    ("tel", "mixed", D, "attribute", "Max套餐 data allowance", "Max套餐 hotspot allowance"),
+    ("tel", "mixed", D, "negation", "eSIM 怎么 activate", "eSIM 怎么 deactivate"),
+    # --- banking (card FAQ), same answer ---
+    ("bank", "en", S, "paraphrase", "What is the annual fee for the Gold card?", "Gold card annual fee"),
+    ("bank", "en", S, "paraphrase", "How much is the yearly fee on the Platinum card?", "Platinum card annual fee"),
+    ("bank", "en", S, "paraphrase", "What's the foreign transaction fee on the Classic card?", "Does the Classic card charge a fee for purchases abroad?"),
+    ("bank", "en", S, "paraphrase", "I lost my card, what should I do?", "How do I report a lost card?"),
+    ("bank", "en", S, "paraphrase", "How do I activate my new card?", "How can I activate my card?"),
+    ("bank", "en", S, "paraphrase", "How do I increase my credit limit?", "Can I raise my credit limit?"),
+    ("bank", "en", S, "paraphrase", "What's the interest rate on the Gold card?", "Gold card APR"),
+    ("bank", "en", S, "paraphrase", "How long is the interest-free period?", "How many interest-free days do I get?"),
+    ("bank", "en", S, "paraphrase", "Changing my PIN", "How do I change my card's PIN?"),
+    ("bank", "en", S, "paraphrase", "What is the ATM withdrawal fee abroad?", "How much does it cost to withdraw cash at an ATM overseas?"),
+    ("bank", "en", S, "paraphrase", "How do I freeze my card?", "Can I temporarily block my card?"),
+    ("bank", "en", S, "paraphrase", "What's the contactless limit?", "What is the maximum contactless payment?"),
+    ("bank", "en", S, "paraphrase", "When is my payment due?", "What's the payment due date?"),
+    ("bank", "en", S, "filler", "Hello, what's the annual fee for the Classic card?", "classic card annual fee"),
+    ("bank", "en", S, "paraphrase", "What is the minimum payment?", "How much is the minimum repayment?"),
+    ("bank", "en", S, "paraphrase", "How long does it take to get a new card?", "How many days for card delivery?"),
+    ("bank", "en", S, "contraction", "Whats the cash advance fee on the Platinum card", "Platinum card cash advance fee"),
+    ("bank", "en", S, "typo", "Platnum card annual fee", "Platinum card annual fee"),
+    ("bank", "en", S, "paraphrase", "Is there a fee for a replacement card?", "How much does a replacement card cost?"),
+    ("bank", "en", S, "unit_default", "What's the Gold card's annual fee in dollars?", "Gold card annual fee"),
+    ("bank", "zh", S, "paraphrase", "金卡年费多少", "金卡的年费是多少"),
+    ("bank", "zh", S, "paraphrase", "白金卡年费是多少钱", "白金卡一年多少年费"),
+    ("bank", "zh", S, "paraphrase", "信用卡丢了怎么办", "信用卡怎么挂失"),
+    ("bank", "zh", S, "paraphrase", "怎么激活信用卡", "信用卡如何激活"),
+    ("bank", "zh", S, "paraphrase", "怎么提高信用额度", "如何申请提额"),
+    ("bank", "zh", S, "paraphrase", "免息期多少天", "最长免息期是多久"),
+    ("bank", "zh", S, "paraphrase", "境外取现手续费多少", "在国外ATM取钱收多少手续费"),
+    ("bank", "zh", S, "paraphrase", "怎么修改密码", "如何修改银行卡密码"),
+    ("bank", "zh", S, "paraphrase", "普卡境外消费手续费", "普卡在国外刷卡有手续费吗"),
+    ("bank", "zh", S, "paraphrase", "最低还款额是多少", "最低还款怎么算"),
+    ("bank", "zh", S, "paraphrase", "怎么冻结银行卡", "如何临时冻结我的卡"),
+    ("bank", "zh", S, "paraphrase", "金卡利率多少", "金卡的年利率是多少"),
+    ("bank", "mixed", S, "lang_mix", "Gold card 年费多少", "金卡年费"),
+    ("bank", "mixed", S, "lang_mix", "Platinum card annual fee 是多少", "白金卡年费"),
+    ("bank", "mixed", S, "lang_mix", "信用卡 lost 了怎么办", "How do I report a lost card?"),
+    ("bank", "mixed", S, "lang_mix", "contactless 限额多少", "What's the contactless limit?"),
+    # --- banking, near misses ---
+    ("bank", "en", D, "entity", "What is the annual fee for the Gold card?", "What is the annual fee for the Platinum card?"),
+    ("bank", "en", D, "entity", "Foreign transaction fee on the credit card", "Foreign transaction fee on the debit card"),
+    ("bank", "en", D, "attribute", "Gold card annual fee", "Gold card late payment fee"),
+    ("bank", "en", D, "attribute", "What's the interest rate on purchases?", "What's the interest rate on cash advances?"),
+    ("bank", "en", D, "modifier", "What is the ATM withdrawal fee?", "What is the ATM withdrawal fee abroad?"),
+    ("bank", "en", D, "negation", "How do I activate my card?", "How do I deactivate my card?"),
+    ("bank", "en", D, "negation", "How do I freeze my card?", "How do I unfreeze my card?"),
+    ("bank", "en", D, "attribute", "How do I freeze my card?", "How do I cancel my card?"),
+    ("bank", "en", D, "negation", "What happens if I pay the full balance?", "What happens if I don't pay the full balance?"),
+    ("bank", "en", D, "time", "What is the annual fee for the Gold card in the first year?", "What is the annual fee for the Gold card after the first year?"),
+    ("bank", "en", D, "time", "What's the contactless limit per transaction?", "What's the contactless limit per day?"),
+    ("bank", "en", D, "quantity", "Can I withdraw $500 at an ATM?", "Can I withdraw $5000 at an ATM?"),
+    ("bank", "en", D, "attribute", "What is the minimum payment?", "What is the minimum credit limit?"),
+    ("bank", "en", D, "modifier", "How long does it take to get a new card?", "How long does it take to get a new card by express delivery?"),
+    ("bank", "en", D, "attribute", "I lost my card, what should I do?", "I lost my PIN, what should I do?"),
+    ("bank", "en", D, "number", "Is the interest-free period 50 days?", "Is the interest-free period 56 days?"),
+    ("bank", "en", D, "entity", "Platinum card cash advance fee", "Classic card cash advance fee"),
+    ("bank", "en", D, "negation", "Can I use my card abroad?", "Why can't I use my card abroad?"),
+    ("bank", "en", D, "attribute", "Is there a fee for a replacement card?", "Is there a fee for an additional card?"),
+    ("bank", "en", D, "unit", "What is the annual fee for the Gold card in dollars?", "What is the annual fee for the Gold card in euros?"),
+    ("bank", "zh", D, "entity", "金卡年费多少", "白金卡年费多少"),
+    ("bank", "zh", D, "entity", "信用卡境外消费手续费", "借记卡境外消费手续费"),
+    ("bank", "zh", D, "attribute", "金卡年费多少", "金卡滞纳金多少"),
+    ("bank", "zh", D, "negation", "怎么冻结银行卡", "怎么解冻银行卡"),
+    ("bank", "zh", D, "attribute", "信用卡丢了怎么办", "信用卡被盗刷了怎么办"),
+    ("bank", "zh", D, "modifier", "取现手续费多少", "境外取现手续费多少"),
+    ("bank", "zh", D, "negation", "按时还款会怎样", "没有按时还款会怎样"),
+    ("bank", "zh", D, "time", "首年年费多少", "第二年年费多少"),
+    ("bank", "zh", D, "quantity", "一次最多取五千吗", "一次最多取五万吗"),
+    ("bank", "zh", D, "attribute", "最低还款额是多少", "最高信用额度是多少"),
+    ("bank", "zh", D, "time", "单笔免密支付限额", "每日免密支付限额"),
+    ("bank", "mixed", D, "entity", "Gold card 年费多少", "Platinum card 年费多少"),
+    ("bank", "mixed", D, "attribute", "信用卡 annual fee", "信用卡 late fee"),
+    ("bank", "mixed", D, "negation", "怎么 freeze 我的卡", "怎么 unfreeze 我的卡"),
+    ("bank", "mixed", D, "modifier", "ATM 取现 fee", "境外 ATM 取现 fee"),
+    # --- e-commerce (more), same answer ---
+    ("shop", "en", S, "paraphrase", "What's the battery capacity of the Xiaomi 14?", "How many mAh is the Xiaomi 14 battery?"),
+    ("shop", "en", S, "paraphrase", "How long does the Galaxy S24 battery last?", "Galaxy S24 battery runtime"),
+    ("shop", "en", S, "paraphrase", "Is the Pixel 8 waterproof?", "Pixel 8 IP rating"),
+    ("shop", "en", S, "unit_default", "How much does the Mate 60 weigh?", "Mate 60 weight in grams"),
+    ("shop", "en", S, "paraphrase", "iPhone 15 Pro screen size", "How big is the iPhone 15 Pro screen?"),
+    ("shop", "en", S, "paraphrase", "Where is order PO20240101999?", "Track my order PO20240101999"),
+    ("shop", "en", S, "paraphrase", "Order SO2024123456 status?", "What's the delivery status of SO2024123456?"),
+    ("shop", "en", S, "paraphrase", "What's the price of the Galaxy S24?", "How much does the Galaxy S24 cost?"),
+    ("shop", "en", S, "paraphrase", "How much does the Pixel 8 cost?", "Price of Google Pixel 8"),
+    ("shop", "en", S, "unit_default", "Xiaomi 14 screen size in inches", "How big is the Xiaomi 14 screen?"),
+    ("shop", "en", S, "paraphrase", "What is the weight of the iPhone 15 Pro?", "How heavy is the iPhone 15 Pro?"),
+    ("shop", "en", S, "paraphrase", "Galaxy S24 charging speed", "How fast does the Galaxy S24 charge?"),
+    ("shop", "en", S, "filler", "Hey, is the Mate 60 water resistant?", "Mate 60 waterproof?"),
+    ("shop", "en", S, "case", "whats the pixel 8 battery capacity", "Pixel 8 battery capacity?"),
+    ("shop", "en", S, "filler", "Price of the Xiaomi 14 please", "Xiaomi 14 price"),
+    ("shop", "en", S, "word_order", "How much is the Galaxy S24", "galaxy s24 how much"),
+    ("shop", "zh", S, "paraphrase", "小米14电池多少毫安", "小米14电池容量"),
+    ("shop", "zh", S, "paraphrase", "三星S24续航怎么样", "三星S24电池能用多久"),
+    ("shop", "zh", S, "paraphrase", "Pixel 8价格", "Pixel 8卖多少钱"),
+    ("shop", "zh", S, "paraphrase", "华为Mate 60多大屏幕", "华为mate60屏幕尺寸"),
+    ("shop", "zh", S, "paraphrase", "苹果15重量多少克", "iPhone 15有多重"),
+    ("shop", "zh", S, "paraphrase", "订单SO2024082233什么时候到", "SO2024082233物流进度"),
+    ("shop", "zh", S, "paraphrase", "三星S24充电多少瓦", "三星S24充电功率"),
+    ("shop", "zh", S, "punctuation", "小米14防水吗？", "小米14防水等级是多少"),
+    ("shop", "mixed", S, "lang_mix", "Pixel 8 的 battery capacity", "Pixel 8 电池容量"),
+    ("shop", "mixed", S, "lang_mix", "iPhone 15 Pro 多少 grams", "iPhone 15 Pro weight"),
+    ("shop", "mixed", S, "lang_mix", "订单 SO2024082233 status", "SO2024082233 到哪了"),
+    # --- e-commerce (more), near misses ---
+    ("shop", "en", D, "entity", "Galaxy S24 price", "Galaxy S24 Plus price"),
+    ("shop", "en", D, "entity", "Pixel 8 battery life", "Pixel 8 Pro battery life"),
+    ("shop", "en", D, "entity", "Xiaomi 14 weight", "Xiaomi 14 Ultra weight"),
+    ("shop", "en", D, "entity", "iPhone 15 screen size", "iPhone 15 Plus screen size"),
+    ("shop", "en", D, "id", "Track order PO20240101999", "Track order PO20240101998"),
+    ("shop", "en", D, "attribute", "Galaxy S24 battery capacity", "Galaxy S24 camera resolution"),
+    ("shop", "en", D, "modifier", "Is the Pixel 8 waterproof?", "Is the Pixel 8 case waterproof?"),
+    ("shop", "en", D, "negation", "Does the Mate 60 support fast charging?", "Why doesn't the Mate 60 support fast charging?"),
+    ("shop", "en", D, "quantity", "How much is one iPhone 15 Pro?", "How much are ten iPhone 15 Pro?"),
+    ("shop", "en", D, "time", "What was the price of the Galaxy S24 last year?", "What is the price of the Galaxy S24?"),
+    ("shop", "en", D, "modifier", "How much is the Pixel 8 refurbished?", "How much is the Pixel 8?"),
+    ("shop", "en", D, "number", "Xiaomi 14 price with 512GB", "Xiaomi 14 price with 256GB"),
+    ("shop", "en", D, "attribute", "Where is my order SO2024123456?", "Can I change the address of order SO2024123456?"),
+    ("shop", "en", D, "modifier", "Mate 60 charging power", "Mate 60 wireless charging power"),
+    ("shop", "en", D, "unit", "Xiaomi 14 screen size in inches", "Xiaomi 14 screen size in centimetres"),
+    ("shop", "en", D, "attribute", "What's the return window?", "What's the exchange window?"),
+    ("shop", "zh", D, "entity", "三星S24价格", "三星S24 Ultra价格"),
+    ("shop", "zh", D, "entity", "小米14续航", "小米14 Pro续航"),
+    ("shop", "zh", D, "id", "订单SO2024082233什么时候到", "订单SO2024082332什么时候到"),
+    ("shop", "zh", D, "attribute", "Pixel 8防水吗", "Pixel 8防摔吗"),
+    ("shop", "zh", D, "modifier", "苹果15多重", "苹果15包装盒多重"),
+    ("shop", "zh", D, "time", "华为mate60现在多少钱", "华为mate60双十一多少钱"),
+    ("shop", "zh", D, "quantity", "买两部小米14多少钱", "买一部小米14多少钱"),
+    ("shop", "zh", D, "negation", "iPhone 15支持快充吗", "iPhone 15不支持快充吗"),
+    ("shop", "mixed", D, "modifier", "Galaxy S24 的 price", "Galaxy S24 的 repair price"),
+    ("shop", "mixed", D, "attribute", "小米14 battery capacity", "小米14 charging power"),
+    ("shop", "mixed", D, "entity", "iPhone 15 screen size 多大", "iPhone 15 Pro screen size 多大"),
+    # --- airline (more), same answer ---
+    ("air", "en", S, "paraphrase", "What is the checked baggage allowance in premium economy?", "Premium economy baggage allowance"),
+    ("air", "en", S, "paraphrase", "How much carry-on can I bring in first class?", "First class hand luggage allowance"),
+    ("air", "en", S, "paraphrase", "Is flight CZ3101 delayed?", "CZ3101 flight status"),
+    ("air", "en", S, "paraphrase", "Flight status BA39", "Is BA39 on time?"),
+    ("air", "en", S, "paraphrase", "What's the refund policy for premium economy?", "Premium economy refund rules"),
+    ("air", "en", S, "paraphrase", "How much does it cost to change a business class ticket?", "Business class change fee"),
+    ("air", "en", S, "paraphrase", "When can I check in online?", "When does online check-in open?"),
+    ("air", "en", S, "paraphrase", "What's the business class luggage allowance?", "How many bags can I check in business class?"),
+    ("air", "en", S, "paraphrase", "Can I get a refund on a first class ticket?", "First class refund policy"),
+    ("air", "en", S, "case", "flight status ua888", "Flight status UA888"),
+    ("air", "en", S, "paraphrase", "Economy baggage allowance?", "How much luggage can I check in economy?"),
+    ("air", "en", S, "filler", "Hello! What is the change fee for premium economy?", "Premium economy change fee"),
+    ("air", "en", S, "spacing", "Status of flight MU 5101", "MU5101 flight status"),
+    ("air", "en", S, "paraphrase", "What's the economy cabin bag limit?", "Economy carry-on allowance"),
+    ("air", "zh", S, "paraphrase", "超级经济舱行李额多少", "超级经济舱免费托运行李额"),
+    ("air", "zh", S, "paraphrase", "头等舱手提行李限额", "头等舱可以带多少随身行李"),
+    ("air", "zh", S, "paraphrase", "CZ3101航班准点吗", "CZ3101航班状态"),
+    ("air", "zh", S, "paraphrase", "商务舱改签手续费多少", "商务舱改签费"),
+    ("air", "zh", S, "paraphrase", "经济舱退票规定", "经济舱退票政策是什么"),
+    ("air", "zh", S, "paraphrase", "网上值机什么时候开始", "值机时间"),
+    ("air", "zh", S, "paraphrase", "航班MU5101现在什么状态", "MU5101航班动态"),
+    ("air", "mixed", S, "lang_mix", "business class 行李额多少", "商务舱行李额"),
+    ("air", "mixed", S, "lang_mix", "CZ3101 航班状态", "CZ3101 flight status"),
+    ("air", "mixed", S, "lang_mix", "first class 改签费", "头等舱改签费"),
+    ("air", "mixed", S, "lang_mix", "premium economy refund policy", "超级经济舱退票政策"),
+    # --- airline (more), near misses ---
+    ("air", "en", D, "entity", "Premium economy baggage allowance", "Economy baggage allowance"),
+    ("air", "en", D, "id", "Flight status CZ3101", "Flight status CZ3110"),
+    ("air", "en", D, "id", "Is BA39 on time?", "Is BA38 on time?"),
+    ("air", "en", D, "attribute", "Business class change fee", "Business class upgrade fee"),
+    ("air", "en", D, "attribute", "First class refund policy", "First class seat selection fee"),
+    ("air", "en", D, "modifier", "Economy baggage allowance", "Economy baggage allowance for domestic flights"),
+    ("air", "en", D, "quantity", "Can I check two bags in business class?", "Can I check four bags in business class?"),
+    ("air", "en", D, "negation", "Can I change my economy ticket?", "Why can't I change my economy ticket?"),
+    ("air", "en", D, "modifier", "When does check-in open?", "When does check-in open for flights from the US?"),
+    ("air", "en", D, "date", "CA981 flight status today", "CA981 flight status tomorrow"),
+    ("air", "en", D, "attribute", "Carry-on weight limit in kg for economy", "Carry-on size limit in cm for economy"),
+    ("air", "en", D, "modifier", "What is the refund policy for economy?", "What is the refund policy for economy if I miss my flight?"),
+    ("air", "en", D, "order", "Is there a direct flight from Shanghai to Paris?", "Is there a direct flight from Paris to Shanghai?"),
+    ("air", "en", D, "attribute", "UA888 flight status", "UA888 gate number"),
+    ("air", "zh", D, "entity", "超级经济舱行李额", "经济舱行李额"),
+    ("air", "zh", D, "id", "CZ3101航班状态", "CZ3011航班状态"),
+    ("air", "zh", D, "date", "CA981今天准点吗", "CA981明天准点吗"),
+    ("air", "zh", D, "quantity", "经济舱可以托运一件行李吗", "经济舱可以托运两件行李吗"),
+    ("air", "zh", D, "attribute", "商务舱改签费", "商务舱升舱费"),
+    ("air", "zh", D, "negation", "经济舱可以改签吗", "经济舱不能改签吗"),
+    ("air", "zh", D, "modifier", "头等舱行李额", "头等舱婴儿行李额"),
+    ("air", "mixed", D, "attribute", "first class 行李额", "first class 退票政策"),
+    ("air", "mixed", D, "id", "CZ3101 航班状态", "CZ3110 航班状态"),
+    ("air", "mixed", D, "entity", "economy 改签费", "business 改签费"),
+    ("air", "mixed", D, "order", "上海到巴黎 flights", "巴黎到上海 flights"),
+]  # fmt: skip
+
+POLICY = {
+    "shop": "config/examples/semantic-ecommerce.yaml",
+    "air": "config/examples/semantic-airline.yaml",
+    "tel": "config/examples/semantic-telecom.yaml",
+    "bank": "config/examples/semantic-banking.yaml",
+}
+
+
+def split_of(n: int, seed: int) -> list[str]:
+    """``tune``/``heldout`` for n pairs: one shuffle of this seed, the first 40 % held out."""
+    order = list(range(n))
+    random.Random(seed).shuffle(order)
+    heldout = set(order[: round(n * HELDOUT_SHARE)])
+    return ["heldout" if i in heldout else "tune" for i in range(n)]
 
 
 def rows() -> list[dict[str, str]]:
-    order = list(range(len(PAIRS)))
-    random.Random(SEED).shuffle(order)
-    heldout = set(order[: round(len(PAIRS) * HELDOUT_SHARE)])
+    # Each round keeps its own draw, so adding round 2 moved no pair of round 1 between splits.
+    splits = [(s, SEED) for s in split_of(len(PAIRS), SEED)] + [
+        (s, SEED_2) for s in split_of(len(PAIRS_2), SEED_2)
+    ]
     out = []
-    for i, (domain, lang, label, kind, cached, probe) in enumerate(PAIRS):
+    for i, ((domain, lang, label, kind, cached, probe), (split, seed)) in enumerate(
+        zip(PAIRS + PAIRS_2, splits, strict=True)
+    ):
         out.append(
             {
-                "id": f"{domain}-{i:03d}", "split": "heldout" if i in heldout else "tune", "seed": SEED,
+                "id": f"{domain}-{i:03d}", "split": split, "seed": seed, "round": 1 if i < len(PAIRS) else 2,
                 "domain": domain, "policy": POLICY[domain], "lang": lang, "label": label, "kind": kind,
                 "cached": cached, "probe": probe,
             }
@@ -207,7 +494,7 @@ def rows() -> list[dict[str, str]]:
 
 def main() -> None:
     OUT.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows()))
-    print(f"{OUT}: {len(PAIRS)} pairs")
+    print(f"{OUT}: {len(PAIRS) + len(PAIRS_2)} pairs")
 
 
 if __name__ == "__main__":

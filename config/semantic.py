@@ -246,6 +246,15 @@ class GuardConfig(_Strict):
         True, description="named entities: dictionary values, model codes, Capitalised words"
     )
     slots: bool = Field(True, description="the fingerprint's intent and slots, when it has them")
+    compatible: bool = Field(
+        True,
+        description="also serve, at or above the threshold, a candidate whose fingerprint is equal but for "
+        "unexplained words that are harmless (articles, pronouns, politeness, asking verbs) and in order",
+    )
+    languages: list[Literal["en", "zh"]] = Field(
+        default_factory=lambda: ["en"],
+        description="languages the embedding model covers (en, zh): the compatible rule serves no other",
+    )
     negation_terms: list[str] = Field(
         default_factory=lambda: [
             "not", "no", "never", "none", "without", "dont", "doesnt", "didnt", "isnt", "arent", "wasnt",

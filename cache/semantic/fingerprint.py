@@ -42,6 +42,10 @@ class Fingerprint:
     found: tuple[tuple[str, str], ...]  # every (slot, value) seen, complete or not (invalidation tags)
     covered: frozenset[str]  # the words inside the slots' matches (guard features)
     missing: str | None  # None: complete; else why not (a metric label)
+    # Only when words alone keep it incomplete (``unexplained_words``): what it would be without them
+    # (intent, slots, constraints) and those words in order. The guarded mode's compatible rule reads them.
+    partial: tuple[str, tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]] | None = None
+    residual: tuple[str, ...] = ()
 
     @property
     def complete(self) -> bool:
@@ -113,12 +117,13 @@ def fingerprint(
     spans = [(f.start, f.end) for f in (*found_slots, *found_constraints)]
     spans += [(m.start, m.end) for m in intent_hits]
     spans += [(m.start, m.end) for m in fillers.find(text)]
-    if len(residual_words(text, spans)) > max_residual_words:
-        return incomplete("unexplained_words", intent)
+    rest = residual_words(text, spans)
     merged = {**intents.defaults[intent], **constraint_values}
-    return Fingerprint(
-        intent, tuple(sorted(slot_values.items())), tuple(sorted(merged.items())), lang, seen, covered, None
-    )
+    slots_t, constraints_t = tuple(sorted(slot_values.items())), tuple(sorted(merged.items()))
+    if len(rest) > max_residual_words:
+        partial = (intent, slots_t, constraints_t)
+        return Fingerprint(intent, (), (), lang, seen, covered, "unexplained_words", partial, tuple(rest))
+    return Fingerprint(intent, slots_t, constraints_t, lang, seen, covered, None)
 
 
 def _digest(salt: str | bytes, *parts: bytes) -> str:

@@ -19,6 +19,15 @@ London→Beijing 0.996), and features alone miss what the fingerprint's complete
 unexplained word ("resolution" vs "size", "days" vs "hours" when only one side names a unit, the order
 of two cities). On the independent set's tuning split the features alone let 16 of 49 near misses through at 0.9.
 
+The compatible rule (issue 25, second pass): with the rule above alone, the embedding never adds a hit
+(guarded recall == fingerprint recall). So a candidate is also served when its similarity is at or
+above the threshold and its fingerprint is *compatible*: the same intent, slots and constraints (and
+language), incomplete only because some words are unexplained, and the words one question has and the
+other lacks are all harmless (``vocab.SIMILARITY_SAFE``), the words both have come in the same order,
+and the question is in a language the embedding model covers (``languages``: an English-only model
+scores Chinese questions near 1.0 whatever they ask). The embedding then decides only between
+questions that, as far as every rule can tell, ask the same thing.
+
 Numbers include spelled-out ones (``three``, ``两``: "three phones" vs "one phone"), negations ``non``
 (``non-refundable``), and entities are compared case-insensitively, all-capital words being shouting,
 not names ("IPHONE 15 PRICE???" is "iphone 15 price").
@@ -28,12 +37,13 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections import Counter
 from dataclasses import dataclass
 
 from cache.semantic.fingerprint import Fingerprint
 from cache.semantic.terms import TermMatcher
 from cache.semantic.values import number
-from cache.semantic.vocab import NUMBER_WORDS
+from cache.semantic.vocab import NOT_NUMBERS, NUMBER_WORDS, SIMILARITY_SAFE
 from config.semantic import GuardConfig
 
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
@@ -58,6 +68,9 @@ class GuardFeatures:
     intent: str | None  # the intent the fingerprint recognised, complete or not
     slots: tuple[tuple[str, str], ...] | None  # the fingerprint's slots when it is complete
     meaning: tuple[object, ...] | None  # (intent, slots, constraints, lang) when complete, else None
+    # (intent, slots, constraints, lang) when complete or incomplete only by unexplained words
+    partial: tuple[object, ...] | None = None
+    residual: tuple[str, ...] = ()  # the unexplained words, in order
 
 
 def guard_features(raw: str, text: str, fp: Fingerprint, negations: TermMatcher) -> GuardFeatures:
@@ -79,11 +92,16 @@ def guard_features(raw: str, text: str, fp: Fingerprint, negations: TermMatcher)
         )
     )
     meaning = (fp.intent, fp.slots, fp.constraints, fp.lang) if fp.complete else None
-    return GuardFeatures(numbers, neg, entities, fp.intent, fp.slots if fp.complete else None, meaning)
+    partial = meaning if meaning is not None else (*fp.partial, fp.lang) if fp.partial is not None else None
+    slots = fp.slots if fp.complete else None
+    return GuardFeatures(numbers, neg, entities, fp.intent, slots, meaning, partial, fp.residual)
 
 
 def _number_words(text: str, fp: Fingerprint) -> list[str]:
-    """Spelled-out numbers outside the slots' matches (``一`` in ``一台``; not the ``十`` of ``iphone十五``)."""
+    """Spelled-out numbers outside the slots' matches (``一`` in ``一台``; not the ``十`` of ``iphone十五``,
+    nor the ``一`` of ``查一下``: ``NOT_NUMBERS``)."""
+    for word in NOT_NUMBERS:
+        text = text.replace(word, " ")
     return [m.group() for m in _NUMBER_WORD.finditer(text) if not any(m.group() in w for w in fp.covered)]
 
 
@@ -107,8 +125,26 @@ def veto(a: GuardFeatures, b: GuardFeatures, cfg: GuardConfig) -> str | None:
         return "intent"
     if cfg.slots and a.slots is not None and b.slots is not None and a.slots != b.slots:
         return "slots"
-    if cfg.slots and (a.meaning is None or b.meaning is None):
+    if not cfg.slots:
+        return None
+    if a.meaning is not None and b.meaning is not None:
+        return None if a.meaning == b.meaning else "meaning"
+    if not cfg.compatible or a.partial is None or b.partial is None:
         return "unverified"
-    if cfg.slots and a.meaning != b.meaning:
+    if a.partial != b.partial:
         return "meaning"
+    if a.partial[3] not in cfg.languages:
+        return "language"
+    return _unexplained(a.residual, b.residual)
+
+
+def _unexplained(a: tuple[str, ...], b: tuple[str, ...]) -> str | None:
+    """Whether two questions' unexplained words are compatible: those only one has are harmless, and
+    those both have come in the same order."""
+    ca, cb = Counter(a), Counter(b)
+    if any(w not in SIMILARITY_SAFE for w in (ca - cb) + (cb - ca)):
+        return "unexplained"
+    shared = ca & cb
+    if [w for w in a if w in shared] != [w for w in b if w in shared]:
+        return "order"
     return None

@@ -14,6 +14,14 @@ never ignored (``SemanticRoute`` drops it from its filler list; ``check-config``
   places), a negation (``NEGATIONS``) or a number word (``NUMBER_WORDS``).
 
 Greetings and politeness (``GREETINGS``) are fillers of every route: they never change an answer.
+
+``SIMILARITY_SAFE`` is what the guarded embedding mode lets two questions differ by when no rule explains
+those words (``guards.veto``, rule ``compatible``): articles, pronouns, auxiliaries, politeness and
+asking verbs, and the question words that only ask for the amount the intent already names (``what``,
+``how``, ``much``, ``many``: "How much is the minimum repayment?" is "What is the minimum payment?").
+Not the question words that change what is asked (``how long``, ``when``, ``where``, ``why``),
+prepositions (``from`` is not ``to``), quantities or anything in ``CONTENT_WORDS``: a word that can
+change the answer never differs.
 """
 
 from __future__ import annotations
@@ -58,6 +66,8 @@ NUMBER_WORDS = {
     "零": "0", "一": "1", "两": "2", "二": "2", "三": "3", "四": "4", "五": "5", "六": "6", "七": "7",
     "八": "8", "九": "9", "十": "10", "百": "100", "千": "1000", "万": "10000",
 }  # fmt: skip
+# Chinese words written with a number character that name no quantity (查一下 "have a look").
+NOT_NUMBERS = ("一下", "一般", "一些", "一直", "一起", "一样")
 CONTENT_WORDS = _set(
     """battery batteries charge charger charging cable case cover strap screen display camera lens
     box accessory accessories part parts keyboard headphones earbuds adapter
@@ -73,6 +83,16 @@ CONTENT_WORDS = _set(
     """电池 充电 充电器 数据线 壳 手机壳 保护壳 屏幕 摄像头 镜头 盒子 配件 耳机 价格 钱 费 运费 维修 保修 退货
     换货 退款 退票 改签 取消 订阅 押金 折扣 优惠 新 二手 翻新 拆封 损坏 尺寸 重量 颜色 存储 内存 容量 分辨率
     速度 功率 寿命 时间 国际 国内 斤 克 公斤 小时 天 年"""
+)
+
+
+SIMILARITY_SAFE = _set(
+    """a an the this that these those it its i me my you your we our us they their
+    is are was were be been am do does did have has had can could would should may might
+    what whats how much many include includes included
+    please kindly tell know want like wondering wonder get give show let see find check need
+    just also exactly actually really any some ok okay thanks thank hi hello hey quick question
+    s t d ll re ve"""
 )
 
 

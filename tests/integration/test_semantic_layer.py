@@ -271,6 +271,28 @@ async def test_guards_veto_a_negation_at_similarity_one(constant_embedder: str) 
         assert (await ask(layer, "broken")).reason == "embedder_malformed"
 
 
+async def test_a_compatible_candidate_is_served_through_the_layer_and_a_near_miss_is_not(
+    constant_embedder: str,
+) -> None:
+    """The compatible rule on the request path (similarity 1.0 for every pair): a question the fingerprint
+    cannot key ("kindly" is no filler) is served from its harmless paraphrase; a content word, an unknown
+    word or Chinese is refused whatever the similarity."""
+    emb_cfg = EmbeddingConfig(url=constant_embedder, model="m", threshold=0.95)
+    route = SemanticRoute(CFG.model_copy(update={"mode": "embedding", "embedding": emb_cfg}), b"tags")
+    async with aiohttp.ClientSession() as session:
+        embedder = Embedder(session, constant_embedder, "m")
+        layer = SemanticLayer({MODEL: route}, MemorySemanticStore(), {MODEL: embedder})
+        await remember(layer, "Kindly tell me the Pixel 8 weight")
+        hit = await ask(layer, "Pixel 8 weight")
+        assert hit.outcome == "hit" and hit.similarity == pytest.approx(1.0)
+        for near in ("Pixel 8 case weight", "Pixel 8 weight in winter"):
+            found = await ask(layer, near)
+            assert found.outcome == "miss" and found.vetoes == ["unexplained"], near
+        await remember(layer, "Pixel 8 重量 kindly")
+        found = await ask(layer, "Pixel 8 重量")
+        assert found.outcome == "miss" and "language" in found.vetoes
+
+
 # --- named limits ---
 
 

@@ -265,6 +265,8 @@ class Sketch:
             msgs = np.zeros(len(ends), dtype=np.int16)
             roles = np.full(len(ends), PROMPT_ROLE, dtype=np.int8)
             msg_starts = np.zeros(1, dtype=np.int32)
+        for arr in (hashes, tok_starts, tok_ends, msgs, roles, msg_starts):
+            arr.flags.writeable = False  # snapshots share them with a pricing thread: never written again
         obs = Observed(
             now, prompt_tokens, marked_tokens, hashes, tok_starts, tok_ends, msgs, roles, msg_starts
         )

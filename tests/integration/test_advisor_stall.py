@@ -4,12 +4,16 @@ A real gateway process (``prefix-gateway serve``, advisor at sample rate 1) in f
 gets one long conversation (150 turns re-sending a growing history: the ring's most expensive replay,
 about 1.3 s in-process on this machine); then ``GET /admin/advice`` asks for its first advice while a
 probe requests ``/health`` every 20 ms. Before the replay moved off the event loop the longest gap
-between two probe answers was the whole replay (measured 1.3-2.6 s); the bound is ``MAX_STALL_S``.
+between two probe answers was the whole replay (measured 1.7 s); with the replay in a worker thread,
+50-68 ms (a process pool: 85 ms, and 1-2 s more to start it). The bound: ``MAX_STALL_S`` above the
+probe's own longest gap over 40 answers before the advice (this 2-core machine is shared: up to
+112 ms measured with nothing computing).
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from pathlib import Path
 
@@ -50,7 +54,10 @@ async def _probe(session: aiohttp.ClientSession, url: str, answers: list[float],
 @pytest.mark.slow
 async def test_health_answers_while_advice_is_computed(tmp_path: Path) -> None:
     sim, urls = await asyncio.to_thread(
-        start_sim, 1, extra=["--speed", "0", "--kv-capacity-blocks", "65536"], log_path=str(tmp_path / "sim.log")
+        start_sim,
+        1,
+        extra=["--speed", "0", "--kv-capacity-blocks", "65536"],
+        log_path=str(tmp_path / "sim.log"),
     )
     gw = None
     try:
@@ -68,7 +75,7 @@ async def test_health_answers_while_advice_is_computed(tmp_path: Path) -> None:
             answers: list[float] = []
             stop = asyncio.Event()
             probe = asyncio.create_task(_probe(session, gw.url, answers, stop))
-            while len(answers) < 3:  # the probe runs before advice is asked for
+            while len(answers) < 40:  # the probe's own longest gap, on this (shared) machine, first
                 await asyncio.sleep(PROBE_EVERY_S)
             started = time.perf_counter()
             async with session.get(
@@ -82,13 +89,19 @@ async def test_health_answers_while_advice_is_computed(tmp_path: Path) -> None:
             await probe
         (tenant,) = doc["advice"]["tenants"]
         (model,) = tenant["models"]
-        assert model["observed"]["requests"] == REQUESTS  # the advice replayed the whole ring
+        assert model["observed"]["requests"] == REQUESTS
+        assert model["priced"]["requests"] == REQUESTS and not model["priced"]["computing"]  # whole ring
         around = [t for t in answers if t >= started]
         around.insert(0, max(t for t in answers if t < started))
         assert around[-1] > ended, "the probe stopped before the advice was answered"
-        stall = max(b - a for a, b in zip(around, around[1:], strict=False))
+        stall = max(b - a for a, b in itertools.pairwise(around))
+        before = [t for t in answers if t < started]
+        noise = max(b - a for a, b in itertools.pairwise(before))
         assert ended - started > 0.2, "the advice was not computed during this request"
-        assert stall <= MAX_STALL_S, f"/health waited {stall * 1000:.0f} ms while advice was computed"
+        assert stall <= MAX_STALL_S + noise, (
+            f"/health waited {stall * 1000:.0f} ms while advice was computed "
+            f"(its longest wait before: {noise * 1000:.0f} ms)"
+        )
     finally:
         if gw is not None:
             await asyncio.to_thread(gw.stop)

@@ -69,7 +69,6 @@ def specs_from_policy(policy: Policy) -> dict[str, ModelSpec]:
             block_size=routing.block_size,
             positions=max(1, routing.max_prefix_tokens // routing.block_size),
             table_slots=cfg.table_slots,
-            top_chunks=cfg.top_chunks,
             chunk_bytes=cfg.chunk_bytes,
             max_prompt_bytes=cfg.max_prompt_bytes,
             explicit_ttl_s=rules.explicit_ttl_s,

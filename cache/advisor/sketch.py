@@ -53,7 +53,6 @@ class SketchShape:
     block_size: int
     positions: int  # block positions counted (routing max_prefix_tokens // block_size)
     table_slots: int  # power of two
-    top_chunks: int
     chunk_bytes: int
     max_prompt_bytes: int
     explicit_ttl_s: float

@@ -307,8 +307,11 @@ class _SortedGroup:
     neighbours, so it is in no stable chunk: such blocks at the ends of the shuffled run were billed as
     variable content, and the estimate of a shuffled glossary was 0.45-0.63 of the saving, issue 26).
 
-    A request's region runs from the end of the last stable chunk before its first group chunk to the
-    first stable chunk after its last group chunk, or the end of that chunk's message if sooner. Its
+    A request's region runs from the end of the last *frame* chunk before its first group chunk to the
+    first frame chunk after its last group chunk, or the end of that chunk's message if sooner; frame
+    chunks are the stable chunks outside the group in (nearly) every request (the instructions around
+    the run): a stable chunk of one block that missed the group (in a share of requests only, as its
+    start depends on the block before) is no boundary. Its
     length is the same in every request when the region holds the shuffled blocks only (a permutation
     of one set: ``region_tokens``, the median); a request whose region is longer or shorter by more
     than ``tolerance`` has something else there (the user's text, a stamp) and keeps the narrower
@@ -318,32 +321,35 @@ class _SortedGroup:
     head: tuple[tuple[int, int], ...]  # (hash, tokens)
     region_tokens: int
     tolerance: int
+    frame: frozenset[int]  # stable chunks outside the group in (nearly) every request that has it
 
 
-def _region(r: _Req, group: set[int], stable: set[int]) -> tuple[int, int, int, int] | None:
-    """(first unit, end unit, start token, end token) of the request's group region (``_SortedGroup``)."""
+def _region(r: _Req, group: set[int], frame: frozenset[int]) -> tuple[int, int, int, int] | None:
+    """(first unit, end unit, start token, end token) of the request's group region (``_SortedGroup``);
+    ``frame``: the chunks that bound it."""
     units = r.units
     idx = [i for i, u in enumerate(units) if u[0] in group]
     if not idx:
         return None
     a, b = idx[0], idx[-1] + 1
-    while a > 0 and units[a - 1][0] not in stable:
+    while a > 0 and units[a - 1][0] not in frame:
         a -= 1
     msg = units[b - 1][2]
     starts = r.obs.message_starts
     end_tok = int(starts[msg + 1]) if msg + 1 < len(starts) else r.obs.prompt_tokens  # msg -1: tools
-    while b < len(units) and units[b][0] not in stable and units[b][4] < end_tok:
+    while b < len(units) and units[b][0] not in frame and units[b][4] < end_tok:
         b += 1
-    if b < len(units) and units[b][0] in stable:
+    if b < len(units) and units[b][0] in frame:
         end_tok = min(end_tok, units[b][4])
     start_tok = units[a][4] if a < len(units) else r.obs.prompt_tokens
     return a, b, start_tok, end_tok
 
 
 def _group_layout(reqs: list[_Req], group: set[int], stable: set[int], counts: Counter[int]) -> _SortedGroup:
-    regions = [(r, _region(r, group, stable)) for r in reqs]
-    having = [(r, g) for r, g in regions if g is not None]
-    always = 0.95 * len(having)
+    with_group = [r for r in reqs if any(u[0] in group for u in r.units)]
+    always = 0.95 * len(with_group)
+    frame = frozenset(h for h in stable if h not in group and counts[h] >= always)
+    having = [(r, g) for r in with_group if (g := _region(r, group, frame)) is not None]
     tokens: dict[int, Counter[int]] = {}
     for r, _ in having:
         for u in r.units:
@@ -352,7 +358,7 @@ def _group_layout(reqs: list[_Req], group: set[int], stable: set[int], counts: C
     head = tuple(sorted((h, c.most_common(1)[0][0]) for h, c in tokens.items()))
     lengths = sorted(g[3] - g[2] for _, g in having)
     median = lengths[len(lengths) // 2] if lengths else 0
-    return _SortedGroup(head, median, max(4, median // 100))
+    return _SortedGroup(head, median, max(4, median // 100), frame)
 
 
 def _sorted_group(
@@ -361,7 +367,7 @@ def _sorted_group(
     """The request with its group in the advised order: its region (or extent) becomes the sorted head,
     then one glue unit for the rest of its tokens; a chunk running past the region's end keeps its
     tokens past it (with its own hash: what follows still varies)."""
-    region = _region(r, group, stable)
+    region = _region(r, group, layout.frame)
     if region is None:
         return r.units
     a, b, start_tok, end_tok = region

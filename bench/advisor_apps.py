@@ -237,6 +237,28 @@ def apps(seed: int) -> list[App]:
         return _body([_sys(rag2_instr, v), _user(f"Context:\n{ps}\n\nQuestion: {rag_q[i % 1000]}")])
 
     out.append(App("rag_well_laid_out", rag_good, None, held_out=True))
+
+    # -- tuning, added after the held-out apps (its own generator: the apps above are unchanged) -------
+
+    # 11. Glossary bot: instructions, then 40 short glossary entries (10-30 tokens each) shuffled per
+    # request (drawn from a set), then the user's question. Written after fewshot_shuffled's estimate
+    # fell short (issue 26), to find why on an app the advisor may be tuned on: shuffled blocks of
+    # another shape (shorter, more of them, one separator).
+    grng = random.Random(seed * 104_729 + 11)
+    ggen = TextGen(grng)
+    gl_instr = ggen.text(400)
+    entries = [f"- {ggen.text(2).strip()}: {ggen.text(grng.randint(10, 30))}" for _ in range(40)]
+    gl_q = [ggen.tokens(15, 60) for _ in range(1000)]
+
+    def glossary(i: int, v: str) -> Body:
+        es = list(entries)
+        if "fixed" in v:
+            es.sort()
+        else:
+            random.Random(seed * 9_000_011 + i).shuffle(es)
+        return _body([_sys(gl_instr + "\nGlossary:\n" + "\n".join(es), v), _user(gl_q[i % 1000])])
+
+    out.append(App("glossary_shuffled", glossary, "reorder"))
     return out
 
 

@@ -7,6 +7,8 @@ tenant's own billing rules. Every size here bounds memory or request-path cost; 
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
@@ -36,12 +38,6 @@ class AdvisorConfig(BaseModel):
         ge=256,
         le=1 << 22,
         description="slots of a sketch's table of recent block hashes (rounded up to a power of two)",
-    )
-    top_chunks: int = Field(
-        512,
-        ge=16,
-        le=65_536,
-        description="unused since the ring of recent requests (recent_requests, recent_chunks); accepted for old policies",
     )
     recent_requests: int = Field(
         256,
@@ -73,6 +69,18 @@ class AdvisorConfig(BaseModel):
         le=100,
         description="a finding must save at least this % of its (tenant, model)'s input cost",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _removed(cls, data: Any) -> Any:
+        """``top_chunks`` sized the chunk summary the ring of recent requests replaced (issue 26); a
+        policy that still sets it would believe it bounds something, so it is refused, not ignored."""
+        if isinstance(data, dict) and "top_chunks" in data:
+            raise ValueError(
+                "advisor.top_chunks was removed: the chunk summary it sized is gone; the ring of recent "
+                "requests is bounded by advisor.recent_requests and advisor.recent_chunks (delete top_chunks)"
+            )
+        return data
 
     @model_validator(mode="after")
     def _chunk_fits(self) -> AdvisorConfig:

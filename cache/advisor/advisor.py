@@ -12,10 +12,26 @@ snapshot and restarted, so advice follows the tenant's current layout within a w
 
 Findings come from the current sketch once it has ``min_requests`` observations, else from the last
 complete window. Nothing here does I/O; ``clock`` and ``rand`` are injectable for tests.
+
+Pricing off the event loop. Findings replay the ring of recent requests through the billing rules
+(``cache.advisor.replay``): 0.3-2.4 s for a full ring of long prompts. Run on the event loop, that
+replay stalled every request of the process for as long (``/health`` unanswered for 1.7 s,
+``tests/integration/test_advisor_stall.py``). ``advice_async`` runs it in a worker thread
+(``asyncio.to_thread``) on the ``Snapshot``, which is immutable (tuples, frozen dataclasses, read-only
+arrays that the sketch never writes again), so ``observe`` goes on appending to the live sketch while
+the worker reads. A thread, not a process pool: the replay holds the GIL, but the interpreter hands it
+to the loop every switch interval (5 ms), so the loop's longest wait stays a few switch intervals
+(``/health``'s longest gap measured by the same test: see docs/advisor.md), with no pickling of a
+2 MB ring and no process to keep. One computation at a time (a lock): a second replay in parallel
+would only share the same GIL. While one runs, requests are answered from the cached findings (the
+document says ``computing`` and what they were priced on); only a (tenant, model) with no findings of
+its current window yet waits for its computation (off the loop).
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import random
 import time
 from collections import OrderedDict
@@ -31,6 +47,8 @@ from config.advisor import AdvisorConfig
 
 if TYPE_CHECKING:
     from config.policy import Policy
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +69,6 @@ def specs_from_policy(policy: Policy) -> dict[str, ModelSpec]:
             block_size=routing.block_size,
             positions=max(1, routing.max_prefix_tokens // routing.block_size),
             table_slots=cfg.table_slots,
-            top_chunks=cfg.top_chunks,
             chunk_bytes=cfg.chunk_bytes,
             max_prompt_bytes=cfg.max_prompt_bytes,
             explicit_ttl_s=rules.explicit_ttl_s,
@@ -77,6 +94,25 @@ Key = tuple[str, str]  # tenant, model
 REPRICE_S = 60.0  # findings are priced again at least this often while traffic comes
 
 
+@dataclass(frozen=True, slots=True)
+class Priced:
+    """A snapshot's findings and what they were priced on."""
+
+    started_at: float  # the window's start
+    requests: int
+    at: float  # the snapshot's end
+    findings: tuple[Finding, ...]
+
+    def fresh_for(self, snap: Snapshot) -> bool:
+        """Whether these findings stand for ``snap``: same window, under a tenth more requests, and priced
+        less than ``REPRICE_S`` before it."""
+        return (
+            self.started_at == snap.started_at
+            and snap.requests < max(self.requests + 1, self.requests * 1.1)
+            and snap.ended_at - self.at < REPRICE_S
+        )
+
+
 class Advisor:
     def __init__(
         self,
@@ -95,8 +131,10 @@ class Advisor:
         self.observed = 0
         self.sketches_dropped = 0
         # Findings replay the ring of recent requests (tens of ms to seconds): kept per (tenant, model),
-        # priced again as ``_price`` says, not at each scrape of /metrics.
-        self._priced: dict[Key, tuple[tuple[float, int, float], list[Finding]]] = {}
+        # priced again as ``Priced.fresh_for`` says, not at each scrape of /metrics.
+        self._priced: dict[Key, Priced] = {}
+        self._computing: dict[Key, asyncio.Task[Priced]] = {}
+        self._one_at_a_time = asyncio.Lock()
 
     @classmethod
     def from_policy(cls, policy: Policy, **kw: Any) -> Advisor:
@@ -202,37 +240,93 @@ class Advisor:
         return out
 
     def _price(self, snap: Snapshot, p: Pricing) -> list[Finding]:
-        """Findings of a snapshot, priced again only when its window restarted, its requests grew by a
-        tenth, or ``REPRICE_S`` passed: a replay of a full ring takes up to a few seconds on the event
-        loop (a ring of 150 conversations of 12,000 tokens: about 3 s on this 2-core machine)."""
+        return list(self._priced_now(snap, p).findings)
+
+    def _priced_now(self, snap: Snapshot, p: Pricing) -> Priced:
+        """Findings of a snapshot, priced again (here, on the caller's thread) unless the cached ones are
+        fresh for it. For callers off the event loop (benchmarks, tests); the gateway uses
+        ``advice_async``."""
         key = (snap.tenant, snap.model)
         hit = self._priced.get(key)
-        if hit is not None:
-            (started, requests, at), found = hit
-            if (
-                started == snap.started_at
-                and snap.requests < max(requests + 1, requests * 1.1)
-                and snap.ended_at - at < REPRICE_S
-            ):
-                return found
-        found = price(snap, p)
-        self._priced[key] = ((snap.started_at, snap.requests, snap.ended_at), found)
+        if hit is not None and hit.fresh_for(snap):
+            return hit
+        return self._store(key, _priced(snap, p))
+
+    def _store(self, key: Key, priced: Priced) -> Priced:
+        self._priced[key] = priced
         while len(self._priced) > 2 * self.cfg.max_sketches:
             self._priced.pop(next(iter(self._priced)))
-        return found
+        return priced
+
+    def _start(self, key: Key, snap: Snapshot, p: Pricing) -> asyncio.Task[Priced]:
+        """The (tenant, model)'s computation: the one under way, else a new one (queued behind any other
+        (tenant, model)'s: one replay at a time)."""
+        task = self._computing.get(key)
+        if task is None:
+            task = asyncio.ensure_future(self._compute(key, snap, p))
+            self._computing[key] = task
+            task.add_done_callback(lambda t: self._done(key, t))
+        return task
+
+    async def _compute(self, key: Key, snap: Snapshot, p: Pricing) -> Priced:
+        async with self._one_at_a_time:
+            priced = await asyncio.to_thread(_priced, snap, p)
+        return self._store(key, priced)
+
+    def _done(self, key: Key, task: asyncio.Task[Priced]) -> None:
+        if self._computing.get(key) is task:
+            del self._computing[key]
+        if not task.cancelled() and task.exception() is not None:
+            log.error("advisor: pricing failed", exc_info=task.exception())
+
+    async def advice_async(
+        self, tenant: str | None = None, now: float | None = None, *, wait: bool = True
+    ) -> dict[str, Any]:
+        """The advice document, priced off the event loop (module docstring). A (tenant, model) whose
+        cached findings are not fresh gets a computation started (or the one under way) and is answered
+        from the cached findings meanwhile; one with none of its current window waits for it, unless
+        ``wait`` is false (``/metrics``: its findings are then left out until priced)."""
+        now = self.clock() if now is None else now
+        snaps = self.snapshots(tenant, now)
+        waits = []
+        for snap in snaps:
+            p = self.pricing(snap.model)
+            if p is None:
+                continue
+            key = (snap.tenant, snap.model)
+            hit = self._priced.get(key)
+            if hit is not None and hit.fresh_for(snap):
+                continue
+            task = self._start(key, snap, p)
+            if wait and (hit is None or hit.started_at != snap.started_at):
+                waits.append(task)
+        for task in waits:
+            await asyncio.shield(task)
+        return self._document(snaps, now, lambda snap, p: self._cached(snap))
+
+    def _cached(self, snap: Snapshot) -> Priced | None:
+        hit = self._priced.get((snap.tenant, snap.model))
+        return hit if hit is not None and hit.started_at == snap.started_at else None
 
     def advice(self, tenant: str | None = None, now: float | None = None) -> dict[str, Any]:
-        """The advice document (``GET /admin/advice``): numbers, fixed words, tenant and model ids only."""
+        """The advice document (``GET /admin/advice``), priced on the caller's thread: numbers, fixed
+        words, tenant and model ids only."""
         now = self.clock() if now is None else now
+        return self._document(self.snapshots(tenant, now), now, self._priced_now)
+
+    def _document(
+        self, snaps: list[Snapshot], now: float, priced: Callable[[Snapshot, Pricing], Priced | None]
+    ) -> dict[str, Any]:
         tenants: dict[str, list[dict[str, Any]]] = {}
         total_tokens = total_micros = 0.0
         currency = None
-        for snap in self.snapshots(tenant, now):
+        for snap in snaps:
             p = self.pricing(snap.model)
             if p is None:
                 continue
             currency = currency or p.prices.currency
-            found = self._price(snap, p)
+            got = priced(snap, p)
+            found = got.findings if got is not None else ()
             tok = sum(f.saving_tokens_per_day for f in found)
             mic = sum(f.saving_micros_per_day for f in found)
             total_tokens += tok
@@ -241,6 +335,7 @@ class Advisor:
                 {
                     "model": snap.model,
                     "observed": _observed(snap, p.sample_rate),
+                    "priced": _priced_doc(got, (snap.tenant, snap.model) in self._computing),
                     "findings": [f.to_dict() for f in found],
                     "saving": {"tokens_per_day": round(tok), "micros_per_day": round(mic)},
                 }
@@ -278,6 +373,20 @@ class Advisor:
         """Bound of the sketches' memory: ``max_sketches`` sketches of the largest model shape."""
         largest = max((s.shape.memory_bound_bytes() for s in self.specs.values()), default=0)
         return self.cfg.max_sketches * largest
+
+
+def _priced(snap: Snapshot, p: Pricing) -> Priced:
+    return Priced(snap.started_at, snap.requests, snap.ended_at, tuple(price(snap, p)))
+
+
+def _priced_doc(got: Priced | None, computing: bool) -> dict[str, Any]:
+    """What the findings were priced on (``requests``: of the window, ``at``: its end then; null: not
+    yet priced) and whether a new pricing is under way."""
+    return {
+        "requests": got.requests if got is not None else None,
+        "at": datetime.fromtimestamp(got.at, tz=UTC).isoformat() if got is not None else None,
+        "computing": computing,
+    }
 
 
 def _observed(snap: Snapshot, sample_rate: float) -> dict[str, Any]:

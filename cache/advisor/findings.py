@@ -296,27 +296,109 @@ def _reorder_group(reqs: list[_Req], stable: set[int]) -> set[int]:
     return group if len(group) >= 2 else set()
 
 
-def _sorted_group(
-    r: _Req, group: set[int], stable: set[int], counts: Counter[int], always: float
-) -> list[Unit]:
-    """The request with its group's blocks in one fixed order: the group's extent (first to last group
-    chunk, and the recurring junction chunks just before and after it) becomes the stable chunks
-    sorted, then one unit for the junctions (the same in every request once the order is fixed)."""
-    idx = [i for i, u in enumerate(r.units) if u[0] in group]
+@dataclass(frozen=True, slots=True)
+class _SortedGroup:
+    """How the advised (sorted) order lays out a reorder group, the same in every request that has it.
+
+    ``head``: the group's chunks in (nearly) every request that has the group, sorted, with their usual
+    token lengths. The rest of the group's *region* is glue, fixed too once the order is: junctions
+    between two blocks, chunks that depend on which block came before, and whole blocks too short to
+    hold a chunk of their own (a 10-token glossary entry has no cut that does not depend on its
+    neighbours, so it is in no stable chunk: such blocks at the ends of the shuffled run were billed as
+    variable content, and the estimate of a shuffled glossary was 0.45-0.63 of the saving, issue 26).
+
+    A request's region runs from the end of the last *frame* chunk before its first group chunk to the
+    first frame chunk after its last group chunk, or the end of that chunk's message if sooner; frame
+    chunks are the stable chunks outside the group in (nearly) every request (the instructions around
+    the run): a stable chunk of one block that missed the group (in a share of requests only, as its
+    start depends on the block before) is no boundary. Its
+    length is the same in every request when the region holds the shuffled blocks only (a permutation
+    of one set: ``region_tokens``, the median); a request whose region is longer or shorter by more
+    than ``tolerance`` has something else there (the user's text, a stamp) and keeps the narrower
+    extent: first to last group chunk, with the recurring junctions next to it.
+    """
+
+    head: tuple[tuple[int, int], ...]  # (hash, tokens)
+    region_tokens: int
+    tolerance: int
+    frame: frozenset[int]  # stable chunks outside the group in (nearly) every request that has it
+
+
+def _region(r: _Req, group: set[int], frame: frozenset[int]) -> tuple[int, int, int, int] | None:
+    """(first unit, end unit, start token, end token) of the request's group region (``_SortedGroup``);
+    ``frame``: the chunks that bound it."""
+    units = r.units
+    idx = [i for i, u in enumerate(units) if u[0] in group]
     if not idx:
-        return r.units
+        return None
     a, b = idx[0], idx[-1] + 1
-    while a > 0 and r.units[a - 1][0] not in stable and counts[r.units[a - 1][0]] >= 2:
+    while a > 0 and units[a - 1][0] not in frame:
         a -= 1
-    while b < len(r.units) and r.units[b][0] not in stable and counts[r.units[b][0]] >= 2:
+    msg = units[b - 1][2]
+    starts = r.obs.message_starts
+    end_tok = int(starts[msg + 1]) if msg + 1 < len(starts) else r.obs.prompt_tokens  # msg -1: tools
+    while b < len(units) and units[b][0] not in frame and units[b][4] < end_tok:
         b += 1
-    ext = r.units[a:b]
-    # Chunks of the group in (nearly) every request lead, sorted; the rest (junctions, and chunks that
-    # depend on which block came before) are the glue, fixed too once the order is.
-    head = sorted((u for u in ext if counts[u[0]] >= always), key=lambda u: u[0])
-    glue = sum(u[1] for u in ext if counts[u[0]] < always)
-    first = ext[0]
-    return [*r.units[:a], *head, (GLUE, glue, first[2], first[3], first[4]), *r.units[b:]]
+    if b < len(units) and units[b][0] in frame:
+        end_tok = min(end_tok, units[b][4])
+    start_tok = units[a][4] if a < len(units) else r.obs.prompt_tokens
+    return a, b, start_tok, end_tok
+
+
+def _group_layout(reqs: list[_Req], group: set[int], stable: set[int], counts: Counter[int]) -> _SortedGroup:
+    with_group = [r for r in reqs if any(u[0] in group for u in r.units)]
+    always = 0.95 * len(with_group)
+    frame = frozenset(h for h in stable if h not in group and counts[h] >= always)
+    having = [(r, g) for r in with_group if (g := _region(r, group, frame)) is not None]
+    tokens: dict[int, Counter[int]] = {}
+    for r, _ in having:
+        for u in r.units:
+            if u[0] in group and counts[u[0]] >= always:
+                tokens.setdefault(u[0], Counter())[u[1]] += 1
+    head = tuple(sorted((h, c.most_common(1)[0][0]) for h, c in tokens.items()))
+    lengths = sorted(g[3] - g[2] for _, g in having)
+    median = lengths[len(lengths) // 2] if lengths else 0
+    return _SortedGroup(head, median, max(4, median // 100), frame)
+
+
+def _sorted_group(
+    r: _Req, group: set[int], stable: set[int], counts: Counter[int], layout: _SortedGroup
+) -> list[Unit]:
+    """The request with its group in the advised order: its region (or extent) becomes the sorted head,
+    then one glue unit for the rest of its tokens; a chunk running past the region's end keeps its
+    tokens past it (with its own hash: what follows still varies)."""
+    region = _region(r, group, layout.frame)
+    if region is None:
+        return r.units
+    a, b, start_tok, end_tok = region
+    units = r.units
+    rest: list[Unit] = []
+    if abs((end_tok - start_tok) - layout.region_tokens) <= layout.tolerance:
+        last = units[b - 1]
+        if last[4] + last[1] > end_tok:  # the chunk straddling the region's end
+            if counts[last[0]] >= 2:  # a junction (the last block and a fixed start): fixed too
+                end_tok = last[4] + last[1]
+            else:  # what follows varies: its tokens past the region keep their own hash
+                rest = [(last[0], last[4] + last[1] - end_tok, last[2], last[3], end_tok)]
+        total = end_tok - start_tok
+    else:
+        idx = [i for i, u in enumerate(units) if u[0] in group]
+        a, b = idx[0], idx[-1] + 1
+        while a > 0 and units[a - 1][0] not in stable and counts[units[a - 1][0]] >= 2:
+            a -= 1
+        while b < len(units) and units[b][0] not in stable and counts[units[b][0]] >= 2:
+            b += 1
+        total = sum(u[1] for u in units[a:b])
+    first = units[a]
+    head: list[Unit] = []
+    used = 0
+    for h, t in layout.head:
+        t = min(t, total - used)
+        if t <= 0:
+            break
+        head.append((h, t, first[2], first[3], first[4]))
+        used += t
+    return [*units[:a], *head, (GLUE, total - used, first[2], first[3], first[4]), *rest, *units[b:]]
 
 
 def _cost(reqs: list[_Req], layouts: list[list[Unit]], pr: _Pricer, marked: int | None = None) -> float:
@@ -343,8 +425,8 @@ def price(snap: Snapshot, p: Pricing) -> list[Finding]:
     # 1. Blocks whose order varies.
     group = _reorder_group(reqs, stable)
     if group:
-        having = sum(1 for r in reqs if any(u[0] in group for u in r.units))
-        fixed = [_sorted_group(r, group, stable, counts, 0.95 * having) for r in reqs]
+        layout = _group_layout(reqs, group, stable, counts)
+        fixed = [_sorted_group(r, group, stable, counts, layout) for r in reqs]
         cost = _cost(reqs, fixed, pr)
         if base - cost >= threshold:
             out.append(_reorder_finding(pr, reqs, group, base - cost))

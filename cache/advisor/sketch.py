@@ -53,7 +53,6 @@ class SketchShape:
     block_size: int
     positions: int  # block positions counted (routing max_prefix_tokens // block_size)
     table_slots: int  # power of two
-    top_chunks: int
     chunk_bytes: int
     max_prompt_bytes: int
     explicit_ttl_s: float
@@ -265,6 +264,8 @@ class Sketch:
             msgs = np.zeros(len(ends), dtype=np.int16)
             roles = np.full(len(ends), PROMPT_ROLE, dtype=np.int8)
             msg_starts = np.zeros(1, dtype=np.int32)
+        for arr in (hashes, tok_starts, tok_ends, msgs, roles, msg_starts):
+            arr.flags.writeable = False  # snapshots share them with a pricing thread: never written again
         obs = Observed(
             now, prompt_tokens, marked_tokens, hashes, tok_starts, tok_ends, msgs, roles, msg_starts
         )

@@ -3,7 +3,9 @@
 The advice document of the process's advisor (findings with where, how often and the saving per day,
 in tokens and the tenant's prices), and the cost-savings report per cache layer from the billing
 ledger over ``[since, until)`` (default: the last 24 hours), with what the advice would add. Numbers,
-fixed words and ids only: no prompt text.
+fixed words and ids only: no prompt text. The findings are priced in a worker thread
+(``Advisor.advice_async``): while a new pricing runs, the answer holds the cached findings and says
+``priced.computing``; a (tenant, model) never priced in its window waits for its pricing.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ async def advice_endpoint(request: web.Request) -> web.Response:
     period_s = until.timestamp() - since.timestamp()
     if period_s <= 0:
         raise GatewayError(400, "'since' must be before 'until'", code="invalid_request")
-    advice = process.advisor.advice(tenant, now=time.time())
+    advice = await process.advisor.advice_async(tenant, now=time.time())
     savings = None
     if process.metering is not None:
         try:

@@ -54,18 +54,19 @@ async def exposition(process: Process) -> web.Response:
     if cache is not None and cache.semantic is not None:
         metrics.semantic_stale.set(cache.semantic.store.stats.stale)
     if process.advisor.cfg.enabled:
-        set_advice_gauges(process)
+        await set_advice_gauges(process)
     if process.batch is not None:
         await set_batch_gauges(process)
     return web.Response(body=generate_latest(metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
-def set_advice_gauges(process: Process) -> None:
+async def set_advice_gauges(process: Process) -> None:
     """The advisor's potential savings per tenant (listed, else ``other``) and finding kind; series of
-    kinds that no longer apply drop to 0 (``gauge_values`` lists every kind of a present tenant)."""
+    kinds that no longer apply drop to 0 (``gauge_values`` lists every kind of a present tenant). From
+    the cached findings: a scrape starts a pricing where they are stale and never waits for it."""
     metrics, tenants = process.metrics, process.state.tenants
     listed = {t.id for t in process.state.policy.tenancy.tenants}
-    values = gauge_values(process.advisor.advice(), listed)
+    values = gauge_values(await process.advisor.advice_async(wait=False), listed)
     for name, gauge in (
         (GAUGE_SAVING_MICROS, metrics.advice_saving_micros),
         (GAUGE_SAVING_TOKENS, metrics.advice_saving_tokens),

@@ -18,6 +18,7 @@ from cache.advisor.render import GAUGES, gauge_values, render_table
 from cache.advisor.sketch import Sketch, sketch_seed
 from cache.billing.markers import find_markers
 from config.advisor import AdvisorConfig
+from config.loader import PolicyError, parse_policy
 from config.policy import Policy
 from router.blocks import block_hashes, root_hash
 from router.prompt import render_prompt
@@ -391,3 +392,17 @@ def test_config_is_strict_and_bounded() -> None:
         ).advisor.enabled
         is False
     )
+
+
+def test_top_chunks_is_refused_with_what_replaced_it() -> None:
+    """``top_chunks`` sized the chunk summary the ring replaced: a policy setting it is refused, naming
+    the fields that bound the ring now, rather than accepted and ignored."""
+    text = "models:\n  - name: m\n    replicas: [{url: 'http://h:1'}]\nadvisor:\n  enabled: true\n  top_chunks: 512\n"
+    with pytest.raises(PolicyError) as err:
+        parse_policy(text, "p.yaml")
+    ((path, message),) = err.value.problems
+    assert path == "advisor"
+    assert "top_chunks was removed" in message
+    assert "recent_requests" in message and "recent_chunks" in message
+    assert "top_chunks" not in AdvisorConfig.model_fields
+    assert parse_policy(text.replace("  top_chunks: 512\n", ""), "p.yaml").advisor.enabled

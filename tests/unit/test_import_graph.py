@@ -6,12 +6,12 @@ an import into a function; only imports under ``if TYPE_CHECKING:`` are left out
 
 from __future__ import annotations
 
-import ast
 import functools
 from pathlib import Path
 
+from scripts.import_graph import cycles, graphs
+
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("config", "router", "cache", "gateway", "sim", "bench", "scripts")
 
 # gateway's sub-packages, lowest first: a module may import its own layer and those below it.
 GATEWAY_LAYERS = (
@@ -28,113 +28,11 @@ GATEWAY_LAYERS = (
 )
 
 
-def module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
-    if parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(parts)
-
-
-def project_modules() -> dict[str, Path]:
-    out = {}
-    for pkg in PACKAGES:
-        for path in (ROOT / pkg).rglob("*.py"):
-            out[module_name(path)] = path
-    return out
-
-
-def _is_type_checking(node: ast.If) -> bool:
-    test = node.test
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
-def imports_of(path: Path, name: str, modules: dict[str, Path]) -> set[str]:
-    """Project modules ``name`` imports at run time (``from a import b`` counts ``a.b`` when it is a
-    module, else ``a``)."""
-    tree = ast.parse(path.read_text(), str(path))
-    found: set[str] = set()
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-
-    def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and _is_type_checking(node):
-            for child in node.orelse:
-                visit(child)
-            return
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                if alias.name in modules:
-                    found.add(alias.name)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join([*anchor, base] if base else anchor)
-            for alias in node.names:
-                sub = f"{base}.{alias.name}"
-                if sub in modules:
-                    found.add(sub)
-                elif base in modules:
-                    found.add(base)
-        for child in ast.iter_child_nodes(node):
-            visit(child)
-
-    visit(tree)
-    found.discard(name)
-    return found
-
-
 @functools.cache
 def graph() -> dict[str, set[str]]:
-    """Read once per test process (four tests read it; each read parses every module)."""
-    modules = project_modules()
-    return {name: imports_of(path, name, modules) for name, path in modules.items()}
-
-
-def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
-    """Strongly connected components of more than one module (Tarjan, iterative)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    on_stack: set[str] = set()
-    stack: list[str] = []
-    out: list[list[str]] = []
-    counter = 0
-    for root in sorted(edges):
-        if root in index:
-            continue
-        work = [(root, iter(sorted(edges[root])))]
-        index[root] = low[root] = counter
-        counter += 1
-        stack.append(root)
-        on_stack.add(root)
-        while work:
-            node, children = work[-1]
-            for child in children:
-                if child not in index:
-                    index[child] = low[child] = counter
-                    counter += 1
-                    stack.append(child)
-                    on_stack.add(child)
-                    work.append((child, iter(sorted(edges.get(child, ())))))
-                    break
-                if child in on_stack:
-                    low[node] = min(low[node], index[child])
-            else:
-                work.pop()
-                if work:
-                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
-                if low[node] == index[node]:
-                    comp = []
-                    while True:
-                        m = stack.pop()
-                        on_stack.discard(m)
-                        comp.append(m)
-                        if m == node:
-                            break
-                    if len(comp) > 1:
-                        out.append(sorted(comp))
-    return out
+    """The run-time edges (``scripts.import_graph``, the tool docs/architecture.md's table is made with),
+    read once per test process (four tests read it; each read parses every module)."""
+    return graphs(ROOT)[0]
 
 
 def test_the_graph_is_read_from_the_source() -> None:

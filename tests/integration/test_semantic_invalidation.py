@@ -14,6 +14,7 @@ from typing import Any
 
 import aiohttp
 import httpx
+import orjson
 import pytest
 import yaml
 
@@ -235,14 +236,26 @@ async def test_a_generation_in_flight_on_one_pod_during_an_event_sent_to_the_oth
             on_a, on_b = Client(s, pod_a.url, sim.url), Client(s, pod_b.url, sim.url)
             async with s.post(pod_b.url + "/v1/chat/completions", json={**heavy, "stream": True}) as lead:
                 assert lead.headers["x-cache"] == "miss"
-                await lead.content.readline()  # B's leader is generating
+                first = await lead.content.readline()  # B's leader is generating
+                lead_id = orjson.loads(first.removeprefix(b"data: "))["id"]
                 result = await on_a.event(WEIGHT_EVENT)
                 later_b = asyncio.create_task(on_b.post(heavy))
                 later_a = asyncio.create_task(on_a.post(heavy))
                 await lead.read()
-            assert (await later_b)[:2] == (200, "miss")
-            assert (await later_a)[:2] == (200, "miss")
-            assert await on_a.upstream() == 3  # B's leader, and each later request on its own
+            status_b, cache_b, body_b = await later_b
+            status_a, cache_a, body_a = await later_a
+            assert (status_b, cache_b) == (200, "miss")  # B's follower, told its leader is outdated
+            answer_b, answer_a = orjson.loads(body_b)["id"], orjson.loads(body_a)["id"]
+            assert lead_id not in (answer_a, answer_b)  # nobody got B's pre-event answer
+            # A's request waited for B's entry, which never came: it went upstream itself, or, when it
+            # arrived after B's follower had become the new leader of the question, it followed that
+            # post-event generation (which of the two is the machine's timing; both are correct).
+            if cache_a == "coalesced":
+                assert status_a == 200 and answer_a == answer_b
+                assert await on_a.upstream() == 2  # B's leader and B's follower
+            else:
+                assert (status_a, cache_a) == (200, "miss")
+                assert await on_a.upstream() == 3  # B's leader, and each later request on its own
             assert result["removed_by_layer"] == {"semantic": 0, "exact": 0, "in_flight": 0}  # not A's
             assert (await on_a.post(heavy))[1] == "hit"  # B's later request stored its own answer
             async with s.get(f"{pod_b.metrics_url}/metrics") as r:

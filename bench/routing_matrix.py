@@ -51,7 +51,9 @@ TIER_FACTOR = 2  # CPU tier blocks per GPU block
 VARIANTS: dict[str, dict[str, object]] = {
     "before": {"learn_capacity": False, "evict_weight": 0.0},
     "after": {},
-    "sglang-model": {},  # bench.peer_models.SglangCacheAware in front of the same engines
+    # bench.peer_models.SglangCacheAware in front of the same engines; it matches the whole request
+    # (the real router's text tree has no length cap), so the router hashes every token of these prompts
+    "sglang-model": {"max_prefix_tokens": 65536},
 }
 
 

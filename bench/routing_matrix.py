@@ -23,7 +23,8 @@ records and the Zipf workloads with seed 1; ``heldout`` is another window of the
 6,000 to 6,000 + ``--requests``) and seed 2. ``before`` is the policy as it was (fixed index bound,
 ``evict_weight`` 0); ``after`` the defaults. The pooled bound is one LRU of the fleet's total KV (with the
 CPU tier's, for ``tier`` cells), in 16-token blocks; ``sglang-model`` is sglang-router 0.3.2's
-``cache_aware`` modelled (``bench.peer_models``) in front of the same engines; "its engine's pooled bound" is one replica of the
+``cache_aware`` modelled (``bench.peer_models``) in front of the same engines, ``after-full-prefix``
+the defaults hashing every prompt token (``max_prefix_tokens`` 65,536); "its engine's pooled bound" is one replica of the
 cell's own engine with that KV (64-token blocks, whole-prompt eviction), where it differs. Each variant
 also shows the busy-time imbalance and the learned index bound over the engine's real capacity. The peers
 run only in ``python -m bench.routing`` (processes).
@@ -51,6 +52,7 @@ TIER_FACTOR = 2  # CPU tier blocks per GPU block
 VARIANTS: dict[str, dict[str, object]] = {
     "before": {"learn_capacity": False, "evict_weight": 0.0},
     "after": {},
+    "after-full-prefix": {"max_prefix_tokens": 65536},  # every prompt token hashed (a candidate default)
     # bench.peer_models.SglangCacheAware in front of the same engines; it matches the whole request
     # (the real router's text tree has no length cap), so the router hashes every token of these prompts
     "sglang-model": {"max_prefix_tokens": 65536},

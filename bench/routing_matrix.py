@@ -22,7 +22,9 @@ Splits, fixed before any tuning: ``tune`` is the Mooncake conversation trace's f
 records and the Zipf workloads with seed 1; ``heldout`` is another window of the same trace (records
 6,000 to 6,000 + ``--requests``) and seed 2. ``before`` is the policy as it was (fixed index bound,
 ``evict_weight`` 0); ``after`` the defaults. The pooled bound is one LRU of the fleet's total KV (with the
-CPU tier's, for ``tier`` cells), in 16-token blocks; "its engine's pooled bound" is one replica of the
+CPU tier's, for ``tier`` cells), in 16-token blocks; ``sglang-model`` is sglang-router 0.3.2's
+``cache_aware`` modelled (``bench.peer_models``) in front of the same engines, ``after-full-prefix``
+the defaults hashing every prompt token (``max_prefix_tokens`` 65,536); "its engine's pooled bound" is one replica of the
 cell's own engine with that KV (64-token blocks, whole-prompt eviction), where it differs. Each variant
 also shows the busy-time imbalance and the learned index bound over the engine's real capacity. The peers
 run only in ``python -m bench.routing`` (processes).
@@ -39,6 +41,7 @@ from dataclasses import dataclass
 
 from bench import traces, workloads
 from bench.oracle import oracle
+from bench.peer_models import SglangCacheAware
 from bench.report import table, write_section
 from bench.routing_offline import OfflineResult, replay
 from config.routing import RoutingConfig
@@ -49,6 +52,10 @@ TIER_FACTOR = 2  # CPU tier blocks per GPU block
 VARIANTS: dict[str, dict[str, object]] = {
     "before": {"learn_capacity": False, "evict_weight": 0.0},
     "after": {},
+    "after-full-prefix": {"max_prefix_tokens": 65536},  # every prompt token hashed (a candidate default)
+    # bench.peer_models.SglangCacheAware in front of the same engines; it matches the whole request
+    # (the real router's text tree has no length cap), so the router hashes every token of these prompts
+    "sglang-model": {"max_prefix_tokens": 65536},
 }
 
 
@@ -202,8 +209,9 @@ def run_cell(
     wl: workloads.Workload, ecfg: EngineConfig, cell: Cell, variant: str, rate: float
 ) -> OfflineResult:
     cfg = RoutingConfig(policy="prefix_affinity", seed=0, **VARIANTS[variant])  # type: ignore[arg-type]
+    model = SglangCacheAware if variant == "sglang-model" else None
     return replay(wl, cfg, ecfg, 4, rate, published=cell.published, report_cached=cell.cached,
-                  make_engine=ENGINES[cell.eviction])  # fmt: skip
+                  make_engine=ENGINES[cell.eviction], make_policy=model)  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> None:

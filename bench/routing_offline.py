@@ -28,6 +28,7 @@ from bench import workloads
 from bench.oracle import oracle
 from bench.report import percentile
 from config.routing import RoutingConfig
+from router.policies.base import RoutingPolicy
 from router.pool import PoolRouter
 from router.replica import ReplicaState
 from router.types import Decision, RouteRequest
@@ -88,6 +89,7 @@ def replay(
     published: float | None = 1.0,
     report_cached: bool = True,
     make_engine: Callable[[EngineConfig], Engine] = Engine,
+    make_policy: Callable[[], RoutingPolicy] | None = None,
 ) -> OfflineResult:
     """Offer ``wl`` to ``replicas`` engines behind a ``PoolRouter``: requests with ``at`` arrive at
     ``at / rate``; others are Poisson at ``rate`` per second; ``after`` holds a request until that one
@@ -111,7 +113,8 @@ def replay(
     ``published``: the KV capacity the router is told, as a multiple of the engine's (in router blocks),
     or None (unpublished: ``default_kv_capacity_blocks``). ``report_cached``: the router hears each
     answer's ``cached_tokens`` (False: an engine that does not report it). ``make_engine``: the replicas'
-    engine model (``bench.routing_matrix`` has other eviction models)."""
+    engine model (``bench.routing_matrix`` has other eviction models). ``make_policy``: each router's
+    policy instead of ``routing.policy``'s (``bench.peer_models``)."""
     clock = [0.0]
     true_blocks = engine.num_gpu_blocks * engine.block_size // routing.block_size
     told = None if published is None else max(1, round(published * true_blocks))
@@ -121,7 +124,10 @@ def replay(
     ]
     if share == "merged":  # one set of replica counters for every router: no separate processes can
         fleets = [fleets[0]] * gateways  # have it (a probe of what load sharing could at best do)
-    routers = [PoolRouter(states, routing, clock=lambda: clock[0]) for states in fleets]
+    routers = [
+        PoolRouter(states, routing, make_policy() if make_policy else None, clock=lambda: clock[0])
+        for states in fleets
+    ]
     pick_gw = random.Random(seed + 1)
     shares: dict[int, tuple[int, Decision, int]] = {}  # pending: id -> (router, decision, what happened)
     queue_err: list[int] = []  # |router's queued prefill - the engine's prefill left|, per scrape and replica

@@ -37,8 +37,13 @@ dir="${FLAKE_DIR:-.flake/$(date +%Y%m%d-%H%M%S)}"
 mkdir -p "$dir"
 
 hogs=()
+run_pid=""
 stop_hogs() { for p in "${hogs[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done; }
-trap stop_hogs EXIT INT TERM
+# Interrupted (Ctrl-C, kill): stop the run in progress and the hogs, and end the sweep (a trap that only
+# stopped the hogs let the loop start the next run).
+stop_all() { [ -n "$run_pid" ] && kill "$run_pid" 2>/dev/null; stop_hogs; exit 130; }
+trap stop_hogs EXIT
+trap stop_all INT TERM
 if [ "$hog" = 1 ]; then
     for _ in $(seq "$(nproc)"); do
         "$py" -c "while True: pass" &
@@ -51,8 +56,11 @@ echo "flake sweep: $runs runs of ${args[*]} (hog: $([ "$hog" = 1 ] && echo "$(np
 for i in $(seq "$runs"); do
     start=$(date +%s)
     set +e
-    "$py" -m pytest -q -p no:cacheprovider -rfE "${args[@]}" > "$dir/run-$i.log" 2>&1
+    "$py" -m pytest -q -p no:cacheprovider -rfE "${args[@]}" > "$dir/run-$i.log" 2>&1 &
+    run_pid=$!
+    wait "$run_pid"
     rc=$?
+    run_pid=""
     set -e
     wall=$(( $(date +%s) - start ))
     grep -E '^(FAILED|ERROR) ' "$dir/run-$i.log" | sed -E 's/^(FAILED|ERROR) ([^ ]+).*/\2/' >> "$dir/failed-ids.txt" || true

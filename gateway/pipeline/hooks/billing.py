@@ -1,6 +1,7 @@
-"""The ledger row of a request: ``completed`` and ``finished``.
+"""The ledger row of a request: ``completed`` and ``finished`` (the markers before the request are
+the billing stage's, ``pipeline.billing``).
 
-After: ``row_source`` is the one rule for a row (a generation the replica started is one row, whatever
+``row_source`` is the one rule for a row (a generation the replica started is one row, whatever
 ended the request; docs/billing.md has the table). A request whose answer completes is billed at the
 ``completed`` hook, before the client can see the end of its answer; any other end (the client went
 away before the first byte, mid-stream or before ``[DONE]``, a batch run was stopped, an error) at

@@ -26,6 +26,8 @@ runner adds:
   the plan): the router may not move a line there either.
 - **Retries.** A 408, 429, 5xx or a transport error is retried after an exponential, jittered wait up to
   ``max_attempts``; the line keeps its place. Then the last answer (or ``request_failed``) is its result.
+  A 429 whose code is in ``FINAL_CODES`` (the tenant's budget is spent) is the line's result at once: its
+  ``Retry-After`` is the budget's reset, hours past any backoff, and each retry would be one more refusal.
 - **Stop.** ``stop(reason)``: no new sends, in-flight sends cancelled (the engine aborts a request whose
   client went away), ``run`` returns the reason. Lines not recorded are the caller's to settle (re-run
   by the next holder, or answered ``batch_cancelled`` / ``batch_expired``); recording is exactly once
@@ -51,6 +53,8 @@ from gateway.pipeline.context import RESENT
 from router.batch_plan import Plan
 
 RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+FINAL_CODES = frozenset({"budget_exceeded"})
+"""Error codes of a retryable status that no retry within a run can change (``gateway.pipeline.budgets``)."""
 FINAL_STOPS = frozenset({"cancelled", "expired"})
 """Stops after which the lines not recorded are answered (``batch_cancelled`` / ``batch_expired``);
 after any other (a shutdown, a lost lease, an error) the next holder re-runs them."""
@@ -73,6 +77,16 @@ class BatchLine:
 
 LoadSignal = Callable[[str], float | None]
 """Online requests waiting on a replica (its scraped queue), or None when unknown (full share)."""
+
+
+def retryable(status: int | None, body: Any) -> bool:
+    """Whether a send that ended with ``status`` (None: a transport failure) and ``body`` is tried again."""
+    if status is None:
+        return True
+    if status not in RETRY_STATUS:
+        return False
+    error = body.get("error") if isinstance(body, dict) else None
+    return not (isinstance(error, dict) and error.get("code") in FINAL_CODES)
 
 
 class SlotPool:
@@ -342,7 +356,7 @@ class Runner:
         finally:
             self.slots.give(slot.replica)
             self._wake.set()
-        if (status is None or status in RETRY_STATUS) and attempt < self.max_attempts and self._stop is None:
+        if retryable(status, body) and attempt < self.max_attempts and self._stop is None:
             self.stats.retried += 1
             delay = min(self.backoff_max_s, self.backoff_s * 2 ** (attempt - 1)) * (0.5 + self.rng() / 2)
             self._timers[key] = asyncio.get_running_loop().call_later(delay, self._requeue, lane, pos)

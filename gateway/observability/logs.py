@@ -1,4 +1,8 @@
-"""Structured JSON logs. Every line is one JSON object; prompt text never goes in one."""
+"""Structured JSON logs. Every line is one JSON object; prompt text never goes in one.
+
+An exception logged with ``exc_info`` is written as its frames and types only
+(``traceback_without_messages``): a message may quote the client's text (a JSON decoder's error quotes
+the body, a key error names the key), and a log line is the wrong place to decide which ones do."""
 
 from __future__ import annotations
 
@@ -25,8 +29,8 @@ class JsonFormatter(logging.Formatter):
         for key, value in record.__dict__.items():
             if key not in _STANDARD and not key.startswith("_"):
                 out[key] = value
-        if record.exc_info:
-            out["exc"] = self.formatException(record.exc_info)
+        if record.exc_info and record.exc_info[1] is not None:  # frames and types, never the messages
+            out["exc"] = traceback_without_messages(record.exc_info[1])
         return orjson.dumps(out, default=str).decode()
 
 

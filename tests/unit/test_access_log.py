@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import orjson
 import pytest
@@ -54,3 +55,24 @@ async def test_disabled_writes_nothing(stderr: _Stream, monkeypatch: pytest.Monk
     logs.log_access({"request_id": "x"})
     await asyncio.sleep(0)
     assert stderr.data == b""
+
+
+def test_a_logged_exception_keeps_its_frames_and_types_not_its_messages() -> None:
+    ssn, card = "-".join(("078", "05", "1120")), " ".join(["4111"] * 4)  # not in any source line
+
+    def parse() -> None:
+        try:
+            {}[f"patient SSN {ssn}"]
+        except KeyError as exc:
+            raise ValueError(f"could not read 'my card is {card}'") from exc
+
+    try:
+        parse()
+    except ValueError as exc:
+        record = logging.LogRecord(
+            "batch", logging.WARNING, __file__, 1, "batch: running a batch failed", (), None
+        )
+        record.exc_info = (type(exc), exc, exc.__traceback__)
+    line = orjson.loads(logs.JsonFormatter().format(record))
+    assert "ValueError" in line["exc"] and "KeyError" in line["exc"] and "in parse" in line["exc"]
+    assert ssn not in line["exc"] and card not in line["exc"]

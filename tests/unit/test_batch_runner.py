@@ -73,6 +73,8 @@ class Fleet:
         status = self.status(line) if callable(self.status) else self.status
         if isinstance(status, Exception):
             raise status
+        if isinstance(status, tuple):  # (status, body)
+            return status
         return status, {"usage": {"prompt_tokens": 10, "completion_tokens": 2}}
 
 
@@ -201,6 +203,28 @@ async def test_retries_then_the_last_answer_is_the_result() -> None:
                 rec["error"]["code"] == "request_failed" and "ConnectionResetError" in rec["error"]["message"]
             )
     assert r.stats.retried == 4 * 2 + 4 * 2
+
+
+async def test_a_spent_budget_is_the_lines_answer_at_once_and_other_429s_are_retried() -> None:
+    tries: dict[int, int] = defaultdict(int)
+    spent = {"error": {"message": "budget spent", "type": "insufficient_quota", "param": None,
+                       "code": "budget_exceeded"}}  # fmt: skip
+    limited = {"error": {"message": "slow down", "type": "rate_limit_error", "param": None,
+                         "code": "rate_limit_exceeded"}}  # fmt: skip
+
+    def status(line: BatchLine) -> Any:
+        tries[line.line] += 1
+        return (429, spent) if line.line % 2 else (429, limited)
+
+    p, results = make_plan(["a"], templates=2, per=4), []
+    r = runner(p, Fleet(status=status), results)
+    assert await r.run() == "done"
+    assert len(results) == 8 and not any(x.ok for x in results)
+    for x in results:
+        rec = orjson.loads(x.record)
+        assert rec["response"]["status_code"] == 429
+        assert tries[x.line] == (1 if x.line % 2 else 3), (x.line, tries[x.line])
+    assert r.stats.retried == 4 * 2
 
 
 async def test_stop_cuts_off_what_is_in_flight_and_sends_nothing_more() -> None:

@@ -12,4 +12,6 @@ fi
 export PYTHON
 "$HERE/setup.sh"
 cd "$REPO"
-exec "$PYTHON" -m pytest -m real_vllm tests/real_vllm -q -p no:cacheprovider "$@"
+# -n 0: one pytest process. The replicas are a session fixture, and pyproject's `-n 4` would start a
+# session (two replicas, ~3 GiB each) per xdist worker: eight replicas, more memory than the machine has.
+exec "$PYTHON" -m pytest -m real_vllm tests/real_vllm -n 0 -q -p no:cacheprovider "$@"

@@ -17,9 +17,10 @@ this one's restart) can take their leases over at once.
 
 The subsystems it starts receive what they use, not the ``Process``: the current pools and upstream
 session as getters (``current_pools``, ``current_session``: a reload swaps both), the fleet's health,
-the named tasks (``gateway.fleet.tasks.Tasks``), the settings they read. No module the process imports
-names its type (``tests/unit/test_capabilities.py``), so the type-only import cycle that ran through it
-is gone; a reload is typed by what it drives (``reload.Reloadable``).
+the named tasks (``gateway.fleet.tasks.Tasks``), the settings they read; a reload is typed by what it
+drives (``reload.Reloadable``). No fleet or batch module and none of the process's loops names its type
+(``tests/unit/test_capabilities.py``): the type-only import cycle through it lost the fleet (41 modules
+at 248333a, 33 now); the request path's context, typed ``Process``, keeps the rest.
 """
 
 from __future__ import annotations

@@ -76,7 +76,9 @@ async def reconcile_endpoint(request: web.Request) -> web.Response:
         end = until_ms if until_ms is not None else process.usage_counters.latest_ms()
         since_ms = None if end is None else end - window_ms
     try:
-        rep = await reconcile(process, since_ms, until_ms)
+        assert process.metering is not None  # _billing: the ledger is on
+        cfg = process.state.policy.billing.reconcile
+        rep = await reconcile(process.metering.ledger, process.usage_counters, cfg, since_ms, until_ms)
     except LedgerRangeUnavailable as exc:
         raise GatewayError(400, str(exc), code="range_unavailable") from None
     return web.Response(body=orjson.dumps(rep), content_type="application/json")

@@ -8,39 +8,44 @@
 - ``request_path`` is the service's ``send``: each line through ``pipeline.handler.call`` as the tenant
   that created the batch, under the line's request id, with its slot as the router's placement (a soft
   pin within the batch's share, ``router.filters.planned``).
+
+Both receive what they use of the process (its current pools and tenants, read afresh on every call;
+the request path bound to it), not the ``Process``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 import orjson
+from aiohttp import web
 
 from config.routing import RoutingConfig
 from gateway.batch.runner import BatchLine, Send, Slot
 from gateway.errors import error_body
-from gateway.fleet.pools import Pool
-from gateway.pipeline.handler import call
-from gateway.pipeline.tenant import allows
+from gateway.fleet.pools import CurrentPools, Pool
+from gateway.pipeline.tenant import TenantResolver, allows
 from router.tokenizers import Tokenizer
 
-if TYPE_CHECKING:
-    from gateway.process.process import Process
+CurrentTenants = Callable[[], TenantResolver]
+# ``pipeline.handler.call`` bound to the process: (endpoint, body, *, tenant, request_id, batch_id, placement)
+CallLine = Callable[..., Awaitable[web.Response]]
 
 
 class PoolFleet:
-    def __init__(self, process: Process):
-        self._process = process
+    def __init__(self, pools: CurrentPools, tenants: CurrentTenants):
+        self._pools = pools
+        self._tenants = tenants
 
     def _pool(self, model: str) -> Pool:
-        return self._process.state.pools[model]
+        return self._pools()[model]
 
     def serves(self, model: str) -> bool:
-        return model in self._process.state.pools
+        return model in self._pools()
 
     def allows(self, tenant: str, model: str) -> bool:
-        return allows(self._process.state.tenants.tenant(tenant), model)
+        return allows(self._tenants().tenant(tenant), model)
 
     def replicas(self, model: str) -> Sequence[str]:
         return [r.id for r in self._pool(model).router.replicas if r.healthy]
@@ -53,18 +58,17 @@ class PoolFleet:
 
     def waiting(self, model: str, replica_id: str) -> float | None:
         """Online requests waiting on the replica (its last scraped report; None: unknown)."""
-        pool = self._process.state.pools.get(model)
+        pool = self._pools().get(model)
         replica = pool.router.replica(replica_id) if pool is not None else None
         return replica.reported_waiting if replica is not None else None
 
 
-def request_path(process: Process) -> Send:
+def request_path(call: CallLine, tenants: CurrentTenants) -> Send:
     async def send(line: BatchLine, slot: Slot) -> tuple[int, Any]:
         resp = await call(
-            process,
             line.endpoint,
             line.body,
-            tenant=process.state.tenants.tenant(line.tenant),
+            tenant=tenants().tenant(line.tenant),
             request_id=line.request_id,
             batch_id=line.batch_id,
             placement=slot,

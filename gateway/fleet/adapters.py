@@ -12,16 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import aiohttp
 import orjson
 
+from gateway.fleet.pools import CurrentPools, CurrentSession, Pool
 from router.replica import ReplicaState
-
-if TYPE_CHECKING:
-    from gateway.fleet.pools import Pool
-    from gateway.process.process import Process
 
 log = logging.getLogger("prefix_gateway")
 
@@ -53,24 +50,24 @@ async def read_adapters(
     replica.adapters = adapters_listed(models, parents, pool.cfg.lora.max_adapters)
 
 
-async def adapters_loop(process: Process) -> None:
-    """Read every discovering pool's replicas, each pool at its own ``refresh_s``."""
+async def adapters_loop(pools: CurrentPools, session: CurrentSession) -> None:
+    """Read every discovering pool's replicas, each pool at its own ``refresh_s`` (the pools and the
+    session read afresh each pass: a reload swaps them)."""
     due: dict[str, float] = {}
     loop = asyncio.get_running_loop()
     while True:
-        state = process.state
-        session = state.upstream.session
+        current, client = pools(), session()
         now = loop.time()
-        pools = [p for p in state.pools.values() if p.cfg.lora.discover and due.get(p.name, 0.0) <= now]
+        todo = [p for p in current.values() if p.cfg.lora.discover and due.get(p.name, 0.0) <= now]
         reads = [
-            read_adapters(session, p, r, min(5.0, p.cfg.lora.refresh_s))
-            for p in pools
+            read_adapters(client, p, r, min(5.0, p.cfg.lora.refresh_s))
+            for p in todo
             for r in p.router.replicas
         ]
         await asyncio.gather(*reads)
-        for p in pools:
+        for p in todo:
             due[p.name] = now + p.cfg.lora.refresh_s
-        waits = [p.cfg.lora.refresh_s for p in state.pools.values() if p.cfg.lora.discover]
+        waits = [p.cfg.lora.refresh_s for p in current.values() if p.cfg.lora.discover]
         await asyncio.sleep(min(waits, default=10.0))
 
 

@@ -8,6 +8,10 @@ stay; consistent hashing moves only the keys of the replicas that came or went.
 
 A failed resolution keeps the last known set (a DNS blip must not empty a pool; replicas that really
 died are ejected by the health checks). The resolver is a plain async function, injectable in tests.
+
+Discovery receives what it uses of the process (``Discovery``): the current pools, the fleet's health
+(re-attached when a pool's replicas change), its metrics, the record of resolved addresses a reload's
+build starts from, and the process's tasks (one loop per pool), not the ``Process``.
 """
 
 from __future__ import annotations
@@ -17,18 +21,32 @@ import ipaddress
 import logging
 import socket
 from collections.abc import Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import Any
 
 from config.policy import DiscoveryConfig, ModelPoolConfig
-from gateway.fleet.pools import Pool, replica_states
+from gateway.fleet.pools import CurrentPools, Pool, replica_states
+from gateway.fleet.tasks import Tasks
+from gateway.observability.metrics import GatewayMetrics
+from gateway.upstream.health import FleetHealth
 from router.replica import ReplicaState
-
-if TYPE_CHECKING:
-    from gateway.process.process import Process
 
 log = logging.getLogger("prefix_gateway")
 
 Resolver = Callable[[str, int], Awaitable[list[str]]]
+
+
+@dataclass(frozen=True, slots=True)
+class Discovery:
+    """What discovery uses of the process."""
+
+    pools: CurrentPools  # read afresh: a reload swaps them
+    health: FleetHealth
+    metrics: GatewayMetrics
+    tasks: Tasks
+    # model name -> (discovery config it was resolved with, addresses in resolver order)
+    discovered: dict[str, tuple[Any, list[str]]]
+    resolver: Resolver | None = None  # None: resolve_dns
 
 
 async def resolve_dns(host: str, port: int) -> list[str]:
@@ -74,7 +92,7 @@ def pool_replicas(pool_cfg: ModelPoolConfig, addresses: Iterable[str]) -> list[R
     return static + dynamic
 
 
-def apply_addresses(process: Process, pool: Pool, addresses: list[str]) -> tuple[set[str], set[str]]:
+def apply_addresses(d: Discovery, pool: Pool, addresses: list[str]) -> tuple[set[str], set[str]]:
     """Give the pool's router its static + discovered replicas; returns (added ids, removed ids)."""
     router = pool.router
     before = {r.id for r in router.replicas}
@@ -83,17 +101,17 @@ def apply_addresses(process: Process, pool: Pool, addresses: list[str]) -> tuple
     if before == after:
         return set(), set()
     router.set_replicas(wanted)
-    process.fleet.attach(p.router for p in process.state.pools.values())
+    d.health.attach(p.router for p in d.pools().values())
     return after - before, before - after
 
 
-async def refresh_pool(process: Process, model: str, resolver: Resolver) -> bool:
+async def refresh_pool(d: Discovery, model: str, resolver: Resolver) -> bool:
     """Resolve one pool's name once and apply the answer; False when resolution failed."""
-    pool = process.state.pools.get(model)
+    pool = d.pools().get(model)
     if pool is None or pool.cfg.discovery is None:
         return False
     cfg = pool.cfg.discovery
-    metrics = process.metrics
+    metrics = d.metrics
     try:
         addresses = await resolver(cfg.dns, cfg.port)
     except (OSError, UnicodeError, ValueError) as exc:
@@ -103,11 +121,11 @@ async def refresh_pool(process: Process, model: str, resolver: Resolver) -> bool
             extra={"event": "discovery_error", "model": model, "error": type(exc).__name__},
         )
         return False
-    pool = process.state.pools.get(model)  # a reload may have happened while resolving
+    pool = d.pools().get(model)  # a reload may have happened while resolving
     if pool is None or pool.cfg.discovery != cfg:
         return False
-    process.discovered[model] = (cfg, addresses)
-    added, removed = apply_addresses(process, pool, addresses)
+    d.discovered[model] = (cfg, addresses)
+    added, removed = apply_addresses(d, pool, addresses)
     if added or removed:
         metrics.child(metrics.discovery_changes, model, "added").inc(len(added))
         metrics.child(metrics.discovery_changes, model, "removed").inc(len(removed))
@@ -118,26 +136,26 @@ async def refresh_pool(process: Process, model: str, resolver: Resolver) -> bool
     return True
 
 
-async def discovery_loop(process: Process, model: str, resolver: Resolver) -> None:
+async def discovery_loop(d: Discovery, model: str, resolver: Resolver) -> None:
     """Re-resolve one pool's name every ``interval_s`` (read afresh, so a reload's value applies)."""
     while True:
-        await refresh_pool(process, model, resolver)
-        pool = process.state.pools.get(model)
+        await refresh_pool(d, model, resolver)
+        pool = d.pools().get(model)
         if pool is None or pool.cfg.discovery is None:
             return
         await asyncio.sleep(pool.cfg.discovery.interval_s)
 
 
-def start_discovery(process: Process, restart: bool = False) -> None:
+def start_discovery(d: Discovery, restart: bool = False) -> None:
     """Start one loop per pool that has discovery (``restart``: restart them all, resolving at once);
     stop the loops of pools that no longer have it."""
-    resolver = process.resolver or resolve_dns
-    wanted = {name for name, pool in process.state.pools.items() if pool.cfg.discovery is not None}
-    running = process.running_tasks("discovery:")
+    resolver = d.resolver or resolve_dns
+    wanted = {name for name, pool in d.pools().items() if pool.cfg.discovery is not None}
+    running = d.tasks.alive("discovery:")
     for key in running:
         if key.removeprefix("discovery:") not in wanted:
-            process.stop_task(key)
+            d.tasks.stop(key)
     for name in wanted:
         key = f"discovery:{name}"
         if restart or not running.get(key, False):
-            process.start_task(key, discovery_loop(process, name, resolver))
+            d.tasks.start(key, discovery_loop(d, name, resolver))

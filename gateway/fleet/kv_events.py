@@ -16,9 +16,11 @@ its next batch). A sequence that restarts from 0 means the replica restarted: pu
 the first batch of a replica with a replay socket (a process that joins, a replica that discovery
 adds) the listener also asks for everything from 0, to learn what the replica stored before.
 
-Lifecycle: ``start_kv_events(process)`` at the end of startup, ``stop_kv_events(process)`` at cleanup. A
-listener reads the current state at every message, so a policy reload keeps the indexes (per pool
-name) and re-attaches them to the new routers; changing ``kv_events.bind`` needs a restart.
+Lifecycle: ``start_kv_events`` at the end of startup returns the listeners, ``stop_kv_events`` stops
+them at cleanup. They receive what they use of the process (the current pools and upstream session,
+its metrics, its tasks), not the ``Process``. A listener reads the current pools at every message, so a
+policy reload keeps the indexes (per pool name) and re-attaches them to the new routers; changing
+``kv_events.bind`` needs a restart.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ from typing import TYPE_CHECKING
 import aiohttp
 
 from config.routing import KvEventsConfig
+from gateway.fleet.pools import CurrentPools, CurrentSession
+from gateway.fleet.tasks import Tasks
 from gateway.fleet.vllm_info import parse_cache_config
 from router.exact_index import ExactIndex
 from router.kv_events import (
@@ -54,7 +58,6 @@ except ImportError:  # pragma: no cover - the dev extra installs it
 
 if TYPE_CHECKING:
     from gateway.observability.metrics import GatewayMetrics
-    from gateway.process.process import Process
 
 log = logging.getLogger("prefix_gateway")
 END_SEQ = -1
@@ -83,7 +86,9 @@ class Listener:
     everything they feed. Routes and sequence trackers are keyed by topic on a bound socket, by
     ``pool/replica`` on connected ones."""
 
-    process: Process
+    pools: CurrentPools  # read afresh: a reload swaps them
+    session: CurrentSession
+    metrics: GatewayMetrics
     bind: str  # the bound endpoint, or CONNECT
     ctx: zmq.asyncio.Context
     sock: zmq.asyncio.Socket | None  # the bound socket (None: connect mode)
@@ -105,21 +110,18 @@ class Listener:
     # -- the pools this socket serves (re-read after a reload) -------------------------------------------
     def refresh(self) -> None:
         """Re-read the pools when the state (reload) or a pool's replicas (discovery) changed."""
-        state = self.process.state
+        pools = self.pools()
         signature = hash(
             (
-                id(state),
-                *(
-                    (name, id(p.router), *(r.id for r in p.router.replicas))
-                    for name, p in state.pools.items()
-                ),
+                id(pools),
+                *((name, id(p.router), *(r.id for r in p.router.replicas)) for name, p in pools.items()),
             )
         )
         if signature == self._signature:
             return
         self._signature = signature
         routes: dict[bytes, Route] = {}
-        for name, pool in state.pools.items():
+        for name, pool in pools.items():
             rc = pool.cfg.routing
             ke = rc.kv_events
             if rc.index != "precise" or ke is None or _listener_of(ke) != self.bind:
@@ -171,7 +173,7 @@ class Listener:
 
     # -- the loop ----------------------------------------------------------------------------------------
     async def run(self) -> None:
-        metrics = self.process.metrics
+        metrics = self.metrics
         try:
             while True:
                 self.refresh()
@@ -194,16 +196,15 @@ class Listener:
         algorithm differs from the pool's routing can never match the gateway's hashes: an error is
         logged and its events are ignored (it is routed approximately). Its KV capacity bounds the
         approximate index when the policy gives none."""
-        state = self.process.state
+        pools = self.pools()
         targets = []
         for route in self.routes.values():
-            pool = state.pools[route.pool]
+            pool = pools[route.pool]
             replica = pool.router.replica(route.replica_id)
             if replica is not None:
                 targets.append((pool, replica))
-        texts = await asyncio.gather(
-            *(_metrics_text(state.upstream.session, r.url, timeout_s) for _, r in targets)
-        )
+        session = self.session()
+        texts = await asyncio.gather(*(_metrics_text(session, r.url, timeout_s) for _, r in targets))
         for (pool, r), text in zip(targets, texts, strict=True):
             info = parse_cache_config(text) if text else None
             if info is None:
@@ -227,7 +228,7 @@ class Listener:
         """At start, ask each replica with a replay socket for its whole buffer (concurrently, each
         bounded by ``replay_timeout_s``): what it stored before this gateway bound is then known before
         the first request, and the replica is live without waiting for its next event."""
-        metrics = self.process.metrics
+        metrics = self.metrics
         todo = [(t, r) for t, r in self.routes.items() if r.replay and r.replica_id not in self.mismatched]
         results = await asyncio.gather(*(self.replay(r, 0, None) for _, r in todo))
         for (topic, route), batches in zip(todo, results, strict=True):
@@ -369,22 +370,24 @@ def _listener_of(ke: KvEventsConfig) -> str:
     return CONNECT if ke.mode == "connect" else ke.bind
 
 
-def _binds(process: Process) -> Iterable[str]:
+def _binds(pools: CurrentPools) -> Iterable[str]:
     """The listeners the precise pools need: each distinct bound endpoint, and CONNECT."""
     seen: list[str] = []
-    for pool in process.state.pools.values():
+    for pool in pools().values():
         rc = pool.cfg.routing
         if rc.index == "precise" and rc.kv_events is not None and _listener_of(rc.kv_events) not in seen:
             seen.append(_listener_of(rc.kv_events))
     return seen
 
 
-async def start_kv_events(process: Process) -> list[Listener]:
+async def start_kv_events(
+    pools: CurrentPools, session: CurrentSession, metrics: GatewayMetrics, tasks: Tasks
+) -> list[Listener]:
     """Bind a SUB socket per distinct ``kv_events.bind`` of the precise pools, connect one to each
-    replica of the pools in connect mode, and start listening."""
+    replica of the pools in connect mode, and start listening (a task each, in ``tasks``)."""
     listeners: list[Listener] = []
     ctx: zmq.asyncio.Context | None = None
-    binds = list(_binds(process))
+    binds = list(_binds(pools))
     if binds and zmq is None:
         raise RuntimeError(
             "routing index 'precise' needs pyzmq and msgpack (pip install 'prefix-gateway[precise]')"
@@ -392,7 +395,7 @@ async def start_kv_events(process: Process) -> list[Listener]:
     for bind in binds:
         ctx = ctx or zmq.asyncio.Context()
         if bind == CONNECT:
-            listeners.append(await _started(process, Listener(process, bind, ctx, None)))
+            listeners.append(await _started(tasks, Listener(pools, session, metrics, bind, ctx, None)))
             continue
         sock = ctx.socket(zmq.SUB)
         sock.setsockopt(zmq.LINGER, 0)
@@ -407,26 +410,24 @@ async def start_kv_events(process: Process) -> list[Listener]:
                 extra={"event": "kv_events_bind_failed", "bind": bind, "error": str(exc)},
             )
             continue
-        listeners.append(await _started(process, Listener(process, bind, ctx, sock)))
-    process.kv_listeners = listeners
+        listeners.append(await _started(tasks, Listener(pools, session, metrics, bind, ctx, sock)))
     if not listeners and ctx is not None:
         ctx.term()
     return listeners
 
 
-async def _started(process: Process, listener: Listener) -> Listener:
+async def _started(tasks: Tasks, listener: Listener) -> Listener:
     listener.refresh()
     await listener.inspect()
     await listener.catch_up()
-    process.start_task(f"kv_events:{listener.bind}", listener.run())
+    tasks.start(f"kv_events:{listener.bind}", listener.run())
     return listener
 
 
-async def stop_kv_events(process: Process) -> None:
-    """Stop listening (idempotent): cancel the loops, close the sockets."""
-    listeners, process.kv_listeners = process.kv_listeners, []
+async def stop_kv_events(listeners: list[Listener], tasks: Tasks) -> None:
+    """Stop these listeners: cancel their loops, close the sockets."""
     for listener in listeners:
-        task = process.stop_task(f"kv_events:{listener.bind}")
+        task = tasks.stop(f"kv_events:{listener.bind}")
         if task is not None:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task

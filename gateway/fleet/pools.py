@@ -1,8 +1,16 @@
-"""Model pools at run time: the replicas of each model and the router that picks among them."""
+"""Model pools at run time: the replicas of each model and the router that picks among them.
+
+``CurrentPools`` and ``CurrentSession`` are how the fleet's loops (probes, scrape, discovery, adapters,
+KV events) read the process's current pools and upstream session: a getter each, called afresh on every
+pass, because a reload swaps both. The loops receive these, not the ``Process``.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+
+import aiohttp
 
 from config.policy import ModelPoolConfig
 from router.pool import PoolRouter
@@ -31,6 +39,10 @@ class Pool:
     def sends_cache_salt(self) -> bool:
         """vLLM and SGLang isolate prefix-cache blocks by ``cache_salt``; an OpenAI backend rejects it."""
         return self.cfg.backend in ("vllm", "sglang")
+
+
+CurrentPools = Callable[[], Mapping[str, Pool]]
+CurrentSession = Callable[[], aiohttp.ClientSession]
 
 
 def find_pool(pools: dict[str, Pool], model: str) -> tuple[Pool | None, str | None]:

@@ -1,14 +1,17 @@
-"""The active health checker of replicas: ``GET /health`` on each, every ``interval_s``."""
+"""The active health checker of replicas: ``GET /health`` on each, every ``interval_s``.
+
+It receives what it uses of the process: the current pools and upstream session (getters: a reload
+swaps both) and the fleet's health, which its verdicts feed.
+"""
 
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
 
 import aiohttp
 
-if TYPE_CHECKING:
-    from gateway.process.process import Process
+from gateway.fleet.pools import CurrentPools, CurrentSession
+from gateway.upstream.health import FleetHealth
 
 
 async def probe(session: aiohttp.ClientSession, url: str, timeout_s: float) -> bool:
@@ -20,18 +23,24 @@ async def probe(session: aiohttp.ClientSession, url: str, timeout_s: float) -> b
         return False
 
 
-async def health_loop(process: Process, interval_s: float, timeout_s: float, fails_to_eject: int = 2) -> None:
+async def health_loop(
+    pools: CurrentPools,
+    session: CurrentSession,
+    fleet: FleetHealth,
+    interval_s: float,
+    timeout_s: float,
+    fails_to_eject: int = 2,
+) -> None:
     """Probe every replica's /health; its active verdict turns false after ``fails_to_eject`` failures
     in a row and true again at the first success. The verdict goes to ``FleetHealth``, which combines
     it with the breaker and drains into ``ReplicaState.healthy``: this loop never writes that flag."""
     failures: dict[str, int] = {}
     while True:
-        state = process.state
-        urls = sorted({r.url for pool in state.pools.values() for r in pool.router.replicas})
+        urls = sorted({r.url for pool in pools().values() for r in pool.router.replicas})
+        client = session()
         results = await asyncio.gather(
-            *(probe(state.upstream.session, url, timeout_s) for url in urls), return_exceptions=True
+            *(probe(client, url, timeout_s) for url in urls), return_exceptions=True
         )
-        fleet = process.fleet
         for url, ok in zip(urls, results, strict=True):
             if ok is True:
                 failures[url] = 0

@@ -6,7 +6,8 @@ replica whose scrape fails falls back to the gateway's own in-flight count.
 
 The same scrape reads the replica's token counters (``vllm:prompt_tokens_total``,
 ``vllm:generation_tokens_total``, SGLang's names) into the process's ``CounterLog``
-(``gateway.fleet.counters``), which keeps them at window edges for usage reconciliation.
+(``gateway.fleet.counters``), which keeps them at window edges for usage reconciliation. The loop receives the current pools and
+upstream session (getters: a reload swaps both) and that log, not the process.
 """
 
 from __future__ import annotations
@@ -16,17 +17,15 @@ import logging
 import re
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
+from gateway.fleet.counters import CounterLog
+from gateway.fleet.pools import CurrentPools, CurrentSession
 from gateway.fleet.vllm_info import INFO, cache_info_of, is_cache_config
 from router.pool import PoolRouter
 from router.replica import ReplicaState
-
-if TYPE_CHECKING:
-    from gateway.process.process import Process
 
 log = logging.getLogger("prefix_gateway")
 
@@ -132,21 +131,23 @@ def learn_capacity(router: PoolRouter, replica: ReplicaState, tokens: int | None
         )
 
 
-async def scrape_loop(process: Process, interval_s: float, timeout_s: float) -> None:
+async def scrape_loop(
+    pools: CurrentPools, session: CurrentSession, counters: CounterLog, interval_s: float, timeout_s: float
+) -> None:
     learned: set[str] = set()  # replicas whose index bound came from their own metrics, not the policy
     while True:
-        state = process.state
         targets = [
             (name, pool.router, r)
-            for name, pool in state.pools.items()
+            for name, pool in pools().items()
             for r in pool.router.replicas
             if r.healthy
         ]
         # One time for the round, taken before any replica is read: every replica's counters of a
         # round share it, so a reconciliation window is one ledger period for all of them.
         ts_ms = int(time.time() * 1000)
+        client = session()
         loads = await asyncio.gather(
-            *(scrape_one(state.upstream.session, r.url, timeout_s) for _, _, r in targets),
+            *(scrape_one(client, r.url, timeout_s) for _, _, r in targets),
             return_exceptions=True,
         )
         for (model, router, replica), load in zip(targets, loads, strict=True):
@@ -156,7 +157,7 @@ async def scrape_loop(process: Process, interval_s: float, timeout_s: float) -> 
                 if load.prefix_cache_hits_total is not None:
                     router.observe_hit_counter(replica.id, load.prefix_cache_hits_total)
                 if load.prompt_tokens_total is not None and load.generation_tokens_total is not None:
-                    process.usage_counters.observe(
+                    counters.observe(
                         model,
                         replica.id,
                         ts_ms,

@@ -14,7 +14,9 @@ is off loopback. The tenant label itself may be hashed or dropped (``observabili
 ``gateway.pipeline.tenant``).
 
 The listener is a resource of the ``Process``: opened after the state is built, closed in the same
-exit stack, after the drain (a scrape during shutdown still answers).
+exit stack, after the drain (a scrape during shutdown still answers). Both receive what they read (the
+registry, the current state, the ledger's registry, the advisor, the batches; the listener only the
+function that renders), not the ``Process``.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 import hmac
 import os
 from collections import defaultdict
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -32,41 +35,50 @@ from cache.store_redis import REDIS_ERRORS
 from gateway.batch.objects import STATUSES
 
 if TYPE_CHECKING:
-    from gateway.process.process import Process
+    from cache.advisor.advisor import Advisor
+    from gateway.batch.service import BatchService
+    from gateway.observability.metrics import GatewayMetrics
+    from gateway.process.metering import Metering
+    from gateway.process.state import State
 
 
-async def exposition(process: Process) -> web.Response:
+async def exposition(
+    metrics: GatewayMetrics,
+    state: State,
+    metering: Metering | None,
+    advisor: Advisor,
+    batch: BatchService | None,
+) -> web.Response:
     """The process's metrics, with the gauges read at scrape time (index sizes, explicit entries, the
     semantic cache's stale entries, the advisor's savings, batches by status)."""
-    metrics = process.metrics
-    for pool in process.state.pools.values():
+    for pool in state.pools.values():
         for replica_id, blocks in pool.router.index.stats().per_replica.items():
             metrics.child(metrics.index_blocks, replica_id).set(blocks)
-    if process.metering is not None:
+    if metering is not None:
         try:
-            stats = await process.metering.registry.stats()
+            stats = await metering.registry.stats()
         except REDIS_ERRORS:  # Redis away: /metrics still answers, the gauges keep their last values
             metrics.child(metrics.redis_errors, "explicit", "stats").inc()
         else:
             for name in ("live", "created", "hits", "expired"):
                 metrics.child(metrics.explicit_entries, name).set(getattr(stats, name))
-    cache = process.state.cache
+    cache = state.cache
     if cache is not None and cache.semantic is not None:
         metrics.semantic_stale.set(cache.semantic.store.stats.stale)
-    if process.advisor.cfg.enabled:
-        await set_advice_gauges(process)
-    if process.batch is not None:
-        await set_batch_gauges(process)
+    if advisor.cfg.enabled:
+        await set_advice_gauges(metrics, state, advisor)
+    if batch is not None:
+        await set_batch_gauges(metrics, batch)
     return web.Response(body=generate_latest(metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
-async def set_advice_gauges(process: Process) -> None:
+async def set_advice_gauges(metrics: GatewayMetrics, state: State, advisor: Advisor) -> None:
     """The advisor's potential savings per tenant (listed, else ``other``) and finding kind; series of
     kinds that no longer apply drop to 0 (``gauge_values`` lists every kind of a present tenant). From
     the cached findings: a scrape starts a pricing where they are stale and never waits for it."""
-    metrics, tenants = process.metrics, process.state.tenants
-    listed = {t.id for t in process.state.policy.tenancy.tenants}
-    values = gauge_values(await process.advisor.advice_async(wait=False), listed)
+    tenants = state.tenants
+    listed = {t.id for t in state.policy.tenancy.tenants}
+    values = gauge_values(await advisor.advice_async(wait=False), listed)
     for name, gauge in (
         (GAUGE_SAVING_MICROS, metrics.advice_saving_micros),
         (GAUGE_SAVING_TOKENS, metrics.advice_saving_tokens),
@@ -79,14 +91,12 @@ async def set_advice_gauges(process: Process) -> None:
             metrics.child(gauge, label, kind).set(value)
 
 
-async def set_batch_gauges(process: Process) -> None:
+async def set_batch_gauges(metrics: GatewayMetrics, batch: BatchService) -> None:
     """Batches per status, from the job store (every pod's batches: take the max across pods, not the
     sum); a status no batch has any more drops to 0. The runner's own counters are a collector
     (``gateway.batch.metrics``)."""
-    assert process.batch is not None
-    metrics = process.metrics
     try:
-        counts = await process.batch.store.count_by_status()
+        counts = await batch.store.count_by_status()
     except Exception:  # the store is unreachable: /metrics still answers, the gauges keep their values
         metrics.child(metrics.redis_errors, "batch", "count").inc()
         return
@@ -115,10 +125,10 @@ def bearer_ok(header: str | None, token: str) -> bool:
 
 
 async def open_listener(
-    process: Process, host: str, port: int, token: str | None = None
+    render: Callable[[], Awaitable[web.Response]], host: str, port: int, token: str | None = None
 ) -> tuple[web.AppRunner, str]:
-    """Serve ``GET /metrics`` (and nothing else) on ``host:port``, behind the bearer ``token`` when
-    given; returns the runner and its URL."""
+    """Serve ``GET /metrics`` (and nothing else, ``render``'s answer) on ``host:port``, behind the
+    bearer ``token`` when given; returns the runner and its URL."""
 
     async def handler(request: web.Request) -> web.Response:
         if token is not None and not bearer_ok(request.headers.get("Authorization"), token):
@@ -127,7 +137,7 @@ async def open_listener(
                 text="metrics token required (Authorization: Bearer)\n",
                 headers={"WWW-Authenticate": 'Bearer realm="metrics"'},
             )
-        return await exposition(process)
+        return await render()
 
     app = web.Application()
     app.router.add_get("/metrics", handler)

@@ -14,17 +14,26 @@ is registered on an exit stack as it is opened, so ``close`` closes them in reve
 whatever failed. Batches are opened last and stopped first: their lines use the request path (the
 upstream session, the ledger), and ``stop_batches`` also runs when the drain begins, so another pod (or
 this one's restart) can take their leases over at once.
+
+The subsystems it starts receive what they use, not the ``Process``: the current pools and upstream
+session as getters (``current_pools``, ``current_session``: a reload swaps both), the fleet's health,
+the named tasks (``gateway.fleet.tasks.Tasks``), the settings they read; a reload is typed by what it
+drives (``reload.Reloadable``). No fleet or batch module and none of the process's loops names its type
+(``tests/unit/test_capabilities.py``): the type-only import cycle through it lost the fleet (41 modules
+at 248333a, 33 now); the request path's context, typed ``Process``, keeps the rest.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import aiohttp
 import redis.asyncio as aioredis
 from aiohttp import web
 
@@ -42,21 +51,24 @@ from gateway.batch.store import open_store
 from gateway.fleet import probes, scrape
 from gateway.fleet.adapters import AdapterLoader, adapters_loop
 from gateway.fleet.counters import CounterLog
-from gateway.fleet.discovery import start_discovery
+from gateway.fleet.discovery import Discovery, start_discovery
 from gateway.fleet.kv_events import Listener, start_kv_events, stop_kv_events
+from gateway.fleet.pools import Pool
 from gateway.fleet.sharing import SharedIndex, open_shared_index
+from gateway.fleet.tasks import Tasks
 from gateway.observability.decisions import DecisionLog
 from gateway.observability.metrics import GatewayMetrics
 from gateway.observability.tracing import Tracing, open_tracing
+from gateway.pipeline.handler import call
 from gateway.pipeline.hooks import registered_hooks
 from gateway.pipeline.lifecycle import Hooks
-from gateway.pipeline.tenant import server_secret
+from gateway.pipeline.tenant import TenantResolver, server_secret
 from gateway.process.admission import Admission
-from gateway.process.exposition import metrics_token, open_listener
+from gateway.process.exposition import exposition, metrics_token, open_listener
 from gateway.process.fair_admission import FairAdmission
 from gateway.process.metering import Metering, open_metering
 from gateway.process.reconcile import reconcile_loop
-from gateway.process.reload import watch_file
+from gateway.process.reload import reload, watch_file
 from gateway.process.state import State, build_state, replaced
 from gateway.upstream.health import FleetHealth
 from router.pool import PoolRouter
@@ -93,7 +105,7 @@ class Process:
     draining: bool = False
     server: web.Server | None = None  # the HTTP server (connection counts for /admin/debug)
     metrics_url: str | None = None  # the /metrics listener (server.metrics_port), once open
-    tasks: dict[str, asyncio.Task[Any]] = field(default_factory=dict)
+    tasks: Tasks = field(default_factory=Tasks)  # the named background tasks
     # model name -> (discovery config it was resolved with, addresses in resolver order)
     discovered: dict[str, tuple[Any, list[str]]] = field(default_factory=dict)
     kv_listeners: list[Listener] = field(default_factory=list)
@@ -159,14 +171,16 @@ class Process:
         stack.push_async_callback(self._run_shutdown_hooks)
         stack.push_async_callback(self._stop_tasks)
         self.start_loops(policy)
-        start_discovery(self)
-        stack.push_async_callback(stop_kv_events, self)
-        await start_kv_events(self)
+        start_discovery(self.discovery())
+        stack.push_async_callback(self._stop_kv_events)
+        self.kv_listeners = await start_kv_events(
+            self.current_pools, self.current_session, self.metrics, self.tasks
+        )
         server = policy.server
         if server.metrics_port is not None:
             port = server.metrics_port + self.worker if server.metrics_port else 0
             runner, self.metrics_url = await open_listener(
-                self, server.metrics_host, port, metrics_token(server.metrics_token_env)
+                self.exposition, server.metrics_host, port, metrics_token(server.metrics_token_env)
             )
             stack.push_async_callback(runner.cleanup)
         if policy.batch.enabled:
@@ -176,13 +190,13 @@ class Process:
         cfg, stack = policy.batch, self._stack
         store = await open_store(cfg, self.redis, policy.redis.key_prefix)
         stack.push_async_callback(store.close)
-        fleet = PoolFleet(self)
+        fleet = PoolFleet(self.current_pools, self._tenants)
         self.batch = BatchService(
             cfg,
             store=store,
             files=FileStore(cfg.dir, cfg.limits),
             fleet=fleet,
-            send=request_path(self),
+            send=request_path(functools.partial(call, self), self._tenants),
             load=fleet.waiting,
             max_line_bytes=policy.limits.max_body_bytes,
         )
@@ -208,6 +222,30 @@ class Process:
 
     async def close(self) -> None:
         await self._stack.aclose()
+
+    # -- what the subsystems receive ------------------------------------------------------------------
+    def current_pools(self) -> Mapping[str, Pool]:
+        return self.state.pools
+
+    def current_session(self) -> aiohttp.ClientSession:
+        return self.state.upstream.session
+
+    def _tenants(self) -> TenantResolver:
+        return self.state.tenants
+
+    def discovery(self) -> Discovery:
+        """Discovery's view of this process (built per call: the resolver may be replaced in tests)."""
+        return Discovery(
+            self.current_pools, self.fleet, self.metrics, self.tasks, self.discovered, self.resolver
+        )
+
+    def exposition(self) -> Awaitable[web.Response]:
+        """The Prometheus exposition of this process (``/metrics``)."""
+        return exposition(self.metrics, self.state, self.metering, self.advisor, self.batch)
+
+    async def _stop_kv_events(self) -> None:
+        listeners, self.kv_listeners = self.kv_listeners, []
+        await stop_kv_events(listeners, self.tasks)
 
     def _router_of(self, pool: str) -> PoolRouter | None:
         found = self.state.pools.get(pool)
@@ -274,41 +312,46 @@ class Process:
             self.retire(close, drain_s)
 
     # -- background tasks -----------------------------------------------------------------------------
-    def start_task(self, name: str, coro: Awaitable[Any]) -> None:
-        """Run ``coro`` as the process's task ``name`` (one of that name: a running one is cancelled)."""
-        self.stop_task(name)
-        self.tasks[name] = asyncio.ensure_future(coro)
-
-    def stop_task(self, name: str) -> asyncio.Task[Any] | None:
-        """Cancel the task ``name``; returned, so a caller that must wait for its end can."""
-        task = self.tasks.pop(name, None)
-        if task is not None:
-            task.cancel()
-        return task
-
-    def running_tasks(self, prefix: str) -> dict[str, bool]:
-        """The tasks whose name starts with ``prefix``: name -> still running."""
-        return {name: not t.done() for name, t in self.tasks.items() if name.startswith(prefix)}
-
     def start_loops(self, policy: Policy) -> None:
-        """(Re)start the loops whose settings come from the policy (they read ``self.state`` afresh)."""
+        """(Re)start the loops whose settings come from the policy (they read the pools afresh)."""
+        tasks, pools, session = self.tasks, self.current_pools, self.current_session
         for name in ("health", "scrape", "watch", "adapters", "reconcile"):
-            self.stop_task(name)
+            tasks.stop(name)
         if policy.health.enabled:
             h = policy.health
-            self.start_task("health", probes.health_loop(self, h.interval_s, h.timeout_s, h.fails_to_eject))
+            tasks.start(
+                "health",
+                probes.health_loop(pools, session, self.fleet, h.interval_s, h.timeout_s, h.fails_to_eject),
+            )
         if policy.scrape.enabled:
-            self.start_task(
-                "scrape", scrape.scrape_loop(self, policy.scrape.interval_s, policy.scrape.timeout_s)
+            sc = policy.scrape
+            tasks.start(
+                "scrape", scrape.scrape_loop(pools, session, self.usage_counters, sc.interval_s, sc.timeout_s)
             )
         rc = policy.billing.reconcile
         self.usage_counters.configure(rc.window_s, rc.windows_kept)
         if policy.scrape.enabled and rc.enabled and self.metering is not None:
-            self.start_task("reconcile", reconcile_loop(self))
+            tasks.start(
+                "reconcile",
+                reconcile_loop(
+                    self.metering.ledger,
+                    self.usage_counters,
+                    lambda: self.state.policy.billing.reconcile,
+                    self.metrics,
+                ),
+            )
         if any(m.lora.discover for m in policy.models):
-            self.start_task("adapters", adapters_loop(self))
+            tasks.start("adapters", adapters_loop(pools, session))
         if policy.reload.watch_interval_s > 0 and self.policy_path is not None:
-            self.start_task("watch", watch_file(self, policy.reload.watch_interval_s))
+            tasks.start(
+                "watch",
+                watch_file(
+                    self.policy_path,
+                    lambda: self.file_policy.tenancy.keys_file,
+                    lambda: reload(self, source="watch"),
+                    policy.reload.watch_interval_s,
+                ),
+            )
 
     def retire(self, close: Callable[[], Awaitable[Any]], after_s: float) -> None:
         """Call ``close()`` after ``after_s`` seconds (or at shutdown, whichever comes first)."""
@@ -322,13 +365,7 @@ class Process:
         entry[0].add_done_callback(lambda _t: self._retired.remove(entry) if entry in self._retired else None)
 
     async def _stop_tasks(self) -> None:
-        tasks = list(self.tasks.values())
-        self.tasks.clear()
-        for t in tasks:
-            t.cancel()
-        for t in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
+        await self.tasks.close()
         retired, self._retired = self._retired, []
         for task, close in retired:
             task.cancel()

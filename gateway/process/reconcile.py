@@ -8,20 +8,23 @@ window as it completes: the drift of every replica and kind is the gauge
 (``usage_drift``, no tenant, no prompt: ids and counts only) and counts in
 ``prefix_gateway_usage_drift_exceeded_total``. The ledger is read once per distinct span (every
 replica of a scrape round shares the round's time), through its time index (SQLite) or the stream
-(Redis): a window is minutes of rows, not days.
+(Redis): a window is minutes of rows, not days. Both receive what they read (the ledger, the counters,
+the reconcile settings: a getter in the loop, since a reload may change them), not the ``Process``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from cache.billing.ledger import ReplicaTotals
-from gateway.fleet.counters import Key, Reading, compare
+from cache.billing.ledger import Ledger, ReplicaTotals
+from gateway.fleet.counters import CounterLog, Key, Reading, compare
 
 if TYPE_CHECKING:
-    from gateway.process.process import Process
+    from config.billing import ReconcileConfig
+    from gateway.observability.metrics import GatewayMetrics
 
 log = logging.getLogger("prefix_gateway")
 
@@ -38,12 +41,10 @@ def _summed(lines: list[dict[str, Any]], field: str) -> dict[str, int]:
     return out
 
 
-async def reconcile(process: Process, since_ms: int | None, until_ms: int | None) -> dict[str, Any]:
+async def reconcile(
+    ledger: Ledger, counters: CounterLog, cfg: ReconcileConfig, since_ms: int | None, until_ms: int | None
+) -> dict[str, Any]:
     """Every replica with counters or rows: counted, billed, estimated rows (named), drift."""
-    assert process.metering is not None
-    ledger = process.metering.ledger
-    cfg = process.state.policy.billing.reconcile
-    counters = process.usage_counters
     spans: dict[Key, tuple[Reading, Reading]] = {}
     for key in counters.replicas():
         span = counters.span(key, since_ms, until_ms)
@@ -90,14 +91,10 @@ async def reconcile(process: Process, since_ms: int | None, until_ms: int | None
     }
 
 
-async def check_windows(process: Process, checked: dict[Key, int]) -> None:
+async def check_windows(
+    ledger: Ledger, counters: CounterLog, cfg: ReconcileConfig, m: GatewayMetrics, checked: dict[Key, int]
+) -> None:
     """Reconcile each replica's last complete window not checked yet: gauge, warning, counter."""
-    metering = process.metering
-    if metering is None:
-        return
-    cfg = process.state.policy.billing.reconcile
-    m = process.metrics
-    counters = process.usage_counters
     cache: dict[tuple[int, int], dict[tuple[str, str | None], ReplicaTotals]] = {}
     for key in counters.replicas():
         window = counters.last_window(key)
@@ -106,7 +103,7 @@ async def check_windows(process: Process, checked: dict[Key, int]) -> None:
         start, end = window
         span = (start.ts_ms, end.ts_ms)
         if span not in cache:
-            cache[span] = {(t.model, t.replica): t for t in await metering.ledger.replica_totals(*span)}
+            cache[span] = {(t.model, t.replica): t for t in await ledger.replica_totals(*span)}
         line = compare(key, start, end, cache[span].get(key), cfg.drift_threshold_pct)
         checked[key] = end.ts_ms
         if line["drift"] is None:
@@ -137,15 +134,16 @@ async def check_windows(process: Process, checked: dict[Key, int]) -> None:
             )
 
 
-async def reconcile_loop(process: Process) -> None:
+async def reconcile_loop(
+    ledger: Ledger, counters: CounterLog, cfg: Callable[[], ReconcileConfig], metrics: GatewayMetrics
+) -> None:
     """Check the windows completed since the last pass, several times a window (a window is complete
     once the scrape has read its closing edge)."""
     checked: dict[Key, int] = {}
     while True:
-        window_s = process.state.policy.billing.reconcile.window_s
-        await asyncio.sleep(max(0.5, window_s / 4))
+        await asyncio.sleep(max(0.5, cfg().window_s / 4))
         try:
-            await check_windows(process, checked)
+            await check_windows(ledger, counters, cfg(), metrics, checked)
         except Exception as exc:  # a ledger away (Redis): the next pass tries again
             log.warning(
                 "usage reconciliation could not read the ledger",

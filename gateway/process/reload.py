@@ -17,6 +17,11 @@ becomes ``Process.file_policy`` (what public endpoints and the next upload's all
 Every reload loads the files the new policy names first (``process.preflight``), the keys file
 (``tenancy.keys_file``) included: SIGHUP after ``keys revoke`` applies it, and the watch stamps the keys
 file as well as the policy file.
+
+A reload drives the process it reloads, so it takes it, typed by what it uses (``Reloadable``, which
+``Process`` is): this module is imported by the process (for the watch), and naming the process's type
+back closed an import cycle through every module the process imports. The watch loop receives only the
+paths it stamps and the reload to call.
 """
 
 from __future__ import annotations
@@ -24,16 +29,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from config.loader import PolicyError, load_policy, parse_policy
 from config.policy import Policy
-from gateway.fleet.discovery import start_discovery
+from gateway.fleet.discovery import Discovery, start_discovery
 from gateway.process.preflight import model_file_problems
 
 if TYPE_CHECKING:
-    from gateway.process.process import Process
+    from gateway.observability.metrics import GatewayMetrics
+    from gateway.process.state import State
 
 log = logging.getLogger("prefix_gateway")
 
@@ -55,6 +62,24 @@ RESTART_ONLY = (
     ("shared_index", None),
     ("batch", None),
 )
+
+
+class Reloadable(Protocol):
+    """What a reload uses of the process."""
+
+    state: State
+    file_policy: Policy
+    policy_path: str | None
+    metrics: GatewayMetrics
+    reload_lock: asyncio.Lock
+
+    def build(self, policy: Policy, previous: State | None) -> tuple[State, list[Callable[[], None]]]: ...
+
+    def swap(self, new: State, pending: list[Callable[[], None]]) -> None: ...
+
+    def start_loops(self, policy: Policy) -> None: ...
+
+    def discovery(self) -> Discovery: ...
 
 
 @dataclass
@@ -86,12 +111,12 @@ def restart_only_changes(old: Policy, new: Policy) -> list[str]:
     return changed
 
 
-def swap_policy(process: Process, policy: Policy) -> list[str]:
+def swap_policy(process: Reloadable, policy: Policy) -> list[str]:
     """Build the state of ``policy`` and make it current; returns the restart-only settings changed."""
     old = process.state
     new, pending = process.build(policy, previous=old)
     process.swap(new, pending)
-    start_discovery(process, restart=True)
+    start_discovery(process.discovery(), restart=True)
     if (
         old.policy.health != policy.health
         or old.policy.scrape != policy.scrape
@@ -101,7 +126,7 @@ def swap_policy(process: Process, policy: Policy) -> list[str]:
     return restart_only_changes(old.policy, policy)
 
 
-def parse_upload(process: Process, text: str, source: str) -> Policy:
+def parse_upload(process: Reloadable, text: str, source: str) -> Policy:
     """An uploaded policy: only the file policy's ``admin.upload_env`` names are expanded."""
     allowed = process.file_policy.admin.upload_env
     env = {name: os.environ[name] for name in allowed if name in os.environ}
@@ -123,7 +148,7 @@ def _read_file(path: str) -> Policy:
     return policy
 
 
-async def reload(process: Process, *, text: str | None = None, source: str = "signal") -> ReloadResult:
+async def reload(process: Reloadable, *, text: str | None = None, source: str = "signal") -> ReloadResult:
     """Validate and apply a policy (``text``, else the file the process was started with)."""
     reloads = process.metrics.reloads
     async with process.reload_lock:
@@ -177,15 +202,20 @@ def _stat(path: str | None) -> tuple[float, int] | None:
     return (st.st_mtime, st.st_size)
 
 
-async def watch_file(process: Process, interval_s: float) -> None:
-    """Reload when the policy file's mtime (or size) changes, or the keys file's (``tenancy.keys_file``
-    of the policy serving now); a ConfigMap update swaps a symlink, which ``os.stat`` follows."""
-    path = process.policy_path
+async def watch_file(
+    path: str | None,
+    keys_file: Callable[[], str | None],
+    reload: Callable[[], Awaitable[Any]],
+    interval_s: float,
+) -> None:
+    """Call ``reload()`` when the policy file's mtime (or size) changes, or the keys file's
+    (``keys_file()``: ``tenancy.keys_file`` of the file policy serving now); a ConfigMap update swaps a
+    symlink, which ``os.stat`` follows."""
     if path is None:
         return
 
     def stamp() -> tuple[tuple[float, int] | None, tuple[float, int] | None]:
-        return (_stat(path), _stat(process.file_policy.tenancy.keys_file))
+        return (_stat(path), _stat(keys_file()))
 
     last = stamp()
     while True:
@@ -193,4 +223,4 @@ async def watch_file(process: Process, interval_s: float) -> None:
         now = stamp()
         if now[0] is not None and now != last:
             last = now
-            await reload(process, source="watch")
+            await reload()

@@ -25,7 +25,6 @@ from gateway.pipeline.parse import ENDPOINTS
 from gateway.pipeline.protocols import FRONTENDS, FrontEnd
 from gateway.pipeline.protocols import responses as responses_api
 from gateway.pipeline.tenant import allows
-from gateway.process.exposition import exposition
 from gateway.process.process import PROCESS, Process
 from gateway.server.batch_api import add_batch_routes
 
@@ -115,7 +114,7 @@ async def ready(request: web.Request) -> web.Response:
 async def metrics_endpoint(request: web.Request) -> web.Response:
     """``/metrics`` on the serving port: behind the admin token (the separate listener of
     ``server.metrics_port`` serves it to the scraper without one)."""
-    return await exposition(request.app[PROCESS])
+    return await request.app[PROCESS].exposition()
 
 
 def _inference(process: Process, name: str) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:

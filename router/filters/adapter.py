@@ -5,7 +5,7 @@ else no replica may take the request."""
 
 from __future__ import annotations
 
-from router.filters.base import FilterContext
+from router.filters.base import FilterContext, Registered
 from router.replica import ReplicaState
 from router.types import NoReplicaAvailable
 
@@ -18,3 +18,7 @@ def serves_adapter(candidates: list[ReplicaState], ctx: FilterContext) -> list[R
     if out or ctx.request.load_adapter:
         return out or candidates
     raise NoReplicaAvailable(f"no healthy replica serves adapter {adapter!r}")
+
+
+# Reads the healthy candidates (its error says no *healthy* replica serves the adapter).
+SERVES_ADAPTER = Registered("serves_adapter", serves_adapter, ("healthy",))

@@ -3,7 +3,7 @@ the circuit breaker and drains (``gateway.upstream.health`` is its one writer)."
 
 from __future__ import annotations
 
-from router.filters.base import FilterContext
+from router.filters.base import FilterContext, Registered
 from router.replica import ReplicaState
 from router.types import NoReplicaAvailable
 
@@ -13,3 +13,7 @@ def healthy(candidates: list[ReplicaState], ctx: FilterContext) -> list[ReplicaS
     if not out:
         raise NoReplicaAvailable(f"no healthy replica for model {ctx.request.model!r}")
     return out
+
+
+# The routing set: reads no other filter's output; every other filter narrows what it leaves.
+HEALTHY = Registered("healthy", healthy, ())

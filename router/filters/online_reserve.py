@@ -14,7 +14,7 @@ picks among the reserve (prefix affinity keeps each prompt on one of them). A ba
 
 from __future__ import annotations
 
-from router.filters.base import FilterContext
+from router.filters.base import FilterContext, Registered
 from router.load import bound_of, fits
 from router.replica import ReplicaState
 
@@ -29,3 +29,7 @@ def online_reserve(candidates: list[ReplicaState], ctx: FilterContext) -> list[R
     bound = min(bound_of(pool, ctx.cfg.load_factor), reserve.slots)
     kept = [r for r in pool if fits(r, bound, ctx.cfg.max_queued_prefill_tokens)]
     return kept or candidates
+
+
+# Reads the candidates below the slot cap, and ``decided_by``: it never overrules the plan or the pin.
+ONLINE_RESERVE = Registered("online_reserve", online_reserve, ("below_slot_cap", "planned", "explicit_pin"))

@@ -7,7 +7,7 @@ that the pin yields to the policy: a pinned prefix must not drown its replica.
 
 from __future__ import annotations
 
-from router.filters.base import FilterContext
+from router.filters.base import FilterContext, Registered
 from router.load import bound_of, fits
 from router.replica import ReplicaState
 
@@ -31,3 +31,7 @@ def soft_pin(
 
 def explicit_pin(candidates: list[ReplicaState], ctx: FilterContext) -> list[ReplicaState]:
     return soft_pin(candidates, ctx.request.pinned_replica, ctx, "explicit_pin")
+
+
+# Reads the candidates below the slot cap, and ``decided_by``: a batch line's plan decides before the pin.
+EXPLICIT_PIN = Registered("explicit_pin", explicit_pin, ("below_slot_cap", "planned"))

@@ -13,7 +13,7 @@ already tried) is ``ReplicasBusy``: the line waits for a slot like any request a
 
 from __future__ import annotations
 
-from router.filters.base import FilterContext
+from router.filters.base import FilterContext, Registered
 from router.filters.pin import soft_pin
 from router.replica import ReplicaState
 from router.types import ReplicasBusy
@@ -27,3 +27,8 @@ def planned(candidates: list[ReplicaState], ctx: FilterContext) -> list[ReplicaS
     if not room:
         raise ReplicasBusy(f"the batch's share of every replica of model {ctx.request.model!r} is taken")
     return soft_pin(room, placement.replica, ctx, "batch_plan")
+
+
+# Reads the candidates below the slot cap (the bounded load of its soft pin is theirs); decides
+# (``decided_by``) for the filters that yield to a decision.
+PLANNED = Registered("planned", planned, ("below_slot_cap",))

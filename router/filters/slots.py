@@ -5,7 +5,7 @@ request should wait for a slot (the gateway queues it, bounded) rather than go a
 
 from __future__ import annotations
 
-from router.filters.base import FilterContext
+from router.filters.base import FilterContext, Registered
 from router.replica import ReplicaState
 from router.types import ReplicasBusy
 
@@ -18,3 +18,10 @@ def below_slot_cap(candidates: list[ReplicaState], ctx: FilterContext) -> list[R
     if not out:
         raise ReplicasBusy(f"every replica of model {ctx.request.model!r} holds {limit} requests")
     return out
+
+
+# Reads the replicas that serve the request's adapter: a full replica that serves it is busy, not
+# absent (``ReplicasBusy``: the request waits for its slot); capped first, it would read as "no replica
+# serves the adapter" (``NoReplicaAvailable``). And a request no replica serves is refused at once,
+# never left waiting for slots on replicas that cannot take it.
+BELOW_SLOT_CAP = Registered("below_slot_cap", below_slot_cap, ("healthy", "serves_adapter"))

@@ -396,7 +396,7 @@ async def test_batches_off_answer_404_in_openai_shape(tmp_path: Path) -> None:
 
 async def test_the_backoff_signal_is_each_replicas_scraped_queue(tmp_path: Path) -> None:
     async with batch_gateway(tmp_path) as (_fleet, gw):
-        fleet = PoolFleet(gw.process)
+        fleet = PoolFleet(gw.process.current_pools, lambda: gw.process.state.tenants)
         assert (
             fleet.serves(MODEL) and not fleet.serves("other") and list(fleet.replicas(MODEL)) == ["r0", "r1"]
         )

@@ -156,20 +156,26 @@ def simulate(
     reserved: int = 0,
     lookahead: int = LOOKAHEAD,
     kv_blocks: int = 2048,
+    headroom: int = 0,
+    engine_batch: int | None = None,
 ) -> Run:
+    """One run; ``engine_batch`` (the engines' ``max_num_seqs``) defaults to ``slots + headroom``."""
     clock = [0.0]
+    batch = engine_batch if engine_batch is not None else slots + headroom
     states = [
         ReplicaState(id=f"r{k}", url=f"sim://{k}", kv_capacity_blocks=kv_blocks) for k in range(replicas)
     ]
     routing = RoutingConfig(policy="prefix_affinity")
-    router = PoolRouter(states, routing, clock=lambda: clock[0], slot_limit=0 if mode == "none" else slots)
-    engine_cfg = EngineConfig(num_gpu_blocks=kv_blocks, max_num_seqs=slots)
+    router = PoolRouter(
+        states, routing, clock=lambda: clock[0], slot_limit=0 if mode == "none" else slots + headroom
+    )
+    engine_cfg = EngineConfig(num_gpu_blocks=kv_blocks, max_num_seqs=batch)
     engines = [Engine(engine_cfg) for _ in range(replicas)]
     stepping = [False] * replicas
     step_out: list[Any] = [None] * replicas
     events: list[tuple[float, int, int, int]] = []
     seq = 0
-    lim = SaturationLimits(slots=slots, reserved=reserved)
+    lim = SaturationLimits(slots=slots, reserved=reserved, headroom=headroom)
     fifo: deque[Req] = deque()
     fair = FairQueue(len(CLASSES) + 1, FAIR_QUEUE)
     service = ServiceTime(SERVICE_S)
@@ -325,6 +331,7 @@ def simulate(
     run.queries = sum(e.stats.prefix_queries for e in engines)
     run.hits = sum(e.stats.prefix_hits for e in engines)
     run.extra["most_in_flight_low"] = most_low[0]
+    run.extra["engine_batch"] = batch
     return run
 
 

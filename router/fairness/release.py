@@ -75,15 +75,15 @@ def release(
 ) -> Iterator[tuple[Waiter, Decision | NoReplicaAvailable]]:
     """Route waiters while a replica has room: each released waiter with its decision (or the
     ``NoReplicaAvailable`` that says no replica may ever take it)."""
-    low = limits.for_band(1)
+    top, low = limits.for_band(0), limits.for_band(1)
     skipped: list[Waiter] = []  # waiters no replica they may use has room for: back in their places
     try:
         while len(queue) and len(skipped) < lookahead:
-            if pool_saturation(router.replicas, limits, now).saturated:
+            if pool_saturation(router.replicas, top, now).saturated:
                 return
             # below the highest class, only the slots beyond the reserved ones are room
             max_band = None if not pool_saturation(router.replicas, low, now).saturated else 0
-            room = {r.id for r in router.replicas if free_slots(r, limits, now) > 0}
+            room = {r.id for r in router.replicas if free_slots(r, top, now) > 0}
             waiter = queue.pop(now, prefer=_at_home(room), lookahead=lookahead, max_band=max_band)
             if waiter is None:
                 return

@@ -27,3 +27,20 @@ def test_reserved_slots_keep_lower_classes_off_the_last_slots():
     assert run.extra["most_in_flight_low"] == 3  # the last of 4 slots is the highest class's
     run = simulate("fair", workload(3.0, 0.0, 200.0, 0, seed=2), 1, 4, 3.0, reserved=0)
     assert run.extra["most_in_flight_low"] == 4
+
+
+def test_headroom_runs_the_flood_at_the_slots_and_the_engines_one_batch_wider():
+    reqs = workload(3.0, 0.0, 200.0, 0, seed=2)  # the flood only, standard class
+    run = simulate("fair", reqs, 1, 4, 3.0, headroom=2)
+    assert run.extra["most_in_flight_low"] == 4  # the headroom is none of the flood's
+    assert run.extra["engine_batch"] == 6
+    waits = {}
+    for headroom in (0, 2):
+        reqs = workload(4.0, 0.3, 200.0, 0, seed=2)  # 1.5 interactive requests a second beside the flood
+        run = simulate("fair", reqs, 1, 4, 4.0, headroom=headroom)
+        waits[headroom] = sorted(
+            r.decision.routed_at - r.at for r in run.reqs if r.tenant in CALM and r.decision
+        )
+    assert len(waits[2]) >= 4
+    assert waits[2][len(waits[2]) * 3 // 4] == 0.0  # most find the headroom free at once
+    assert sum(waits[0]) > 5 * sum(waits[2])  # without it they wait for one of the flood's to end

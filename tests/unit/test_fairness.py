@@ -288,3 +288,28 @@ def test_check_config_warns_when_the_process_limit_fills_before_the_fair_queue()
     assert "limits.max_concurrent_requests" in warned  # 1024 < 1024 queued + 8 slots
     fine = _policy(fair, max_concurrent_requests=2048)
     assert "limits.max_concurrent_requests" not in [p for p, _ in policy_warnings(fine)]
+
+
+# -- headroom above the slots (issue 28, round 2) -------------------------------------------------------
+def test_headroom_above_the_slots_is_room_for_the_highest_class_only():
+    lim = SaturationLimits(slots=2, reserved=1, headroom=1)
+    assert (lim.for_band(0).slots, lim.for_band(1).slots, lim.for_band(2).slots) == (3, 1, 1)
+    r = ReplicaState("a", "u", in_flight=2)
+    assert pool_saturation([r], lim.for_band(1), 0.0).saturated
+    assert free_slots(r, lim.for_band(0), 0.0) == 1  # the flood filled the slots; interactive still fits
+
+
+def test_a_release_gives_the_headroom_to_an_interactive_waiter_and_keeps_the_flood_at_the_slots():
+    r0 = ReplicaState("r0", "u", in_flight=2)  # both slots taken by a lower class
+    router = PoolRouter([r0], RoutingConfig(policy="prefix_affinity"), clock=lambda: 0.0, slot_limit=3)
+    q = FairQueue(bands=2, max_queued=10)
+    q.push(Waiter("flood", 1, 10, 1, 0, 1e9, payload=_Held(_prompt("f"), None)), 10)
+    q.push(Waiter("calm", 0, 10, 1, 0, 1e9, payload=_Held(_prompt("c"), None)), 10)
+    q.push(Waiter("calm", 0, 10, 1, 0, 1e9, payload=_Held(_prompt("d"), None)), 10)
+    out = list(release(q, router, SaturationLimits(slots=2, headroom=1), 0.0, lookahead=4))
+    assert [w.flow for w, _ in out] == ["calm"] and r0.in_flight == 3  # one headroom slot, used once
+    assert len(q) == 2
+    r0.in_flight = 0  # all ended: calm's goes first, then the flood's up to the slots, not past them
+    out = list(release(q, router, SaturationLimits(slots=2, headroom=1), 0.0, lookahead=4))
+    assert [w.flow for w, _ in out] == ["calm", "flood"] and r0.in_flight == 2
+    assert not len(q)

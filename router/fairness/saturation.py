@@ -29,6 +29,15 @@ no engine queue forms). A reserved slot takes that slot from the flood whenever 
 request holds it (-7 % output tokens); headroom leaves the flood its 8 and keeps 2 more for the
 interactive class (p99 1.05 x alone, output 1.03 x today's slot FIFO, 0.87 x a FIFO that gives
 everyone the 10 slots: the price is headroom idle while no interactive request needs it).
+
+``max_prefill_tokens`` bounds, below the highest class, the prefill this process has queued on a
+replica (sent, first token not yet seen: ``ReplicaState.queued_prefill_tokens``). With larger
+batches the rest of the interactive requests' time is the engine step they share with the flood's
+prefills: at 32 slots and 2 headroom their engine p99 was 0.151 s (2.0 x alone, the gateway wait 0);
+with at most 1,024 lower-class prefill tokens queued per replica, 0.093 s (1.24 x), at 0.974 x the
+output of a slot FIFO at 34 slots (``python -m bench.fairness --slots 32 --headroom 2 --max-prefill
+1024``). The engines' scraped signals are no substitute for either bound: scraped once a second,
+"waiting > 0" let 1.7 s of backlog form between scrapes (p99 6.0 s, ``--scraped``).
 """
 
 from __future__ import annotations
@@ -47,12 +56,15 @@ class SaturationLimits:
     max_report_age_s: float = 10.0
     reserved: int = 0  # slots of each replica only the highest class may take (smg's reserved slots)
     headroom: int = 0  # slots above ``slots`` only the highest class may take (the engine batch holds them)
+    max_prefill_tokens: int | None = None  # below the highest class: more prefill queued is full
 
     def for_band(self, band: int) -> SaturationLimits:
         """The limits a request of ``band`` sees: the highest class has the headroom above the slots
         too; below it, the reserved slots are none of its room."""
         if band == 0:
-            return replace(self, slots=self.slots + self.headroom, headroom=0) if self.headroom else self
+            if not self.headroom and self.max_prefill_tokens is None:
+                return self
+            return replace(self, slots=self.slots + self.headroom, headroom=0, max_prefill_tokens=None)
         if not self.reserved and not self.headroom:
             return self
         return replace(self, slots=max(0, self.slots - self.reserved), reserved=0, headroom=0)
@@ -85,9 +97,14 @@ def full_by_report(r: ReplicaState, limits: SaturationLimits, now: float) -> boo
     return limits.max_waiting is not None and waiting is not None and waiting > limits.max_waiting
 
 
+def prefill_full(r: ReplicaState, limits: SaturationLimits) -> bool:
+    """This process's prefill queued on the replica is past the bound (None: not bounded)."""
+    return limits.max_prefill_tokens is not None and r.queued_prefill_tokens > limits.max_prefill_tokens
+
+
 def free_slots(r: ReplicaState, limits: SaturationLimits, now: float) -> int:
-    """Requests the replica may take now: 0 when unhealthy or full by its report."""
-    if not r.healthy or full_by_report(r, limits, now):
+    """Requests the replica may take now: 0 when unhealthy, full by its report or by queued prefill."""
+    if not r.healthy or full_by_report(r, limits, now) or prefill_full(r, limits):
         return 0
     return max(0, limits.slots - r.in_flight)
 
@@ -103,5 +120,6 @@ def pool_saturation(replicas: Iterable[ReplicaState], limits: SaturationLimits, 
         if full_by_report(r, limits, now):
             full.add(r.id)
             continue
-        free += max(0, limits.slots - r.in_flight)
+        if not prefill_full(r, limits):
+            free += max(0, limits.slots - r.in_flight)
     return PoolSaturation(free, healthy, frozenset(full), queued)

@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from config.checks import policy_warnings
 from config.policy import Policy
 from config.routing import RoutingConfig
+from gateway.process.fair_admission import saturation_limits
 from router.fairness.classes import BATCH_BAND, ClassSpec, UnknownClass, batch_band, resolve
 from router.fairness.queue import FairQueue, QueueFull, Waiter
 from router.fairness.release import release
@@ -313,3 +314,24 @@ def test_a_release_gives_the_headroom_to_an_interactive_waiter_and_keeps_the_flo
     out = list(release(q, router, SaturationLimits(slots=2, headroom=1), 0.0, lookahead=4))
     assert [w.flow for w, _ in out] == ["calm", "flood"] and r0.in_flight == 2
     assert not len(q)
+
+
+def test_a_replica_past_the_queued_prefill_bound_is_full_below_the_highest_class_only():
+    lim = SaturationLimits(slots=8, max_prefill_tokens=512)
+    r = ReplicaState("a", "u", in_flight=1)
+    r.queued_prefill_tokens = 512
+    assert free_slots(r, lim.for_band(1), 0.0) == 7  # at the bound: still room
+    r.queued_prefill_tokens = 513
+    assert free_slots(r, lim.for_band(1), 0.0) == 0
+    assert pool_saturation([r], lim.for_band(1), 0.0).saturated
+    assert free_slots(r, lim.for_band(0), 0.0) == 7  # an interactive request is not held by it
+    assert not pool_saturation([r], lim.for_band(0), 0.0).saturated
+
+
+def test_the_fairness_section_passes_headroom_and_the_prefill_bound_to_the_queue():
+    p = _policy(
+        {"enabled": True, "slots_per_replica": 8, "headroom_slots": 2, "max_queued_prefill_tokens": 1024}
+    )
+    lim = saturation_limits(p.fairness, p.limits)
+    assert (lim.for_band(0).slots, lim.for_band(1).slots, lim.for_band(1).max_prefill_tokens) == (10, 8, 1024)
+    assert lim.for_band(0).max_prefill_tokens is None

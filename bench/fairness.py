@@ -63,7 +63,7 @@ from router.fairness.work import predicted_work
 from router.pool import PoolRouter
 from router.replica import ReplicaState
 from router.types import Decision, NoReplicaAvailable, ReplicasBusy, RouteRequest
-from sim.engine import Engine, EngineConfig, EngineRequest
+from sim.engine import Engine, EngineConfig, EngineCosts, EngineRequest
 from sim.kvcache import block_hashes, count_tokens
 from sim.prompt import render_chat
 
@@ -171,8 +171,14 @@ def simulate(
     max_waiting: float | None = None,
     kv_usage: float | None = None,
     max_prefill: int | None = None,
+    weights: dict[str, float] | None = None,
+    watch: frozenset[str] = frozenset(CALM),
+    costs: EngineCosts | None = None,
+    fifo_timeout_s: float = FIFO_TIMEOUT_S,
 ) -> Run:
-    """One run; ``engine_batch`` (the engines' ``max_num_seqs``) defaults to ``slots + headroom``."""
+    """One run; ``engine_batch`` (the engines' ``max_num_seqs``) defaults to ``slots + headroom``.
+    ``weights``: the fair queue's per tenant (1 when absent); the run goes on until every request of
+    the ``watch`` tenants had its first token (or the horizon); ``costs``: the engines' step costs."""
     clock = [0.0]
     batch = engine_batch if engine_batch is not None else slots + headroom
     states = [
@@ -182,7 +188,7 @@ def simulate(
     router = PoolRouter(
         states, routing, clock=lambda: clock[0], slot_limit=0 if mode == "none" else slots + headroom
     )
-    engine_cfg = EngineConfig(num_gpu_blocks=kv_blocks, max_num_seqs=batch)
+    engine_cfg = EngineConfig(num_gpu_blocks=kv_blocks, max_num_seqs=batch, costs=costs or EngineCosts())
     engines = [Engine(engine_cfg) for _ in range(replicas)]
     stepping = [False] * replicas
     step_out: list[Any] = [None] * replicas
@@ -196,7 +202,7 @@ def simulate(
     fair = FairQueue(len(CLASSES) + 1, FAIR_QUEUE)
     service = ServiceTime(SERVICE_S)
     by_engine: dict[EngineRequest, Req] = {}
-    calm_left = sum(1 for r in reqs if r.tenant in CALM)
+    calm_left = sum(1 for r in reqs if r.tenant in watch)
     horizon = 20 * seconds
     most_low = [0]
 
@@ -227,7 +233,7 @@ def simulate(
         if mode == "fifo":
             while fifo:
                 r = fifo[0]
-                if now - r.at > FIFO_TIMEOUT_S:
+                if now - r.at > fifo_timeout_s:
                     fifo.popleft()
                     r.shed = "timeout"
                     continue
@@ -287,7 +293,8 @@ def simulate(
                 pass  # every replica full for its class (the pool has healthy replicas): it waits
         work = predicted_work(prompt, max(matched.values(), default=0), r.body["max_tokens"], DECODE_WEIGHT)
         home = max(matched, key=matched.__getitem__) if matched else None
-        w = Waiter(r.tenant, r.spec.rank, work, 1.0, now, r.spec.max_wait_s, _Held(r, request, home, clock))
+        weight = (weights or {}).get(r.tenant or "", 1.0)
+        w = Waiter(r.tenant, r.spec.rank, work, weight, now, r.spec.max_wait_s, _Held(r, request, home, clock))
         try:
             evicted = fair.push(w, FAIR_QUEUE if r.tenant is None else FAIR_PER_TENANT)
         except QueueFull as full:
@@ -323,7 +330,7 @@ def simulate(
                 r.first = now
                 assert r.decision is not None
                 router.first_byte(r.decision)
-                if r.tenant in CALM:
+                if r.tenant in watch:
                     calm_left -= 1
             for ereq in out.finished:
                 r = by_engine.pop(ereq)
@@ -447,6 +454,8 @@ def _differs(args: argparse.Namespace) -> str:
     parts = []
     if args.calm_rate != 1.0:
         parts.append(f"well-behaved tenants at {args.calm_rate:g} requests/s each")
+    if args.slots != 8:
+        parts.append(f"{args.slots} slots a replica")
     if args.kv_blocks != 2048:
         parts.append(f"{args.kv_blocks} KV blocks a replica")
     return ", ".join(parts) or args.section

@@ -335,3 +335,20 @@ def test_the_fairness_section_passes_headroom_and_the_prefill_bound_to_the_queue
     lim = saturation_limits(p.fairness, p.limits)
     assert (lim.for_band(0).slots, lim.for_band(1).slots, lim.for_band(1).max_prefill_tokens) == (10, 8, 1024)
     assert lim.for_band(0).max_prefill_tokens is None
+
+
+def test_overdue_waiters_of_one_band_keep_the_bands_weighted_order():
+    # Found by the Mooncake trace (bench.fairness_trace): under a sustained overload every waiter of the
+    # band was past its class's max_wait_s, and the starvation bound, applied inside the band, released
+    # them in arrival order: the weights 3:1 gave shares 0.53 / 0.47. The bound is for lower bands.
+    q = FairQueue(bands=2, max_queued=100)
+    for i in range(20):
+        q.push(_w("light", band=1, weight=1.0, at=float(i), max_wait=10.0), 100)
+        q.push(_w("heavy", band=1, weight=3.0, at=float(i) + 0.5, max_wait=10.0), 100)
+    first = [q.pop(100.0).flow for _ in range(16)]  # all overdue
+    assert Counter(first) == {"heavy": 12, "light": 4}, first
+    low = _w("old", band=1, at=0.0, max_wait=10.0)
+    q2 = FairQueue(bands=2, max_queued=100)
+    q2.push(low, 100)
+    q2.push(_w("u", band=0, at=50.0), 100)
+    assert q2.pop(100.0) is low  # a lower band's overdue waiter still goes before the higher band

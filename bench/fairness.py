@@ -294,7 +294,9 @@ def simulate(
         work = predicted_work(prompt, max(matched.values(), default=0), r.body["max_tokens"], DECODE_WEIGHT)
         home = max(matched, key=matched.__getitem__) if matched else None
         weight = (weights or {}).get(r.tenant or "", 1.0)
-        w = Waiter(r.tenant, r.spec.rank, work, weight, now, r.spec.max_wait_s, _Held(r, request, home, clock))
+        w = Waiter(
+            r.tenant, r.spec.rank, work, weight, now, r.spec.max_wait_s, _Held(r, request, home, clock)
+        )
         try:
             evicted = fair.push(w, FAIR_QUEUE if r.tenant is None else FAIR_PER_TENANT)
         except QueueFull as full:
@@ -355,6 +357,8 @@ def simulate(
     run.hits = sum(e.stats.prefix_hits for e in engines)
     run.extra["most_in_flight_low"] = most_low[0]
     run.extra["engine_batch"] = batch
+    run.extra["decode_tokens"] = sum(e.stats.decode_tokens for e in engines)  # the whole run's
+    run.extra["busy_s"] = sum(e.stats.busy_s for e in engines)
     return run
 
 

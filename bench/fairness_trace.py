@@ -103,13 +103,16 @@ def main(argv: list[str] | None = None) -> None:
             watch=frozenset(TENANTS), costs=costs,
         )  # fmt: skip
         results[name] = summarize(run.reqs, seconds, run.hits / run.queries if run.queries else 0.0)
+        results[name]["decode_tokens"] = run.extra["decode_tokens"]
+        results[name]["busy_s"] = run.extra["busy_s"]
     wall = time.perf_counter() - started
-    headers = ["mode", "req/s", "output tok/s", "hit rate"]
+    headers = ["mode", "req/s", "output tok/s", "decode tokens (whole run)", "engine busy s", "hit rate"]
     for t in TENANTS:
         headers += [f"{t}: p50 / p99 TTFT", f"{t}: share (requests / tokens)", f"{t}: shed"]
     rows = []
     for name, s in results.items():
-        row = [name, f"{s['req_s']:.2f}", f"{s['tok_s']:.0f}", f"{s['hit']:.3f}"]
+        row = [name, f"{s['req_s']:.2f}", f"{s['tok_s']:.0f}", str(s["decode_tokens"]), f"{s['busy_s']:.0f}"]
+        row.append(f"{s['hit']:.3f}")
         for t in TENANTS:
             p = s["per"][t]
             row += [
@@ -131,8 +134,10 @@ def main(argv: list[str] | None = None) -> None:
             f"{args.kv_blocks} KV blocks each, token scale {args.token_scale:g}; tenants by conversation: "
             f"heavy (weight {args.weights[0]:g}) {offered['heavy']} requests, light (weight "
             f"{args.weights[1]:g}) {offered['light']}; {wall:.0f} s of wall time). TTFT in model seconds "
-            "of the served requests; shares of the requests completed before the last arrival and of "
-            f"their output tokens (the engines' costs are scaled with the tokens: model seconds are real "
+            "of the served requests; req/s, output tok/s and the shares: of the requests completed before "
+            "the last arrival (a queue that holds requests longer completes more of them after it) and of "
+            "their output tokens; decode tokens and engine busy seconds: the whole run's, the engines' own "
+            f"counters (the engines' costs are scaled with the tokens: model seconds are real "
             "seconds); today's queue timeout 5 s.",
             "",
             table(headers, rows),

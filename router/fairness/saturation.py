@@ -27,14 +27,14 @@ tenants' p99 TTFT of 0.25 s (3.3 x alone), 0.22 s was the wait at the gateway fo
 end and 0.09 s the engine (their requests wait nowhere else: the slots equal the engine's batch, so
 no engine queue forms). A reserved slot takes that slot from the flood whenever no interactive
 request holds it (-7 % output tokens); headroom leaves the flood its 8 and keeps 2 more for the
-interactive class (p99 1.05 x alone, output 1.03 x today's slot FIFO, 0.87 x a FIFO that gives
+interactive class (p99 1.05 x alone, output 1.02 x today's slot FIFO, 0.86 x a FIFO that gives
 everyone the 10 slots: the price is headroom idle while no interactive request needs it).
 
 ``max_prefill_tokens`` bounds, below the highest class, the prefill this process has queued on a
 replica (sent, first token not yet seen: ``ReplicaState.queued_prefill_tokens``). With larger
 batches the rest of the interactive requests' time is the engine step they share with the flood's
 prefills: at 32 slots and 2 headroom their engine p99 was 0.151 s (2.0 x alone, the gateway wait 0);
-with at most 1,024 lower-class prefill tokens queued per replica, 0.093 s (1.24 x), at 0.974 x the
+with at most 1,024 lower-class prefill tokens queued per replica, 0.093 s (1.23 x), at 0.975 x the
 output of a slot FIFO at 34 slots (``python -m bench.fairness --slots 32 --headroom 2 --max-prefill
 1024``). The engines' scraped signals are no substitute for either bound: scraped once a second,
 "waiting > 0" let 1.7 s of backlog form between scrapes (p99 6.0 s, ``--scraped``).

@@ -25,6 +25,16 @@ Modes:
   ``max_queued_per_tenant`` 256, objectives enforced at arrival (429 when predicted unattainable).
 - ``alone``: the five well-behaved tenants without the flood or the batch (fair settings), the
   reference for their TTFT.
+- ``--headroom N`` (default 2): the fair queue with ``fairness.headroom_slots`` N, the engines' batch
+  ``--slots`` + N, beside a slot FIFO at ``--slots`` + N slots: the same engines, everyone on them.
+- ``--max-prefill N``: the fair queue with each headroom and ``fairness.max_queued_prefill_tokens`` N:
+  below the interactive class, a replica with more than N prefill tokens queued takes nothing more.
+- ``--scraped``: the fair queue bounded by the engines' scraped waiting count (``max_engine_waiting``
+  0, scrapes every second) instead of slots (8 x ``--slots``; the engines' batch ``--slots``).
+
+``p99 wait: gateway / engine``: where the well-behaved requests' time to first token went, at the
+99th percentile of each: held at the gateway (arrival to routing), and in the engine (routing to
+the first token: its queue, then the prefill).
 
 Arrivals stop at ``--seconds``; throughput and shares count completions before it. The run goes on
 until every well-behaved request had its first token (a request left in an engine's queue at the end
@@ -53,7 +63,7 @@ from router.fairness.work import predicted_work
 from router.pool import PoolRouter
 from router.replica import ReplicaState
 from router.types import Decision, NoReplicaAvailable, ReplicasBusy, RouteRequest
-from sim.engine import Engine, EngineConfig, EngineRequest
+from sim.engine import Engine, EngineConfig, EngineCosts, EngineRequest
 from sim.kvcache import block_hashes, count_tokens
 from sim.prompt import render_chat
 
@@ -156,25 +166,43 @@ def simulate(
     reserved: int = 0,
     lookahead: int = LOOKAHEAD,
     kv_blocks: int = 2048,
+    headroom: int = 0,
+    engine_batch: int | None = None,
+    max_waiting: float | None = None,
+    kv_usage: float | None = None,
+    max_prefill: int | None = None,
+    weights: dict[str, float] | None = None,
+    watch: frozenset[str] = frozenset(CALM),
+    costs: EngineCosts | None = None,
+    fifo_timeout_s: float = FIFO_TIMEOUT_S,
 ) -> Run:
+    """One run; ``engine_batch`` (the engines' ``max_num_seqs``) defaults to ``slots + headroom``.
+    ``weights``: the fair queue's per tenant (1 when absent); the run goes on until every request of
+    the ``watch`` tenants had its first token (or the horizon); ``costs``: the engines' step costs."""
     clock = [0.0]
+    batch = engine_batch if engine_batch is not None else slots + headroom
     states = [
         ReplicaState(id=f"r{k}", url=f"sim://{k}", kv_capacity_blocks=kv_blocks) for k in range(replicas)
     ]
     routing = RoutingConfig(policy="prefix_affinity")
-    router = PoolRouter(states, routing, clock=lambda: clock[0], slot_limit=0 if mode == "none" else slots)
-    engine_cfg = EngineConfig(num_gpu_blocks=kv_blocks, max_num_seqs=slots)
+    router = PoolRouter(
+        states, routing, clock=lambda: clock[0], slot_limit=0 if mode == "none" else slots + headroom
+    )
+    engine_cfg = EngineConfig(num_gpu_blocks=kv_blocks, max_num_seqs=batch, costs=costs or EngineCosts())
     engines = [Engine(engine_cfg) for _ in range(replicas)]
     stepping = [False] * replicas
     step_out: list[Any] = [None] * replicas
     events: list[tuple[float, int, int, int]] = []
     seq = 0
-    lim = SaturationLimits(slots=slots, reserved=reserved)
+    lim = SaturationLimits(
+        slots=slots, reserved=reserved, headroom=headroom, kv_usage=kv_usage, max_waiting=max_waiting,
+        max_prefill_tokens=max_prefill,
+    )  # fmt: skip
     fifo: deque[Req] = deque()
     fair = FairQueue(len(CLASSES) + 1, FAIR_QUEUE)
     service = ServiceTime(SERVICE_S)
     by_engine: dict[EngineRequest, Req] = {}
-    calm_left = sum(1 for r in reqs if r.tenant in CALM)
+    calm_left = sum(1 for r in reqs if r.tenant in watch)
     horizon = 20 * seconds
     most_low = [0]
 
@@ -205,7 +233,7 @@ def simulate(
         if mode == "fifo":
             while fifo:
                 r = fifo[0]
-                if now - r.at > FIFO_TIMEOUT_S:
+                if now - r.at > fifo_timeout_s:
                     fifo.popleft()
                     r.shed = "timeout"
                     continue
@@ -265,7 +293,10 @@ def simulate(
                 pass  # every replica full for its class (the pool has healthy replicas): it waits
         work = predicted_work(prompt, max(matched.values(), default=0), r.body["max_tokens"], DECODE_WEIGHT)
         home = max(matched, key=matched.__getitem__) if matched else None
-        w = Waiter(r.tenant, r.spec.rank, work, 1.0, now, r.spec.max_wait_s, _Held(r, request, home, clock))
+        weight = (weights or {}).get(r.tenant or "", 1.0)
+        w = Waiter(
+            r.tenant, r.spec.rank, work, weight, now, r.spec.max_wait_s, _Held(r, request, home, clock)
+        )
         try:
             evicted = fair.push(w, FAIR_QUEUE if r.tenant is None else FAIR_PER_TENANT)
         except QueueFull as full:
@@ -301,7 +332,7 @@ def simulate(
                 r.first = now
                 assert r.decision is not None
                 router.first_byte(r.decision)
-                if r.tenant in CALM:
+                if r.tenant in watch:
                     calm_left -= 1
             for ereq in out.finished:
                 r = by_engine.pop(ereq)
@@ -325,6 +356,9 @@ def simulate(
     run.queries = sum(e.stats.prefix_queries for e in engines)
     run.hits = sum(e.stats.prefix_hits for e in engines)
     run.extra["most_in_flight_low"] = most_low[0]
+    run.extra["engine_batch"] = batch
+    run.extra["decode_tokens"] = sum(e.stats.decode_tokens for e in engines)  # the whole run's
+    run.extra["busy_s"] = sum(e.stats.busy_s for e in engines)
     return run
 
 
@@ -390,6 +424,9 @@ def summarize(run: Run) -> dict[str, Any]:
     calm_shed = sum(1 for r in run.reqs if r.tenant in CALM and r.shed is not None)
     calm_done = [r for r in run.reqs if r.tenant in CALM and r.done is not None]
     pooled = [r.first - r.at for r in run.reqs if r.tenant in CALM and r.first is not None]
+    sent = [r for r in run.reqs if r.tenant in CALM and r.first is not None and r.decision is not None]
+    gateway_wait = [r.decision.routed_at - r.at for r in sent]  # type: ignore[union-attr]
+    engine_wait = [r.first - r.decision.routed_at for r in sent]  # type: ignore[operator,union-attr]
     return {
         "per": per,
         "throughput": len(completed) / t_end,
@@ -401,6 +438,8 @@ def summarize(run: Run) -> dict[str, Any]:
         "calm_hit": sum(r.cached_tokens for r in calm_done) / max(1, sum(r.prompt_tokens for r in calm_done)),
         "p50": percentile(pooled, 50) if pooled else float("nan"),
         "p99": percentile(pooled, 99) if pooled else float("nan"),
+        "p99_gateway": percentile(gateway_wait, 99) if sent else float("nan"),
+        "p99_engine": percentile(engine_wait, 99) if sent else float("nan"),
         "calm_shed": calm_shed,
         "flood_shed": sum(1 for r in run.reqs if r.tenant == FLOOD and r.shed is not None),
         "batch_done": sum(1 for r in completed if r.tenant is None),
@@ -408,7 +447,7 @@ def summarize(run: Run) -> dict[str, Any]:
 
 
 HEADERS = [
-    "mode", "p50 TTFT", "p99 TTFT", "p99 x alone", "flood share", "req/s", "output tok/s", "x today",
+    "mode", "p50 TTFT", "p99 TTFT", "p99 x alone", "p99 wait: gateway / engine", "flood share", "req/s", "output tok/s", "x today",
     "objective (well-behaved)", "objective (all)", "hit rate", "hit rate (well-behaved)",
     "shed (well-behaved / flood)",
     "batch lines done",
@@ -419,6 +458,8 @@ def _differs(args: argparse.Namespace) -> str:
     parts = []
     if args.calm_rate != 1.0:
         parts.append(f"well-behaved tenants at {args.calm_rate:g} requests/s each")
+    if args.slots != 8:
+        parts.append(f"{args.slots} slots a replica")
     if args.kv_blocks != 2048:
         parts.append(f"{args.kv_blocks} KV blocks a replica")
     return ", ".join(parts) or args.section
@@ -439,6 +480,19 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--reserved", type=int, nargs="*", default=[1], help="also run the fair queue with these")
     ap.add_argument("--lookahead", type=int, nargs="*", default=[], help="also run the fair queue with these")
+    ap.add_argument(
+        "--headroom", type=int, nargs="*", default=[2],
+        help="also run the fair queue with these headroom slots (and a slot FIFO at the same engine batch)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--max-prefill", type=int, nargs="*", default=[],
+        help="also run the fair queue (with each --headroom) with these bounds on a replica's queued "
+        "prefill tokens for the lower classes (fairness.max_queued_prefill_tokens)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--scraped", action="store_true",
+        help="also run the fair queue bounded by the engines' scraped waiting count instead of slots",
+    )  # fmt: skip
     ap.add_argument("--kv-blocks", type=int, default=2048, help="KV blocks of 16 tokens a replica")
     ap.add_argument("--write", action="store_true", help="write the section of docs/benchmarks.md")
     ap.add_argument("--section", default="fairness", help="the section's name in docs/benchmarks.md")
@@ -450,28 +504,54 @@ def main(argv: list[str] | None = None) -> None:
     started = time.perf_counter()
     cap = capacity(args.replicas, args.slots, seed=args.seed, kv_blocks=args.kv_blocks)
     flood_rate = args.flood_x * cap
-    modes = [("alone", "well-behaved alone", 0, LOOKAHEAD), ("none", "no gateway queue", 0, LOOKAHEAD)]
-    modes += [("fifo", "today (slot FIFO)", 0, LOOKAHEAD), ("fair", "fair queue", 0, LOOKAHEAD)]
+    S = args.slots
+    modes: list[tuple[str, str, dict[str, Any]]] = [("alone", "well-behaved alone", {})]
+    modes += [("none", "no gateway queue", {}), ("fifo", "today (slot FIFO)", {}), ("fair", "fair queue", {})]
     modes += [
-        ("fair", f"fair queue, {n} reserved slot{'s' if n > 1 else ''}", n, LOOKAHEAD) for n in args.reserved
+        ("fair", f"fair queue, {n} reserved slot{'s' if n > 1 else ''}", {"reserved": n})
+        for n in args.reserved
     ]
-    modes += [("fair", f"fair queue, lookahead {n}", 0, n) for n in args.lookahead]
+    for n in args.headroom:
+        modes += [
+            ("fair", f"fair queue, headroom {n} (engine batch {S + n})", {"headroom": n}),
+            ("fifo", f"slot FIFO at {S + n} slots (the same engine batch)", {"slots": S + n}),
+        ]
+    modes += [
+        ("fair", f"fair queue, headroom {h}, lower classes' queued prefill <= {n}", {"headroom": h, "max_prefill": n})
+        for n in args.max_prefill
+        for h in args.headroom or [0]
+    ]  # fmt: skip
+    modes += [("fair", f"fair queue, lookahead {n}", {"lookahead": n}) for n in args.lookahead]
+    if args.scraped:
+        modes.append(
+            (
+                "fair",
+                f"fair queue, saturation from scrapes only ({8 * S} slots, engine waiting > 0)",
+                {"slots": 8 * S, "engine_batch": S, "max_waiting": 0},
+            )
+        )
     results: dict[str, dict[str, Any]] = {}
-    for mode, name, reserved, lookahead in modes:
+    for mode, name, kw in modes:
         flood = 0.0 if mode == "alone" else flood_rate
         batch = 0 if mode == "alone" else args.batch_lines
         reqs = workload(args.seconds, args.calm_rate, flood, batch, args.seed)
-        run = simulate(
-            mode, reqs, args.replicas, args.slots, args.seconds, reserved, lookahead, args.kv_blocks
-        )
+        kw = {"slots": S, "reserved": 0, "lookahead": LOOKAHEAD, "kv_blocks": args.kv_blocks, **kw}
+        run = simulate(mode, reqs, args.replicas, seconds=args.seconds, **kw)
         results[name] = summarize(run)
     wall = time.perf_counter() - started
     alone_p99 = results["well-behaved alone"]["p99"]
     today = results["today (slot FIFO)"]["tokens_per_s"]
+    ratios = [
+        f"headroom {n}: output {results[h]['tokens_per_s'] / today:.3f} x today's slot FIFO, "
+        f"{results[h]['tokens_per_s'] / results[f]['tokens_per_s']:.3f} x a slot FIFO at {args.slots + n} slots"
+        for n in args.headroom
+        for h, f in [(f"fair queue, headroom {n} (engine batch {args.slots + n})", f"slot FIFO at {args.slots + n} slots (the same engine batch)")]
+    ]  # fmt: skip
     rows = []
     for name, s in results.items():
         rows.append([
-            name, _f(s["p50"]), _f(s["p99"]), _f(s["p99"] / alone_p99, 2), f"{s['flood_share']:.3f}",
+            name, _f(s["p50"]), _f(s["p99"]), _f(s["p99"] / alone_p99, 2),
+            f"{_f(s['p99_gateway'])} / {_f(s['p99_engine'])}", f"{s['flood_share']:.3f}",
             f"{s['throughput']:.2f}", f"{s['tokens_per_s']:.0f}", f"{s['tokens_per_s'] / today:.3f}", f"{s['calm_attain']:.3f}",
             f"{s['attain']:.3f}", f"{s['hit']:.3f}", f"{s['calm_hit']:.3f}",
             f"{s['calm_shed']} / {s['flood_shed']}", s["batch_done"],
@@ -499,6 +579,8 @@ def main(argv: list[str] | None = None) -> None:
             "request missed it.",
             "",
             table(HEADERS, rows),
+            "",
+            *(f"- {r}" for r in ratios),
             "",
             "Each well-behaved tenant, p50 / p99 TTFT (s):",
             "",

@@ -60,7 +60,7 @@ def policy_warnings(policy: Policy) -> list[tuple[str, str]]:
     if fair.enabled and limits.max_concurrent_requests:
         slots = fair.slots_per_replica or limits.max_concurrent_per_replica
         replicas = sum(len(m.replicas) for m in policy.models)
-        held = fair.max_queued * len(policy.models) + slots * replicas
+        held = fair.max_queued * len(policy.models) + (slots + fair.headroom_slots) * replicas
         if limits.max_concurrent_requests < held:
             out.append(
                 (

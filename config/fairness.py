@@ -67,6 +67,21 @@ class FairnessConfig(_Strict):
         description="slots of each replica only the highest class may take (smg's reserved slots); "
         "fewer than the slots",
     )
+    headroom_slots: int = Field(
+        0,
+        ge=0,
+        le=100_000,
+        description="slots above the slots of each replica only the highest class may take: the engines' "
+        "batch (max_num_seqs) must hold slots + headroom; an interactive request then finds one free instead "
+        "of waiting for a lower class's request to end",
+    )
+    max_queued_prefill_tokens: int | None = Field(
+        None,
+        ge=0,
+        description="below the highest class, a replica with more prefill tokens queued by this process "
+        "(sent, first token not yet seen) is full: an interactive request's prefill then shares an engine "
+        "step with at most about this much of a lower class's (None: not bounded)",
+    )
     kv_usage_full: float | None = Field(
         None, gt=0, le=1, description="a replica reporting this KV usage or more is full (None: not read)"
     )

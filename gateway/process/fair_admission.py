@@ -52,6 +52,8 @@ def saturation_limits(cfg: FairnessConfig, limits: LimitsConfig) -> SaturationLi
         kv_usage=cfg.kv_usage_full,
         max_waiting=cfg.max_engine_waiting,
         reserved=cfg.reserved_slots,
+        headroom=cfg.headroom_slots,
+        max_prefill_tokens=cfg.max_queued_prefill_tokens,
     )
 
 

@@ -65,7 +65,7 @@ def _pool(
     replicas = pool_replicas(cfg, addresses)
     slots = policy.limits.max_concurrent_per_replica
     if policy.fairness.enabled:  # the fair queue's slots are the slot filter's (router.fairness.saturation)
-        slots = policy.fairness.slots_per_replica or slots
+        slots = (policy.fairness.slots_per_replica or slots) + policy.fairness.headroom_slots
     prev = previous.pools.get(cfg.name) if previous is not None else None
     explain = policy.limits.explain_decisions > 0  # the decision log keeps their explanations
     if prev is None or (prev.cfg.routing, prev.cfg.backend) != (cfg.routing, cfg.backend):

@@ -7,12 +7,13 @@ release could see it free. Among the first ``lookahead`` waiters of the band, on
 match is on a replica with room goes first: the freed replica gets a request whose prefix it holds,
 where fair order alone may hand it one whose prefix lives on a replica that is still full (a spill:
 its prefix prefilled again, a copy crowding the cache). Measured (``python -m bench.fairness
---kv-blocks 700 --lookahead 1``, docs/benchmarks.md): no difference worth the name on that workload,
-hit rate 0.752 with a lookahead of 1 and of 8 (the well-behaved tenants' 0.672 and 0.675), as six
-prefixes soon live on both replicas; kept at 8 since it costs fairness at most 8 requests' work.
+--kv-blocks 700 --lookahead 1``, docs/benchmarks.md): hit rate 0.752 with a lookahead of 8 and 0.746
+with 1 (the well-behaved tenants' 0.675 and 0.646), a small gain as six prefixes soon live on both
+replicas; kept at 8 since it costs fairness at most 8 requests' work.
 
-Below the highest class a waiter may use only the slots beyond the reserved ones
-(``SaturationLimits.reserved``): while those are taken, only the highest band is released. A waiter
+Below the highest class a waiter may use only the slots beyond the reserved ones, and none of the
+headroom or of a replica past the queued-prefill bound (``SaturationLimits``): while that room is
+taken, only the highest band is released. A waiter
 whose routing finds every replica it may use busy (it already tried the one with room, or its
 batch's share of the replica with room is taken) keeps its place and the release goes on with the
 next, up to ``lookahead`` such waiters in one release: a waiter that cannot use the free slot never
@@ -75,15 +76,15 @@ def release(
 ) -> Iterator[tuple[Waiter, Decision | NoReplicaAvailable]]:
     """Route waiters while a replica has room: each released waiter with its decision (or the
     ``NoReplicaAvailable`` that says no replica may ever take it)."""
-    low = limits.for_band(1)
+    top, low = limits.for_band(0), limits.for_band(1)
     skipped: list[Waiter] = []  # waiters no replica they may use has room for: back in their places
     try:
         while len(queue) and len(skipped) < lookahead:
-            if pool_saturation(router.replicas, limits, now).saturated:
+            if pool_saturation(router.replicas, top, now).saturated:
                 return
             # below the highest class, only the slots beyond the reserved ones are room
             max_band = None if not pool_saturation(router.replicas, low, now).saturated else 0
-            room = {r.id for r in router.replicas if free_slots(r, limits, now) > 0}
+            room = {r.id for r in router.replicas if free_slots(r, top, now) > 0}
             waiter = queue.pop(now, prefer=_at_home(room), lookahead=lookahead, max_band=max_band)
             if waiter is None:
                 return

@@ -152,6 +152,36 @@ async def test_an_interactive_request_goes_before_queued_standard_ones():
         assert order.index("calm interactive") == 1, order
 
 
+@pytest.mark.parametrize("headroom", [0, 1])
+async def test_headroom_sends_an_interactive_request_while_the_flood_holds_every_slot(headroom):
+    # One replica, one slot: the flood's first request decodes 200 tokens at 10 ms (2 s), its 2 others
+    # wait. With a headroom slot the interactive request goes to the replica at once and is answered
+    # while the flood's first still runs; without one it can only go once that request has ended.
+    async with sim_fleet(1, speed=1.0, decode_s_per_token=0.01) as fleet:
+        async with gateway(_policy(fleet.urls, headroom_slots=headroom)) as gw:
+            flood, calm = _client(gw, "flood"), _client(gw, "calm")
+            try:
+                floods = [
+                    asyncio.create_task(
+                        flood.chat.completions.create(
+                            model=MODEL, messages=[{"role": "user", "content": f"flood {i}"}], max_tokens=200
+                        )
+                    )
+                    for i in range(3)
+                ]
+                await _until(lambda: gw.process.fair.depth(MODEL) >= 2)
+                await _ask(calm, "calm interactive", extra_headers={"x-gateway-priority": "interactive"})
+                flood_done_before = sum(t.done() for t in floods)
+                await asyncio.gather(*floods)
+            finally:
+                await flood.close()
+                await calm.close()
+        if headroom:
+            assert flood_done_before == 0
+        else:
+            assert flood_done_before >= 1
+
+
 async def test_a_tenant_past_its_queue_cap_gets_429_while_another_tenant_still_queues():
     async with sim_fleet(1) as fleet, gateway(_policy(fleet.urls, max_queued_per_tenant=2)) as gw:
         await sim_faults(fleet.urls[0], {"hang": True})  # the one slot stays held: the queue only grows

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from bench.fairness import CALM, capacity, simulate, summarize, workload
+from bench.fairness_procs import HEADROOM, MODES, SLOTS, SMG_PRIORITY, policy
+from config.policy import Policy
 
 
 def test_the_fair_queue_keeps_a_flood_from_starving_well_behaved_tenants_where_fifo_does_not():
@@ -27,3 +29,32 @@ def test_reserved_slots_keep_lower_classes_off_the_last_slots():
     assert run.extra["most_in_flight_low"] == 3  # the last of 4 slots is the highest class's
     run = simulate("fair", workload(3.0, 0.0, 200.0, 0, seed=2), 1, 4, 3.0, reserved=0)
     assert run.extra["most_in_flight_low"] == 4
+
+
+def test_headroom_runs_the_flood_at_the_slots_and_the_engines_one_batch_wider():
+    reqs = workload(3.0, 0.0, 200.0, 0, seed=2)  # the flood only, standard class
+    run = simulate("fair", reqs, 1, 4, 3.0, headroom=2)
+    assert run.extra["most_in_flight_low"] == 4  # the headroom is none of the flood's
+    assert run.extra["engine_batch"] == 6
+    waits = {}
+    for headroom in (0, 2):
+        reqs = workload(4.0, 0.3, 200.0, 0, seed=2)  # 1.5 interactive requests a second beside the flood
+        run = simulate("fair", reqs, 1, 4, 4.0, headroom=headroom)
+        waits[headroom] = sorted(
+            r.decision.routed_at - r.at for r in run.reqs if r.tenant in CALM and r.decision
+        )
+    assert len(waits[2]) >= 4
+    assert waits[2][len(waits[2]) * 3 // 4] == 0.0  # most find the headroom free at once
+    assert sum(waits[0]) > 5 * sum(waits[2])  # without it they wait for one of the flood's to end
+
+
+def test_the_sockets_benchmark_builds_valid_policies_and_an_smg_config_that_fits_its_capacity():
+    urls = ["http://127.0.0.1:1", "http://127.0.0.1:2"]
+    fair = Policy.model_validate(policy("fair", urls)).fairness
+    assert fair.enabled and (fair.slots_per_replica, fair.headroom_slots) == (SLOTS, HEADROOM)
+    assert Policy.model_validate(policy("fifo", urls)).limits.max_concurrent_per_replica == SLOTS
+    assert not Policy.model_validate(policy("none", urls)).fairness.enabled
+    assert set(MODES) == {"alone", "none", "fifo", "fair", "smg"}
+    classes = SMG_PRIORITY["classes"]
+    assert set(classes) == {"system", "interactive", "default", "bulk"}  # smg's four, all required
+    assert sum(c["reserved_floor"] for c in classes.values()) <= SLOTS * len(urls)  # else it falls back

@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from config.checks import policy_warnings
 from config.policy import Policy
 from config.routing import RoutingConfig
+from gateway.process.fair_admission import saturation_limits
 from router.fairness.classes import BATCH_BAND, ClassSpec, UnknownClass, batch_band, resolve
 from router.fairness.queue import FairQueue, QueueFull, Waiter
 from router.fairness.release import release
@@ -288,3 +289,66 @@ def test_check_config_warns_when_the_process_limit_fills_before_the_fair_queue()
     assert "limits.max_concurrent_requests" in warned  # 1024 < 1024 queued + 8 slots
     fine = _policy(fair, max_concurrent_requests=2048)
     assert "limits.max_concurrent_requests" not in [p for p, _ in policy_warnings(fine)]
+
+
+# -- headroom above the slots (issue 28, round 2) -------------------------------------------------------
+def test_headroom_above_the_slots_is_room_for_the_highest_class_only():
+    lim = SaturationLimits(slots=2, reserved=1, headroom=1)
+    assert (lim.for_band(0).slots, lim.for_band(1).slots, lim.for_band(2).slots) == (3, 1, 1)
+    r = ReplicaState("a", "u", in_flight=2)
+    assert pool_saturation([r], lim.for_band(1), 0.0).saturated
+    assert free_slots(r, lim.for_band(0), 0.0) == 1  # the flood filled the slots; interactive still fits
+
+
+def test_a_release_gives_the_headroom_to_an_interactive_waiter_and_keeps_the_flood_at_the_slots():
+    r0 = ReplicaState("r0", "u", in_flight=2)  # both slots taken by a lower class
+    router = PoolRouter([r0], RoutingConfig(policy="prefix_affinity"), clock=lambda: 0.0, slot_limit=3)
+    q = FairQueue(bands=2, max_queued=10)
+    q.push(Waiter("flood", 1, 10, 1, 0, 1e9, payload=_Held(_prompt("f"), None)), 10)
+    q.push(Waiter("calm", 0, 10, 1, 0, 1e9, payload=_Held(_prompt("c"), None)), 10)
+    q.push(Waiter("calm", 0, 10, 1, 0, 1e9, payload=_Held(_prompt("d"), None)), 10)
+    out = list(release(q, router, SaturationLimits(slots=2, headroom=1), 0.0, lookahead=4))
+    assert [w.flow for w, _ in out] == ["calm"] and r0.in_flight == 3  # one headroom slot, used once
+    assert len(q) == 2
+    r0.in_flight = 0  # all ended: calm's goes first, then the flood's up to the slots, not past them
+    out = list(release(q, router, SaturationLimits(slots=2, headroom=1), 0.0, lookahead=4))
+    assert [w.flow for w, _ in out] == ["calm", "flood"] and r0.in_flight == 2
+    assert not len(q)
+
+
+def test_a_replica_past_the_queued_prefill_bound_is_full_below_the_highest_class_only():
+    lim = SaturationLimits(slots=8, max_prefill_tokens=512)
+    r = ReplicaState("a", "u", in_flight=1)
+    r.queued_prefill_tokens = 512
+    assert free_slots(r, lim.for_band(1), 0.0) == 7  # at the bound: still room
+    r.queued_prefill_tokens = 513
+    assert free_slots(r, lim.for_band(1), 0.0) == 0
+    assert pool_saturation([r], lim.for_band(1), 0.0).saturated
+    assert free_slots(r, lim.for_band(0), 0.0) == 7  # an interactive request is not held by it
+    assert not pool_saturation([r], lim.for_band(0), 0.0).saturated
+
+
+def test_the_fairness_section_passes_headroom_and_the_prefill_bound_to_the_queue():
+    p = _policy(
+        {"enabled": True, "slots_per_replica": 8, "headroom_slots": 2, "max_queued_prefill_tokens": 1024}
+    )
+    lim = saturation_limits(p.fairness, p.limits)
+    assert (lim.for_band(0).slots, lim.for_band(1).slots, lim.for_band(1).max_prefill_tokens) == (10, 8, 1024)
+    assert lim.for_band(0).max_prefill_tokens is None
+
+
+def test_overdue_waiters_of_one_band_keep_the_bands_weighted_order():
+    # Found by the Mooncake trace (bench.fairness_trace): under a sustained overload every waiter of the
+    # band was past its class's max_wait_s, and the starvation bound, applied inside the band, released
+    # them in arrival order: the weights 3:1 gave shares 0.53 / 0.47. The bound is for lower bands.
+    q = FairQueue(bands=2, max_queued=100)
+    for i in range(20):
+        q.push(_w("light", band=1, weight=1.0, at=float(i), max_wait=10.0), 100)
+        q.push(_w("heavy", band=1, weight=3.0, at=float(i) + 0.5, max_wait=10.0), 100)
+    first = [q.pop(100.0).flow for _ in range(16)]  # all overdue
+    assert Counter(first) == {"heavy": 12, "light": 4}, first
+    low = _w("old", band=1, at=0.0, max_wait=10.0)
+    q2 = FairQueue(bands=2, max_queued=100)
+    q2.push(low, 100)
+    q2.push(_w("u", band=0, at=50.0), 100)
+    assert q2.pop(100.0) is low  # a lower band's overdue waiter still goes before the higher band

@@ -40,6 +40,7 @@ from config.semantic import SemanticConfig
 from sim import SimConfig, start_replicas
 
 DATA = Path("bench/data/semantic_independent.jsonl")
+DEV = Path("bench/data/semantic_dev.jsonl")  # round 3's development split (bench.semantic_dev_source)
 DOMAINS = {"shop": "e-commerce", "air": "airline", "tel": "mobile plans", "bank": "bank cards"}
 
 
@@ -106,7 +107,8 @@ def mode_config(base: SemanticConfig, mode: str) -> SemanticConfig:
 async def run_split(
     split: str, show: bool, modes: list[str], memo: Path | None = None, root: Path = Path()
 ) -> list[str]:
-    pairs = [orjson.loads(line) for line in DATA.read_text(encoding="utf-8").splitlines() if line]
+    data = DEV if split == "dev" else DATA
+    pairs = [orjson.loads(line) for line in data.read_text(encoding="utf-8").splitlines() if line]
     pairs = [p for p in pairs if p["split"] == split]
     policies = {p["policy"] for p in pairs}
     base = {path: load_policy(root / path, env={}).cache.semantic for path in policies}
@@ -168,13 +170,17 @@ async def run_split(
 
 
 async def main_async(args: argparse.Namespace) -> None:
-    splits = ("tune", "heldout") if args.split == "both" or args.write else (args.split,)
+    splits = ("tune", "heldout") if args.split == "both" or args.write else tuple(args.split.split("+"))
     out: list[str] = []
     for split in splits:
         out += [
             *(
                 await run_split(
-                    split, args.show and split == "tune", args.modes, args.embed_cache, args.policy_root
+                    split,
+                    args.show and split in ("tune", "dev"),
+                    args.modes,
+                    args.embed_cache,
+                    args.policy_root,
                 )
             ),
             "",
@@ -193,7 +199,7 @@ async def main_async(args: argparse.Namespace) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--split", choices=("tune", "heldout", "both"), default="tune")
+    ap.add_argument("--split", choices=("tune", "heldout", "both", "dev", "tune+dev"), default="tune")
     ap.add_argument("--write", action="store_true", help="both splits, written to docs/benchmarks.md")
     ap.add_argument("--show", action="store_true", help="list wrong hits and missed paraphrases")
     ap.add_argument(

@@ -4,10 +4,12 @@ every hit fingerprint mode serves; each beside the near miss the same mechanism 
 
 from __future__ import annotations
 
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bench import semantic_dev_source as dev
 from cache.semantic.guards import veto
 from cache.semantic.route import SemanticRoute
 from cache.semantic.typos import TypoCorrector, one_edit
@@ -175,3 +177,11 @@ def test_semantic_explain_shows_the_typos_and_the_guarded_verdict() -> None:
 def test_the_examples_list_no_filler_check_config_warns_about(name: str) -> None:
     run = run_cli("check-config", str(example_path(name)))
     assert run.returncode == 0 and "fillers" not in run.stderr, run.stderr
+
+
+def test_the_development_split_is_its_generator_output_and_has_the_shape_the_brief_asks() -> None:
+    rows = dev.rows()
+    assert dev.OUT.read_bytes() == b"".join(orjson.dumps(r) + b"\n" for r in rows)  # never hand-edited
+    assert len(rows) >= 200 and sum(r["label"] == "different" for r in rows) * 2 == len(rows)
+    assert {r["domain"] for r in rows} == {"shop", "air", "tel", "bank"}
+    assert {r["lang"] for r in rows} == {"en", "zh", "mixed"} and {r["split"] for r in rows} == {"dev"}

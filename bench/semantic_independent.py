@@ -1,6 +1,6 @@
 """The semantic cache on the independent set of issue 25, per split, language and mode.
 
-    python -m bench.semantic_independent [--split tune|heldout|both] [--show] [--write]
+    python -m bench.semantic_independent [--split tune|heldout|both|dev|tune+dev] [--show] [--write]
         [--modes fingerprint guarded@0.9 ...] [--embed-cache FILE] [--policy-root DIR]
 
 Each pair of bench/data/semantic_independent.jsonl (``bench.semantic_independent_source``) runs under
@@ -12,8 +12,12 @@ gateway's request path calls: the ``cached`` question is looked up and its answe
 mode at threshold T, every guard on, the compatible rule too; all-MiniLM-L6-v2 served by the
 simulator's ``/v1/embeddings``, called through the gateway's embedder client) and ``verified@T`` (the
 same without the compatible rule: only complete, equal fingerprints). A hit on a ``different`` pair is a
-false hit, and its rate has a one-sided 95 % Clopper-Pearson upper bound (0 of 49 is at most 5.9 %).
-``--show`` lists the pairs that hit wrongly or missed (use it on ``tune`` only); ``--write`` runs both
+false hit, and its rate has a one-sided 95 % Clopper-Pearson upper bound (0 of 49 is at most 5.9 %);
+both rates also get a two-sided 95 % Wilson interval, and each mode a row over all domains.
+``gateway`` runs a sample of the split's pairs through a real gateway process (``bench.semantic_gateway``).
+``--split dev`` runs round 3's development split (bench/data/semantic_dev.jsonl,
+``bench.semantic_dev_source``), ``tune+dev`` both.
+``--show`` lists the pairs that hit wrongly or missed (on ``tune`` and ``dev`` only, never held out); ``--write`` runs both
 splits and writes the tables to docs/benchmarks.md (section ``semantic-independent``).
 """
 
@@ -29,6 +33,7 @@ from typing import Any
 import aiohttp
 import orjson
 
+from bench import semantic_gateway
 from bench.report import write_section
 from bench.semantic import EMBED_MODEL, MODEL, SALT, SECRET, MemoEmbedder, answer, chat, embedding_config
 from cache.semantic.embedder import Embedder
@@ -40,6 +45,7 @@ from config.semantic import SemanticConfig
 from sim import SimConfig, start_replicas
 
 DATA = Path("bench/data/semantic_independent.jsonl")
+DEV = Path("bench/data/semantic_dev.jsonl")  # round 3's development split (bench.semantic_dev_source)
 DOMAINS = {"shop": "e-commerce", "air": "airline", "tel": "mobile plans", "bank": "bank cards"}
 
 
@@ -65,6 +71,20 @@ def upper95(h: int, t: int) -> float:
         cdf = sum(math.comb(t, k) * p**k * (1 - p) ** (t - k) for k in range(h + 1))
         lo, hi = (p, hi) if cdf > 0.05 else (lo, p)
     return hi
+
+
+def wilson(h: int, t: int, z: float = 1.96) -> tuple[float, float]:
+    """Two-sided 95 % Wilson score interval of a rate seen h times in t."""
+    if t == 0:
+        return 0.0, 1.0
+    p = h / t
+    mid, half = p + z * z / (2 * t), z * math.sqrt(p * (1 - p) / t + z * z / (4 * t * t))
+    return max(0.0, (mid - half) / (1 + z * z / t)), min(1.0, (mid + half) / (1 + z * z / t))
+
+
+def interval(h: int, t: int) -> str:
+    lo, hi = wilson(h, t)
+    return f"{lo:.2f}–{hi:.2f}" if t else "-"
 
 
 def count(hits: Counter[Any], totals: Counter[Any], pred: Any) -> tuple[int, int]:
@@ -104,9 +124,15 @@ def mode_config(base: SemanticConfig, mode: str) -> SemanticConfig:
 
 
 async def run_split(
-    split: str, show: bool, modes: list[str], memo: Path | None = None, root: Path = Path()
+    split: str,
+    show: bool,
+    modes: list[str],
+    memo: Path | None = None,
+    root: Path = Path(),
+    gateway_sample: int = 40,
 ) -> list[str]:
-    pairs = [orjson.loads(line) for line in DATA.read_text(encoding="utf-8").splitlines() if line]
+    data = DEV if split == "dev" else DATA
+    pairs = [orjson.loads(line) for line in data.read_text(encoding="utf-8").splitlines() if line]
     pairs = [p for p in pairs if p["split"] == split]
     policies = {p["policy"] for p in pairs}
     base = {path: load_policy(root / path, env={}).cache.semantic for path in policies}
@@ -115,12 +141,13 @@ async def run_split(
             SimConfig(
                 models=(MODEL, EMBED_MODEL),
                 speed=0,
-                embedding_model="minilm" if modes != ["fingerprint"] else None,
+                embedding_model="minilm" if set(modes) - {"fingerprint", "gateway"} else None,
             )
         ],
         base_port=0,
     )
     rows = []
+    notes = []
     try:
         async with aiohttp.ClientSession() as session:
             embedder = DiskMemoEmbedder(memo, session, fleet.urls[0], EMBED_MODEL, timeout_s=30.0)
@@ -128,7 +155,26 @@ async def run_split(
                 hits: Counter[tuple[str, str, str]] = Counter()
                 totals: Counter[tuple[str, str, str]] = Counter()
                 shown = []
-                for path in sorted(policies):
+                if mode == "gateway":
+                    chosen = semantic_gateway.sample(pairs, gateway_sample)
+                    served = await semantic_gateway.run_pairs(chosen, fleet.urls[0], root)
+                    agree = 0
+                    for p in chosen:
+                        hit, why = served[p["id"]]
+                        route = SemanticRoute(base[p["policy"]], SECRET)
+                        agree += hit == (await probe(route, None, p))[0]
+                        k = (p["domain"], p["label"], p["lang"])
+                        totals[k] += 1
+                        hits[k] += hit
+                        if hit != (p["label"] == "same"):
+                            shown.append(f"  {mode} {p['id']} {p['label']} {p['kind']} [x-cache {why}]: "
+                                         f"{p['cached']!r} / {p['probe']!r}")  # fmt: skip
+                    notes.append(
+                        f"`gateway`: {len(chosen)} of the split's pairs (seed {semantic_gateway.SEED}) through a "
+                        f"real `serve` process per policy, a tenant per pair, the openai client; the layer's "
+                        f"fingerprint verdict agrees on {agree}/{len(chosen)}."
+                    )
+                for path in sorted(policies) if mode != "gateway" else ():
                     cfg = mode_config(base[path], mode)
                     route = SemanticRoute(cfg, SECRET)
                     for p in (p for p in pairs if p["policy"] == path):
@@ -139,15 +185,17 @@ async def run_split(
                         if hit != (p["label"] == "same"):
                             shown.append(f"  {mode} {p['id']} {p['label']} {p['kind']} [{why}]: "
                                          f"{p['cached']!r} / {p['probe']!r}")  # fmt: skip
-                for domain in [d for d in DOMAINS if any(p["domain"] == d for p in pairs)]:
-                    d = lambda k, dom=domain: k[0] == dom  # noqa: E731
+                domains = [d for d in DOMAINS if any(p["domain"] == d for p in pairs)]
+                for domain in [*domains, None]:
+                    d = lambda k, dom=domain: dom is None or k[0] == dom  # noqa: E731
                     fh, ft = count(hits, totals, lambda k, d=d: d(k) and k[1] == "different")
+                    sh, st = count(hits, totals, lambda k, d=d: d(k) and k[1] == "same")
                     rows.append(
-                        [DOMAINS[domain], mode, f"**{fh}/{ft}**",
-                         f"{100 * upper95(fh, ft):.1f} %"]
+                        [DOMAINS[domain] if domain else "**all**", mode, f"**{fh}/{ft}**",
+                         f"{100 * upper95(fh, ft):.1f} %", interval(fh, ft)]
                         + [cell(hits, totals, lambda k, d=d, lg=lg: d(k) and k[1] == "different" and k[2] == lg)
                            for lg in ("en", "zh", "mixed")]
-                        + [cell(hits, totals, lambda k, d=d: d(k) and k[1] == "same")]
+                        + [f"{sh}/{st}" + (f" ({sh / st:.2f})" if st else ""), interval(sh, st)]
                         + [cell(hits, totals, lambda k, d=d, lg=lg: d(k) and k[1] == "same" and k[2] == lg)
                            for lg in ("en", "zh", "mixed")]
                     )  # fmt: skip
@@ -159,22 +207,27 @@ async def run_split(
     lines = [
         f"split `{split}`: {len(pairs)} pairs",
         "",
-        "| policy | mode | false hits / different | 95 % upper bound | en | zh | mixed "
-        "| hits / same | en | zh | mixed |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| policy | mode | false hits / different | 95 % upper bound | 95 % Wilson | en | zh | mixed "
+        "| hits / same | 95 % Wilson | en | zh | mixed |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return lines
+    return lines + (["", *notes] if notes else [])
 
 
 async def main_async(args: argparse.Namespace) -> None:
-    splits = ("tune", "heldout") if args.split == "both" or args.write else (args.split,)
+    splits = ("tune", "heldout") if args.split == "both" or args.write else tuple(args.split.split("+"))
     out: list[str] = []
     for split in splits:
         out += [
             *(
                 await run_split(
-                    split, args.show and split == "tune", args.modes, args.embed_cache, args.policy_root
+                    split,
+                    args.show and split in ("tune", "dev"),
+                    args.modes,
+                    args.embed_cache,
+                    args.policy_root,
+                    args.gateway_sample,
                 )
             ),
             "",
@@ -193,7 +246,7 @@ async def main_async(args: argparse.Namespace) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--split", choices=("tune", "heldout", "both"), default="tune")
+    ap.add_argument("--split", choices=("tune", "heldout", "both", "dev", "tune+dev"), default="tune")
     ap.add_argument("--write", action="store_true", help="both splits, written to docs/benchmarks.md")
     ap.add_argument("--show", action="store_true", help="list wrong hits and missed paraphrases")
     ap.add_argument(
@@ -201,6 +254,7 @@ def main() -> None:
     )
     ap.add_argument("--policy-root", type=Path, default=Path(), help="read the policies under this folder")
     ap.add_argument("--embed-cache", type=Path, help="a JSON file that keeps the vectors between runs")
+    ap.add_argument("--gateway-sample", type=int, default=40, help="pairs per split in the gateway mode")
     asyncio.run(main_async(ap.parse_args()))
 
 

@@ -179,10 +179,18 @@ def _default_rules() -> list[AdmissionRule]:
         AdmissionRule(
             reason="predictive",
             action="bypass",
+            # Not "will" alone: "How long will the battery last?" and "Will flight BA38 be delayed?" ask
+            # what the present tense does (issue 25); a forecast names what changes or comes out.
             terms=[
-                "will", "going to", "next year", "next month", "next generation", "predict", "forecast",
+                "going to", "next year", "next month", "next generation", "predict", "forecast",
                 "expected to", "future", "upcoming", "rumor", "rumour",
                 "会不会", "将会", "预计", "预测", "明年", "下个月", "下一代", "以后会", "未来", "传闻",
+            ],
+            patterns=[
+                r"\bwill\b.*\b(?:release|released|launch|launched|come out|drop|go down|go up|rise|increase"
+                r"|decrease|more expensive|discount|on sale|available|restock|restocked|next|longer|shorter"
+                r"|better|worse|faster|slower|cheaper|bigger|smaller|heavier|lighter|higher|lower|more|less)\b",
+                r"\bwill (?:there|they)\b",
             ],
         ),
         AdmissionRule(

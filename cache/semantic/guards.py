@@ -28,6 +28,13 @@ and the question is in a language the embedding model covers (``languages``: an 
 scores Chinese questions near 1.0 whatever they ask). The embedding then decides only between
 questions that, as far as every rule can tell, ask the same thing.
 
+Equal complete fingerprints are served without the features (issue 25, round 3): fingerprint mode serves
+them, so refusing them only made guarded recall lower than the fingerprints' (a typo'd capitalised name,
+``Huawai``, or a number word inside an intent term, ``一年多少年费``, vetoed pairs whose fingerprints
+matched). Every number, negation and entity of a complete fingerprint is inside a span it explains
+(fillers never hold one: ``vocab.dangerous_fillers``), so the features have nothing to add there. What
+guarded mode serves is thus exactly what fingerprint mode serves, plus what the compatible rule adds.
+
 Numbers include spelled-out ones (``three``, ``两``: "three phones" vs "one phone"), negations ``non``
 (``non-refundable``), and entities are compared case-insensitively, all-capital words being shouting,
 not names ("IPHONE 15 PRICE???" is "iphone 15 price").
@@ -38,6 +45,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from cache.semantic.fingerprint import Fingerprint
@@ -73,10 +81,17 @@ class GuardFeatures:
     residual: tuple[str, ...] = ()  # the unexplained words, in order
 
 
-def guard_features(raw: str, text: str, fp: Fingerprint, negations: TermMatcher) -> GuardFeatures:
+def guard_features(
+    raw: str,
+    text: str,
+    fp: Fingerprint,
+    negations: TermMatcher,
+    correct: Callable[[str], str | None] | None = None,
+) -> GuardFeatures:
     """``raw``: the question as sent; ``text``: normalised. A Capitalised word or model code inside a slot's
     match is already stood for by the slot value (``Google`` in "Google Pixel 8" is ``pixel8``,
-    ``iphone15`` in "iphone15 pro" is ``iphone15pro``)."""
+    ``iphone15`` in "iphone15 pro" is ``iphone15pro``); ``correct`` (the route's typo corrector) reads a
+    Capitalised word as normalisation did (``Huawai`` is the ``huawei`` of the slot's match)."""
     # Digits inside an entity (``iphone15``, ``s24``) stay numbers; spelled-out ones are added.
     numbers = tuple(
         sorted(
@@ -88,7 +103,11 @@ def guard_features(raw: str, text: str, fp: Fingerprint, negations: TermMatcher)
     entities = tuple(
         sorted(
             {v for _, v in fp.found}
-            | {e for e in set(_CODE.findall(text)) | _capitals(raw) if not any(e in w for w in fp.covered)}
+            | {
+                e
+                for e in set(_CODE.findall(text)) | {(correct and correct(c)) or c for c in _capitals(raw)}
+                if not any(e in w for w in fp.covered)
+            }
         )
     )
     meaning = (fp.intent, fp.slots, fp.constraints, fp.lang) if fp.complete else None
@@ -115,6 +134,8 @@ def _capitals(raw: str) -> set[str]:
 
 def veto(a: GuardFeatures, b: GuardFeatures, cfg: GuardConfig) -> str | None:
     """The first guard that differs (a metric label), or None when the candidate may be served."""
+    if cfg.slots and a.meaning is not None and a.meaning == b.meaning:
+        return None  # equal complete fingerprints: what fingerprint mode serves (module docstring)
     if cfg.numbers and a.numbers != b.numbers:
         return "numbers"
     if cfg.negations and a.negations != b.negations:

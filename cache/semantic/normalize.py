@@ -2,10 +2,13 @@
 
 Steps, in order: Unicode NFKC with case folding (full-width ``ＩＰＨＯＮＥ１５`` and half-width kana
 become their plain forms, ``ﬁ`` becomes ``fi``), a question word's ``'s`` written out (``where's`` and
-``wheres`` → ``where is``: "Where's my order" found no intent, issue 25), apostrophes inside words dropped (``don't`` → ``dont``),
+``wheres`` → ``where is``: "Where's my order" found no intent, issue 25) and a pronoun's (``I've`` →
+``i have``, ``I'd`` → ``i would``, ``it's`` → ``it is``), apostrophes inside words dropped (``don't`` → ``dont``),
 punctuation to spaces except between two digits (``6.1``, ``2024-05-01`` and ``10:30`` keep theirs), runs
 of white space to one space, no space between two CJK characters (Chinese and Japanese write none), then
-the synonym table: each term becomes its ``snake_case`` canonical (``运单号`` → ``order_no``).
+typos of the policy's own words corrected (``cache.semantic.typos``: ``xioami`` → ``xiaomi``, one edit,
+one candidate, never a number or a short word), then the synonym table: each term becomes its
+``snake_case`` canonical (``运单号`` → ``order_no``).
 
 ``normalize(normalize(x)) == normalize(x)`` for every text (property-tested). The synonym step keeps it
 so because canonicals contain ``_`` and terms never do (config/semantic.py enforces both), and
@@ -20,8 +23,25 @@ import unicodedata
 from collections.abc import Iterable
 
 from cache.semantic.terms import TermMatcher
+from cache.semantic.typos import TypoCorrector
 
 _CONTRACTION = re.compile(r"(?<![a-z0-9_])(where|what|how|who|when|which|that|there|here)['’]?s(?![a-z0-9_])")
+# A pronoun's contracted auxiliary written out ("I've lost my card" is "I have lost my card", "I'd like"
+# is "I would like"); without the apostrophe only the forms that are no other word (``im``, ``ive``,
+# ``youre``: not ``id``, ``were``, ``its``, ``well``). Negated forms stay one word (``dont``, ``cant``:
+# ``vocab.NEGATIONS``).
+_PRONOUN_AUX = re.compile(
+    r"(?<![a-z0-9_])(?:(i|you|we|they|he|she|it)['’](ve|d|m|re|ll)|(it)['’]s"
+    r"|(i)(m|ve)|(you|they)(re|ve)|(we)(ve))(?![a-z0-9_])"
+)
+_AUX = {"ve": "have", "d": "would", "m": "am", "re": "are", "ll": "will", "s": "is"}
+
+
+def _pronoun_aux(m: re.Match[str]) -> str:
+    pronoun, aux = (g for g in m.groups() if g is not None) if m.group(3) is None else (m.group(3), "s")
+    return f"{pronoun} {_AUX[aux]}"
+
+
 _APOSTROPHE = re.compile(r"(?<=[^\W\d_])['’](?=[^\W\d_])")
 _SPACE = re.compile(r"\s+")
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
@@ -71,7 +91,7 @@ def _collapse(text: str) -> str:
 
 def base_normalize(text: str) -> str:
     """Everything but synonyms."""
-    text = _APOSTROPHE.sub("", _CONTRACTION.sub(r"\1 is", _fold(text)))
+    text = _APOSTROPHE.sub("", _PRONOUN_AUX.sub(_pronoun_aux, _CONTRACTION.sub(r"\1 is", _fold(text))))
     text = _collapse(_strip_punctuation(text))
     return _CJK_GAP.sub("", text)
 
@@ -83,9 +103,12 @@ def has_cjk(text: str) -> bool:
 class Normalizer:
     """``normalizer(text)``: the normalised form, synonyms applied."""
 
-    __slots__ = ("_matcher", "_to")
+    __slots__ = ("_matcher", "_to", "typos")
 
-    def __init__(self, synonyms: Iterable[tuple[str, Iterable[str]]] = ()) -> None:
+    def __init__(
+        self, synonyms: Iterable[tuple[str, Iterable[str]]] = (), typos: TypoCorrector | None = None
+    ) -> None:
+        self.typos = typos
         self._to: dict[str, str] = {}
         for canonical, terms in synonyms:
             for t in terms:
@@ -94,6 +117,8 @@ class Normalizer:
 
     def __call__(self, text: str) -> str:
         text = base_normalize(text)
+        if self.typos:
+            text = self.typos(text)
         if self._matcher:
             text = _collapse(self._matcher.sub(text, self._to))
         return text

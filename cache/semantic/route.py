@@ -17,11 +17,12 @@ from cache.semantic.extractors import Extractor, build
 from cache.semantic.fingerprint import Fingerprint, IntentRules, fingerprint, fingerprint_key, partition_id
 from cache.semantic.guards import GuardFeatures, guard_features
 from cache.semantic.invalidation import EventError, Plan, plan_event
-from cache.semantic.normalize import Normalizer, has_cjk
+from cache.semantic.normalize import Normalizer, base_normalize, has_cjk
 from cache.semantic.question import Question, split_question
 from cache.semantic.tags import TagRef, entry_refs
 from cache.semantic.terms import TermMatcher
-from cache.semantic.vocab import safe_fillers
+from cache.semantic.typos import TypoCorrector
+from cache.semantic.vocab import known_words, safe_fillers, typo_targets
 from config.semantic import SemanticConfig
 
 
@@ -50,7 +51,10 @@ class SemanticRoute:
     def __init__(self, cfg: SemanticConfig, tag_secret: bytes) -> None:
         self.cfg = cfg
         self.secret = tag_secret
-        self.normalize = Normalizer((g.canonical, g.terms) for g in cfg.synonyms)
+        typos = TypoCorrector(
+            [base_normalize(t) for t in typo_targets(cfg)], [base_normalize(t) for t in known_words(cfg)]
+        )
+        self.normalize = Normalizer(((g.canonical, g.terms) for g in cfg.synonyms), typos)
         n = self.normalize
         self.slots: list[Extractor] = [build(e, n) for e in cfg.slots]
         self.constraints: list[Extractor] = [build(e, n) for e in cfg.constraints]
@@ -96,7 +100,8 @@ class SemanticRoute:
         )
         if not decision.allowed or self.negations is None:
             return Analysis(decision, q, text, fp)
-        return Analysis(decision, q, text, fp, guard_features(q.raw, text, fp, self.negations))
+        correct = self.normalize.typos.correct if self.normalize.typos else None
+        return Analysis(decision, q, text, fp, guard_features(q.raw, text, fp, self.negations, correct))
 
     def refs(self, fp: Fingerprint) -> tuple[TagRef, ...]:
         """The invalidation tags of an entry stored for this fingerprint."""

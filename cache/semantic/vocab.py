@@ -13,7 +13,9 @@ never ignored (``SemanticRoute`` drops it from its filler list; ``check-config``
 * a built-in content word (``CONTENT_WORDS``: parts, accessories, services, money, conditions, variants,
   places), a negation (``NEGATIONS``) or a number word (``NUMBER_WORDS``).
 
-Greetings and politeness (``GREETINGS``) are fillers of every route: they never change an answer.
+Greetings and politeness (``GREETINGS``: "Hi there", "sorry to bother you", "could you tell me",
+"I was wondering") and the auxiliaries of tense and mood (``AUXILIARIES``: ``will``, ``could``, ``be``)
+are fillers of every route: they never change an answer.
 
 ``SIMILARITY_SAFE`` is what the guarded embedding mode lets two questions differ by when no rule explains
 those words (``guards.veto``, rule ``compatible``): articles, pronouns, auxiliaries, politeness and
@@ -52,8 +54,30 @@ FUNCTION_WORDS = _set(
 GREETINGS = (
     "hi", "hello", "hey", "hiya", "good morning", "good afternoon", "good evening", "quick question",
     "a quick question", "question", "thanks", "thank you", "thx", "cheers", "please",
-    "你好", "您好", "嗨", "哈喽", "谢谢", "多谢", "麻烦了", "问一下", "请问一下",
+    "hi there", "hello there", "hey there", "thanks in advance", "thank you in advance", "sorry",
+    "sorry to bother you", "excuse me", "just wondering", "i was wondering", "i am wondering",
+    "im wondering", "i wonder", "wondering", "i think", "tell me", "could you tell me", "can you tell me",
+    "would you tell me", "could you please tell me", "can you please tell me", "i would like to know",
+    "id like to know", "i want to know", "i need to know", "do you know", "may i ask", "can i ask",
+    "i have a question", "i would like to", "i want to", "tell me whether", "tell me if",
+    "你好", "您好", "嗨", "哈喽", "谢谢", "多谢", "麻烦了", "问一下", "请问一下", "想问一下", "问下", "打扰一下",
+    "麻烦问一下", "想咨询一下", "咨询一下",
 )  # fmt: skip
+# Tense and mood of the question's verb: "Will flight BA38 be delayed?" asks what "Is flight BA38
+# delayed?" asks, "How long will the battery last" what "How long does the battery last" does. Not the
+# modals that change what is asked (can/must/should: permission or obligation) nor any negated form
+# (``wont``, ``isnt`` are ``NEGATIONS``).
+AUXILIARIES = ("will", "would", "could", "be", "been", "does", "do", "did", "is", "are", "am", "was", "were")
+# Everyday words one edit from a policy word that are words, not typos (``cache.semantic.typos``).
+COMMON_WORDS = _set(
+    """dates later plane planes glass class classes phone phones price prices order orders account
+    balance number numbers statement online ticket tickets travel abroad overseas unlock unfreeze
+    deactivate close closed opens opened month months monthly yearly daily weekly minute minutes
+    second seconds pound pounds ounce ounces liter liters meter meters money credit debit bills where
+    there their these those other which while about after before under again still right wrong today
+    early gates seats meals student students infant infants child children adult senior plans change
+    changes charge charged charges flight flights delay delays cancel cancelled"""
+)
 NEGATIONS = _set(
     """not no never none without non dont doesnt didnt isnt arent wasnt werent cant cannot wont
     shouldnt neither nor nothing 不 没 没有 无 无法 不能 不可以 别 非 未 勿"""
@@ -155,6 +179,20 @@ _CONTENT = "a built-in content word: a question that differs only by it asks som
 
 
 def safe_fillers(cfg: SemanticConfig) -> list[str]:
-    """The fillers a route may ignore: the policy's, less the dangerous ones, plus ``GREETINGS``."""
+    """The fillers a route may ignore: the policy's, less the dangerous ones, plus ``GREETINGS`` and
+    ``AUXILIARIES``."""
     bad = {d.index for d in dangerous_fillers(cfg)}
-    return [f for i, f in enumerate(cfg.fillers) if i not in bad] + list(GREETINGS)
+    return [f for i, f in enumerate(cfg.fillers) if i not in bad] + list(GREETINGS) + list(AUXILIARIES)
+
+
+def typo_targets(cfg: SemanticConfig) -> list[str]:
+    """The words a typo is corrected to (``cache.semantic.typos``): the policy's own terms and values."""
+    return [t for t, _ in _vocabulary(cfg)]
+
+
+def known_words(cfg: SemanticConfig) -> list[str]:
+    """Words never taken for a typo: the fillers and every built-in list (a real word is not a typo)."""
+    return [
+        *cfg.fillers, *FUNCTION_WORDS, *GREETINGS, *AUXILIARIES, *NEGATIONS, *NUMBER_WORDS,
+        *CONTENT_WORDS, *SIMILARITY_SAFE, *COMMON_WORDS,
+    ]  # fmt: skip

@@ -4,11 +4,14 @@
 an intent term claimed by two intents only shows there) and names each dangerous filler
 (``cache.semantic.vocab``: a word that can change the answer, which the route never ignores).
 
-    prefix-gateway semantic explain --config FILE [--model NAME] "question" ["question" ...]
+    prefix-gateway semantic explain --config FILE [--model NAME] [--guarded] "question" ["question" ...]
 
-prints each question's fingerprint (intent, slots, constraints, what was ignored, what was left
-unexplained) and, for two or more, whether each would share the first one's answer and why: a policy
-can be tested before it serves.
+prints each question's fingerprint (intent, slots, constraints, what was ignored, the typos corrected,
+what was left unexplained) and, for two or more, whether each would share the first one's answer and
+why: a policy can be tested before it serves. In embedding mode, or with ``--guarded`` for a policy in
+fingerprint mode (its rules in guarded embedding mode, default guards), each pair also gets the
+guards' verdict: served whatever the similarity (equal fingerprints), served at or above the threshold
+(the compatible rule), or the guard that refuses it (``cache.semantic.guards.veto``).
 """
 
 from __future__ import annotations
@@ -18,11 +21,13 @@ from collections.abc import Iterator
 from typing import Any
 
 from cache.semantic.fingerprint import residual_words
+from cache.semantic.guards import GuardFeatures, veto
+from cache.semantic.normalize import base_normalize
 from cache.semantic.route import SemanticRoute
 from cache.semantic.vocab import dangerous_fillers
 from config import PolicyError, load_policy
 from config.policy import Policy
-from config.semantic import SemanticConfig
+from config.semantic import EmbeddingConfig, SemanticConfig
 
 _SECRET = b"explain"  # tags are never printed; any secret compiles the same rules
 
@@ -57,12 +62,20 @@ def semantic_problems(policy: Policy) -> tuple[list[tuple[str, str]], list[tuple
     return errors, warnings
 
 
-def _route(policy: Policy, model: str | None) -> SemanticRoute:
+def _guarded(cfg: SemanticConfig) -> SemanticConfig:
+    """A fingerprint-mode section's rules in guarded embedding mode (default guards, threshold 0.9)."""
+    if cfg.embedding is not None:
+        return cfg.model_copy(update={"mode": "embedding"})
+    emb = EmbeddingConfig(url="http://127.0.0.1:1", model="explain")  # never called: no similarity here
+    return cfg.model_copy(update={"mode": "embedding", "embedding": emb})
+
+
+def _route(policy: Policy, model: str | None, guarded: bool = False) -> SemanticRoute:
     for _, m, cfg in semantic_sections(policy):
         if m == model and cfg.mode != "off":
-            return SemanticRoute(cfg, _SECRET)
+            return SemanticRoute(_guarded(cfg) if guarded else cfg, _SECRET)
     if model is not None:
-        return _route(policy, None)
+        return _route(policy, None, guarded)
     raise SystemExit("the policy has no semantic section with a mode other than off")
 
 
@@ -78,7 +91,9 @@ def explain(route: SemanticRoute, question: str) -> dict[str, Any]:
     spans = [(f.start, f.end) for e in (*route.slots, *route.constraints) for f in e.extract(text)]
     spans += [(m.start, m.end) for m in route.intents.matcher.find(text)]
     spans += [(m.start, m.end) for m in route.fillers.find(text)]
+    typos = route.normalize.typos
     out |= {
+        "corrected": [f"{t} -> {w}" for t, w in typos.corrections(base_normalize(question))] if typos else [],
         "intent": fp.intent,
         "slots": dict(fp.slots) if fp.complete else dict(fp.found),
         "constraints": dict(fp.constraints),
@@ -93,6 +108,33 @@ def explain(route: SemanticRoute, question: str) -> dict[str, Any]:
         out["guards"] = {"numbers": list(a.guards.numbers), "negations": list(a.guards.negations),
                          "entities": list(a.guards.entities)}  # fmt: skip
     return out
+
+
+def guarded_verdict(route: SemanticRoute, first: str, other: str) -> str | None:
+    """What guarded embedding mode would do with ``other`` when ``first`` is cached (None: not that mode)."""
+    emb = route.cfg.embedding
+    ga, gb = (
+        route.analyse("chat", {"model": "m", "messages": [{"role": "user", "content": q}]})
+        for q in (first, other)
+    )
+    if emb is None or ga.guards is None or gb.guards is None:
+        return None
+    if not ga.decision.allowed or not gb.decision.allowed:
+        return "no shared answer (admission: " + ", ".join(
+            f"{q!r}: {x.decision.reason}" for q, x in ((first, ga), (other, gb)) if not x.decision.allowed
+        ) + ")"  # fmt: skip
+    why = veto(gb.guards, ga.guards, emb.guards)
+    if why is not None:
+        return f"refused by the {why!r} guard"
+    return _served(ga.guards, gb.guards, emb.threshold)
+
+
+def _served(a: GuardFeatures, b: GuardFeatures, threshold: float) -> str:
+    if a.meaning is not None and a.meaning == b.meaning:
+        return "SHARES the answer whatever the similarity (equal fingerprints)"
+    return (
+        f"SHARES the answer if the similarity is >= {threshold} (compatible rule: only harmless words differ)"
+    )
 
 
 def _verdict(first: dict[str, Any], other: dict[str, Any]) -> str:
@@ -118,7 +160,7 @@ def cmd_semantic_explain(args: Any) -> int:
     except PolicyError as err:
         print(err.render(), file=sys.stderr)
         return 1
-    route = _route(policy, args.model)
+    route = _route(policy, args.model, args.guarded)
     results = [explain(route, q) for q in args.questions]
     for i, r in enumerate(results):
         print(f"[{i}] {r['question']!r}")
@@ -127,6 +169,9 @@ def cmd_semantic_explain(args: Any) -> int:
                 print(f"    {k}: {v}")
         if i:
             print(f"    vs [0]: {_verdict(results[0], r)}")
+            guarded = guarded_verdict(route, args.questions[0], r["question"])
+            if guarded is not None:
+                print(f"    vs [0], guarded: {guarded}")
     return 0
 
 
@@ -136,5 +181,8 @@ def add_semantic_command(sub: Any) -> None:
     e = s.add_parser("explain", help="each question's fingerprint, and whether questions share an answer")
     e.add_argument("--config", required=True, help="the policy file")
     e.add_argument("--model", help="a model with its own semantic override (default: the section)")
+    e.add_argument(
+        "--guarded", action="store_true", help="also the guarded embedding mode's verdict (default guards)"
+    )
     e.add_argument("questions", nargs="+")
     e.set_defaults(func=cmd_semantic_explain)

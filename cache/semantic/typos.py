@@ -1,0 +1,95 @@
+"""Typos on the policy's own words: one edit away from exactly one of them, and it is that word (pure).
+
+Issue 25 found typos at 0/6 and round 3's development split (bench/data/semantic_dev.jsonl) 0/19:
+"Xioami 14", "Platnum card", "whats the wieght", "Thailnd", "freese my card". Each is one edit (an
+insertion, a deletion, a substitution or two adjacent letters swapped) from a word the policy names.
+``TypoCorrector`` rewrites such a word to the policy's word before synonyms and extractors run, and
+only when every one of these holds:
+
+* the word is ASCII letters only and at least ``MIN_LEN`` (5) long: never a number, a code with digits
+  (``s24``, ``ca981``: one digit is another product or flight) or a short word (``plus``/``plug``,
+  ``rate``/``late``: at four letters too many words are one edit from each other);
+* the word is not itself known: a word of the policy's vocabularies, of its fillers or of the built-in
+  lists (``vocab``: function words, content words, negations, numbers, greetings) stays as it is;
+* exactly one target is one edit away, and it starts with the same letter (people mistype the middle
+  of a word; ``rates``/``dates``, ``lock``/``dock`` are other words);
+* the edit is not an inflection: not an ``s``, ``d`` or ``r`` added, removed or swapped at the end
+  (``charged`` is not ``charges``, ``limits`` not ``limit``, ``charger`` not ``charge``; but ``busines``
+  is ``business``: no word drops one ``s`` of a final ``ss``). A prefix that
+  changes the meaning (``unfreeze``, ``deactivate``, ``non-``) is two or more edits and the first letter
+  differs, so it is never one.
+
+Targets are the words of the policy's synonym terms, intent terms and slot and constraint values and
+aliases (what the fingerprint matches on), never its fillers. A corrected word is a target, and a target
+is known, so correcting twice is correcting once (``normalize`` stays idempotent).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+MIN_LEN = 5
+_WORD = re.compile(r"(?<![a-z0-9_])[a-z]+(?![a-z0-9_])")
+_INFLECTION = frozenset("sdr")
+
+
+def one_edit(a: str, b: str) -> bool:
+    """Whether ``a`` and ``b`` differ by exactly one insertion, deletion, substitution or adjacent swap."""
+    if a == b or abs(len(a) - len(b)) > 1:
+        return False
+    if len(a) == len(b):
+        diff = [i for i in range(len(a)) if a[i] != b[i]]
+        if len(diff) == 1:
+            return True
+        i, j = diff[0], diff[-1]
+        return len(diff) == 2 and j == i + 1 and a[i] == b[j] and a[j] == b[i]
+    short, long_ = (a, b) if len(a) < len(b) else (b, a)
+    i = next((k for k in range(len(short)) if short[k] != long_[k]), len(short))
+    return short[i:] == long_[i + 1 :]
+
+
+def _inflection(a: str, b: str) -> bool:
+    """The two differ only by an ``s``/``d``/``r`` at the end (added, removed or in place of a letter);
+    not one ``s`` of a final ``ss`` (``busines`` is no singular of ``business``)."""
+    if len(a) != len(b):
+        short, long_ = (a, b) if len(a) < len(b) else (b, a)
+        return long_[:-1] == short and long_[-1] in _INFLECTION and not long_.endswith("ss")
+    return a[:-1] == b[:-1] and (a[-1] in _INFLECTION or b[-1] in _INFLECTION)
+
+
+class TypoCorrector:
+    """``corrector(text)``: normalised text with each typo of a target word replaced by that word."""
+
+    __slots__ = ("_known", "_targets")
+
+    def __init__(self, targets: Iterable[str], known: Iterable[str]) -> None:
+        words = {w for t in targets for w in _WORD.findall(t) if len(w) >= MIN_LEN}
+        self._known = frozenset(words) | frozenset(w for k in known for w in _WORD.findall(k))
+        self._targets: dict[str, tuple[str, ...]] = {}
+        for w in sorted(words):
+            self._targets[w[0]] = (*self._targets.get(w[0], ()), w)
+
+    def __bool__(self) -> bool:
+        return bool(self._targets)
+
+    def correct(self, word: str) -> str | None:
+        """The target ``word`` is a typo of, or None."""
+        if len(word) < MIN_LEN or word in self._known:
+            return None
+        hits = [t for t in self._targets.get(word[0], ()) if one_edit(word, t) and not _inflection(word, t)]
+        return hits[0] if len(hits) == 1 else None
+
+    def corrections(self, text: str) -> list[tuple[str, str]]:
+        """(typo, word) for each corrected word of ``text``, in order (``semantic explain`` prints them)."""
+        out = []
+        for m in _WORD.finditer(text):
+            fixed = self.correct(m.group())
+            if fixed is not None:
+                out.append((m.group(), fixed))
+        return out
+
+    def __call__(self, text: str) -> str:
+        if not self._targets:
+            return text
+        return _WORD.sub(lambda m: self.correct(m.group()) or m.group(), text)

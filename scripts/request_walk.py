@@ -5,8 +5,9 @@ had left (issue 27: "a walk of one request visits 28 files with 50 returns").
 
 Run from the checkout to measure, with it on ``PYTHONPATH`` (an earlier commit: its exported tree as
 the working directory and on ``PYTHONPATH``, this script by its path). Two simulated replicas and a
-gateway in this process (``tests.support.stack``, the response cache on, the ledger in memory, health
-checks and scrapes far apart so that no background loop runs during a request); one warm-up request
+gateway in this process (as ``tests.support.stack`` starts them, which tooling may not import: the
+response cache on, the ledger in memory, health checks far apart so that no background loop runs
+during a request); one warm-up request
 of each kind, then one non-streamed and one streamed chat request (a cache miss each), each under
 ``sys.setprofile``. Every Python ``call`` event whose code lives under ``gateway/`` is one step (a
 coroutine resumed after an ``await`` is a ``call`` too: each frame of the awaiting stack re-enters); the
@@ -23,13 +24,17 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from aiohttp import web
 
 import gateway
-from tests.support.stack import gateway as start_gateway
-from tests.support.stack import policy_for, sim_fleet
+from config.policy import Policy
+from gateway.server.app import create_app, runner_for
+from sim.config import SimConfig
+from sim.fleet import start_replicas
 
 GATEWAY = Path(gateway.__file__).resolve().parent
 ROOT = GATEWAY.parent
+CONTEXT = "gateway/pipeline/context.py"  # the record's properties (derived fields) are calls too
 
 
 def _walk(files: list[str]) -> tuple[list[str], int]:
@@ -73,13 +78,30 @@ async def _one(session: aiohttp.ClientSession, url: str, body: dict[str, Any]) -
 
 
 async def main(show: bool) -> None:
-    async with sim_fleet(2) as fleet:
-        policy = policy_for(
-            fleet.urls,
-            cache={},  # the quick start's: the response cache on
-            health={"interval_s": 3600, "timeout_s": 5, "fails_to_eject": 2},
-        )
-        async with start_gateway(policy) as gw, aiohttp.ClientSession() as session:
+    fleet = await start_replicas([SimConfig(speed=0.0, mode="simple") for _ in range(2)], base_port=0)
+    policy = Policy.model_validate(
+        {
+            "server": {"host": "127.0.0.1", "port": 0, "metrics_port": 0, "access_log": False},
+            "health": {"interval_s": 3600, "timeout_s": 5, "fails_to_eject": 2},
+            "retries": {"backoff_base_s": 0.0},
+            "models": [
+                {
+                    "name": "sim-llama",
+                    "replicas": [{"url": u, "id": f"r{i}"} for i, u in enumerate(fleet.urls)],
+                    "routing": {"policy": "round_robin"},
+                }
+            ],
+            "billing": {"ledger": {"path": ":memory:"}},
+        }
+    )
+    app = create_app(policy, secret=b"walk-secret")
+    runner = runner_for(app, policy)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    try:
+        async with aiohttp.ClientSession() as session:
             for n, stream in enumerate((False, True, False, True)):
                 body = {
                     "model": "sim-llama",
@@ -87,12 +109,16 @@ async def main(show: bool) -> None:
                     "max_tokens": 8,
                     "stream": stream,
                 }
-                steps = await _one(session, gw.url, body)
+                steps = await _one(session, url, body)
                 if n < 2:
                     continue  # warm-up: first calls import and build what later ones reuse
                 merged, returns = _walk(steps)
                 kind = "streamed" if stream else "non-streamed"
-                print(f"{kind}: {len(set(merged))} files visited, {returns} returns to a file already left")
+                inside = [f for f in merged if f != CONTEXT]
+                print(
+                    f"{kind}: {len(set(merged))} files visited, {returns} returns to a file already left "
+                    f"({_walk(inside)[1]} without the record's own accessors in {CONTEXT})"
+                )
                 if show:
                     print(
                         "    "
@@ -100,6 +126,9 @@ async def main(show: bool) -> None:
                             Path(f).with_suffix("").as_posix().removeprefix("gateway/") for f in merged
                         )
                     )
+    finally:
+        await runner.cleanup()
+        await fleet.stop()
 
 
 if __name__ == "__main__":

@@ -21,6 +21,12 @@
    stored through the semantic store, indexed under those entities and stamped with the epochs read
    before generation: refused when a business event came while it was being generated, removed by
    the next event about them, refused at read if one came since. Errors are never stored.
+
+How the answer is served (``Served``: x-cache, bypass reason, age) is decided in one function,
+``_serve_as``, before the answer starts; the ledger's source is derived from it (``Served.source``),
+never set beside it (four hand-set pairs of ``ctx.cache`` and ``ctx.source`` before: one of them left a
+follower whose leader failed marked ``coalesced`` while it went upstream). The request a replica
+receives is built once, here, by ``pipeline.upstream_request`` (``ctx.upstream``).
 """
 
 from __future__ import annotations
@@ -60,7 +66,10 @@ if TYPE_CHECKING:
 
 def _upstream(ctx: RequestContext, *, mask: bool = False) -> UpstreamRequest:
     """The request the replica receives (``pipeline.upstream_request``), built once for this request."""
-    ctx.upstream = request = upstream_request.build(ctx, mask=mask)
+    assert ctx.parsed is not None and ctx.pool is not None and ctx.tenant is not None
+    marked = ctx.marked is not None
+    request = upstream_request.build(ctx.parsed, ctx.pool, ctx.tenant, ctx.adapter, marked=marked, mask=mask)
+    ctx.upstream = request
     return request
 
 

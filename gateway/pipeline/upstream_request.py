@@ -4,7 +4,7 @@ its answer must undo (issue 27, item 1: the body was rewritten in four modules b
 ``build`` starts from the client's parsed body and, in this order:
 
 1. strips the ``cache_control`` markers when the pool's replicas do not take them (the billing stage
-   found and counted them: ``ctx.marked``);
+   found and counted them: ``marked``);
 2. masks PII with typed placeholders when the cache's ``mask`` mode asks (``mask=True``): the cache
    key and the replica see the placeholders, the answer gets this request's own values back
    (``mapping``);
@@ -16,7 +16,9 @@ dropped, the pool's served model name replaces the client's (an adapter keeps it
 LoRA by it) and the tenant's ``cache_salt`` is set where the replicas take one. The client's fields
 stay in the client's order, so the replica's own prefix cache sees the same prompt.
 
-The body is serialised once, when the request is built, not per attempt.
+The body is serialised once, when the request is built, not per attempt. The builder takes the inputs
+it reads, not the request's context: it is a pure function of them (and stays out of the type-only
+import cycle through the context's ``Process``).
 """
 
 from __future__ import annotations
@@ -30,7 +32,9 @@ from cache.billing.markers import strip_markers
 from cache.pii import PiiMapping, mask_request
 
 if TYPE_CHECKING:
-    from gateway.pipeline.context import RequestContext
+    from gateway.fleet.pools import Pool
+    from gateway.pipeline.parse import ParsedRequest
+    from gateway.pipeline.tenant import Tenant
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,12 +50,18 @@ def wants_usage(body: dict[str, Any]) -> bool:
     return isinstance(opts, dict) and opts.get("include_usage") is True
 
 
-def build(ctx: RequestContext, *, mask: bool = False) -> UpstreamRequest:
-    """The request a replica of ``ctx.pool`` receives (see the module)."""
-    assert ctx.parsed is not None and ctx.pool is not None and ctx.tenant is not None
-    parsed, pool = ctx.parsed, ctx.pool
+def build(
+    parsed: ParsedRequest,
+    pool: Pool,
+    tenant: Tenant,
+    adapter: str | None,
+    *,
+    marked: bool,
+    mask: bool = False,
+) -> UpstreamRequest:
+    """The request a replica of ``pool`` receives (see the module); ``marked``: the body has markers."""
     payload = parsed.body
-    if ctx.marked is not None and not pool.cfg.accepts_cache_control:
+    if marked and not pool.cfg.accepts_cache_control:
         payload = strip_markers(payload)
     mapping: PiiMapping | None = None
     if mask:
@@ -62,10 +72,10 @@ def build(ctx: RequestContext, *, mask: bool = False) -> UpstreamRequest:
         opts = body.get("stream_options")
         body["stream_options"] = {**(opts if isinstance(opts, dict) else {}), "include_usage": True}
     body.pop("cache", None)  # LiteLLM's cache-control object is for the gateway, not the replica
-    if pool.cfg.served_model_name and ctx.adapter is None:
+    if pool.cfg.served_model_name and adapter is None:
         body["model"] = pool.cfg.served_model_name
     if pool.sends_cache_salt:
-        body["cache_salt"] = ctx.tenant.salt
+        body["cache_salt"] = tenant.salt
     else:
         body.pop("cache_salt", None)
     return UpstreamRequest(payload, orjson.dumps(body), mapping or None, not wants_usage(parsed.body))

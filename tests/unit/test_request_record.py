@@ -61,7 +61,9 @@ def test_no_module_mutates_a_context_field_in_place_but_its_writer() -> None:
             target = node.func.value
             if node.func.attr in MUTATORS and isinstance(target, ast.Attribute):
                 holder = ast.unparse(target.value)
-                if (holder == "ctx" or holder.endswith(".ctx")) and WRITERS.get(target.attr, module) != module:
+                if (holder == "ctx" or holder.endswith(".ctx")) and WRITERS.get(
+                    target.attr, module
+                ) != module:
                     strays.append((module, target.attr))
     assert strays == []
 
@@ -71,7 +73,12 @@ def test_an_attempt_is_written_by_dispatch_and_relay_only() -> None:
     modules = {m for (record, _), ms in written.items() if record == "Attempt" for m in ms}
     assert modules == {"gateway/pipeline/dispatch.py", "gateway/pipeline/relay.py"}
     assert built["Attempt"] == {"gateway/pipeline/dispatch.py"}
-    assert {f.name for f in dataclasses.fields(Attempt)} >= {"decision", "propagate", "generation_started", "error"}
+    assert {f.name for f in dataclasses.fields(Attempt)} >= {
+        "decision",
+        "propagate",
+        "generation_started",
+        "error",
+    }
 
 
 def test_the_outcome_is_made_in_one_function() -> None:
@@ -88,9 +95,14 @@ def test_the_upstream_request_is_built_in_one_function() -> None:
     """Markers, PII masking, the usage chunk, model name and salt: one builder, called by the cache
     stage; the body sent is its bytes (no other module serialises a request for a replica)."""
     assert _calls("UpstreamRequest") == [("gateway/pipeline/upstream_request.py", "build")]
-    assert [m for m, _ in _calls("build") if m.startswith("gateway/pipeline/")] == ["gateway/pipeline/cache.py"]
+    assert [m for m, _ in _calls("build") if m.startswith("gateway/pipeline/")] == [
+        "gateway/pipeline/cache.py"
+    ]
     assert _calls("strip_markers") == [
-        ("gateway/pipeline/protocols/messages.py", "prepare_count"),  # a count_tokens body, never sent as chat
+        (
+            "gateway/pipeline/protocols/messages.py",
+            "prepare_count",
+        ),  # a count_tokens body, never sent as chat
         ("gateway/pipeline/upstream_request.py", "build"),
     ]
     assert [m for m, _ in _calls("mask_request")] == ["gateway/pipeline/upstream_request.py"]

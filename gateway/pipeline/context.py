@@ -88,7 +88,9 @@ Ended = Literal["answered", "error", "cancelled", "resent"]
 @dataclass(frozen=True, slots=True)
 class Outcome:
     """How the request ended, made once by ``respond.conclude`` (again only when a client that had its
-    answer's end goes away while it is written: the access log's 499)."""
+    answer's end goes away while it is written: the access log's 499). A request shed for load (429,
+    503 from a limit, a budget or the fair queue) is an ``error`` whose status says so: nothing that
+    reads the outcome tells a shed request from another refusal, so it has no kind of its own."""
 
     ended: Ended  # answered: a 200 answer's end; error: an error status or a stream that broke off;
     # cancelled: the client went away (a batch line: its run stopped); resent: cancelled to be sent again

@@ -1,9 +1,9 @@
 """Prompt-cache billing on the request path, before the answer: markers and the explicit entry's pin.
 
 Before the request (``prepare``): ``cache_control`` markers are found (more than the policy allows →
-400), the marked prefix is rendered and counted with the pool's tokenizer, and the markers are
-stripped from what the replica receives (the rendering is streamed into its digest and its token
-count, never held whole); ``pin`` reads which replica holds the prefix's live explicit
+400) and the marked prefix is rendered and counted with the pool's tokenizer (the rendering is
+streamed into its digest and its token count, never held whole); the markers are stripped from what
+the replica receives where the request is built (``pipeline.upstream_request``); ``pin`` reads which replica holds the prefix's live explicit
 entry (a routing hint for the router's pin filter).
 
 After: one ledger row for every generation, written by the billing hooks (``pipeline.hooks.billing``).
@@ -13,11 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import xxhash
 
-from cache.billing.markers import MarkerError, TooManyMarkers, find_markers, strip_markers
+from cache.billing.markers import MarkerError, TooManyMarkers, find_markers
 from cache.billing.pricing import (
     explicit_eligible,
 )
@@ -25,9 +24,6 @@ from cache.store_redis import REDIS_ERRORS
 from gateway.errors import GatewayError
 from gateway.pipeline.context import RequestContext
 from router.prompt import chat_pieces
-
-if TYPE_CHECKING:
-    pass
 
 # A marked prefix is counted exactly this far, the rest at the same characters per token: an hf
 # tokenizer took 3.8 s of the event loop to count a 3.9 MB marked prefix (tests/load/test_memory.py).
@@ -43,11 +39,10 @@ class Marked:
 
 
 def prepare(ctx: RequestContext) -> None:
-    """Find and strip ``cache_control`` markers (``ctx.payload``, ``ctx.marked``); a bad marker is the
-    client's 400."""
+    """Find ``cache_control`` markers and count the marked prefix (``ctx.marked``); a bad marker is the
+    client's 400. The replica's copy is stripped where it is built (``pipeline.upstream_request``)."""
     assert ctx.parsed is not None and ctx.pool is not None and ctx.tenant is not None
     parsed, pool = ctx.parsed, ctx.pool
-    ctx.payload = parsed.body
     if parsed.endpoint != "chat":
         return
     rules = ctx.state.rules[pool.name]
@@ -59,8 +54,6 @@ def prepare(ctx: RequestContext) -> None:
         raise GatewayError(400, str(exc), param="messages", code="invalid_cache_marker") from None
     if found is None:
         return
-    if not pool.cfg.accepts_cache_control:
-        ctx.payload = strip_markers(parsed.body)
     # One pass over the marked prefix's rendering, piece by piece: its digest and its token count.
     hasher = xxhash.xxh3_128(seed=0)
 

@@ -21,6 +21,12 @@
    stored through the semantic store, indexed under those entities and stamped with the epochs read
    before generation: refused when a business event came while it was being generated, removed by
    the next event about them, refused at read if one came since. Errors are never stored.
+
+How the answer is served (``Served``: x-cache, bypass reason, age) is decided in one function,
+``_serve_as``, before the answer starts; the ledger's source is derived from it (``Served.source``),
+never set beside it (four hand-set pairs of ``ctx.cache`` and ``ctx.source`` before: one of them left a
+follower whose leader failed marked ``coalesced`` while it went upstream). The request a replica
+receives is built once, here, by ``pipeline.upstream_request`` (``ctx.upstream``).
 """
 
 from __future__ import annotations
@@ -39,18 +45,18 @@ from cache.pii import (
     PiiMapping,
     find_pii_in_request,
     find_pii_in_response,
-    mask_request,
     unmask_response,
 )
 from cache.sse import DONE, replay_chunks
 from config.cache import CacheConfig
 from gateway.errors import GatewayError
-from gateway.pipeline import respond
-from gateway.pipeline.context import RequestContext
+from gateway.pipeline import respond, upstream_request
+from gateway.pipeline.context import RequestContext, Served
 from gateway.pipeline.dispatch import dispatch
 from gateway.pipeline.parse import ENDPOINTS
 from gateway.pipeline.relay import Relay
 from gateway.pipeline.stream_tap import StreamTap, is_usage_only
+from gateway.pipeline.upstream_request import UpstreamRequest, wants_usage
 
 if TYPE_CHECKING:
     from cache.semantic.layer import Lookup, SemanticLayer, Tie
@@ -58,34 +64,32 @@ if TYPE_CHECKING:
     from gateway.process.cache_runtime import CacheRuntime
 
 
-def wants_usage(body: dict[str, Any]) -> bool:
-    opts = body.get("stream_options")
-    return isinstance(opts, dict) and opts.get("include_usage") is True
+def _upstream(ctx: RequestContext, *, mask: bool = False) -> UpstreamRequest:
+    """The request the replica receives (``pipeline.upstream_request``), built once for this request."""
+    assert ctx.parsed is not None and ctx.pool is not None and ctx.tenant is not None
+    marked = ctx.marked is not None
+    request = upstream_request.build(ctx.parsed, ctx.pool, ctx.tenant, ctx.adapter, marked=marked, mask=mask)
+    ctx.upstream = request
+    return request
 
 
-def with_usage_requested(payload: dict[str, Any]) -> dict[str, Any]:
-    """Ask the replica for the usage chunk (billing needs it) without changing what the client asked."""
-    if not payload.get("stream") or wants_usage(payload):
-        return payload
-    opts = payload.get("stream_options")
-    return {**payload, "stream_options": {**(opts if isinstance(opts, dict) else {}), "include_usage": True}}
+def _serve_as(
+    ctx: RequestContext, cache: str, bypass_reason: str | None = None, age_s: float | None = None
+) -> None:
+    """How the answer is served (x-cache; the ledger source derives from it): decided here only."""
+    ctx.served = Served(cache, bypass_reason, age_s)
 
 
 async def forward(
-    ctx: RequestContext,
-    payload: dict[str, Any],
-    *,
-    mapping: PiiMapping | None = None,
-    assemble: bool = False,
-    flight: Flight | None = None,
+    ctx: RequestContext, request: UpstreamRequest, *, assemble: bool = False, flight: Flight | None = None
 ) -> web.StreamResponse:
     """Dispatch with a tap that collects usage (and the whole answer when someone needs it)."""
     assert ctx.parsed is not None
-    parsed, frontend = ctx.parsed, ctx.frontend
+    parsed, frontend, mapping = ctx.parsed, ctx.frontend, request.mapping
     how = Relay(
         tap=StreamTap(
             assemble=assemble,
-            strip_usage=not wants_usage(parsed.body),
+            strip_usage=request.strip_usage,
             unmasker=ChunkUnmasker(mapping) if mapping else None,
             publish=flight.publish if flight is not None else None,
             encoder=None if frontend.passthrough else respond.encoder_of(ctx),
@@ -94,37 +98,38 @@ async def forward(
         else None,
         rewrite_whole=(lambda r: unmask_response(r, mapping)) if mapping else None,
     )
-    return await dispatch(ctx, with_usage_requested(payload), how)
+    return await dispatch(ctx, request.body, how)
 
 
 def _bypass(ctx: RequestContext, reason: str) -> None:
     metrics = ctx.process.metrics
     metrics.child(metrics.cache_bypass, reason).inc()
-    ctx.cache, ctx.bypass_reason = "bypass", reason
+    _serve_as(ctx, "bypass", reason)
 
 
 async def serve(ctx: RequestContext) -> web.StreamResponse:
-    """Answer one request through the cache; ``ctx.payload`` is what a replica would receive."""
-    assert ctx.parsed is not None and ctx.pool is not None and ctx.payload is not None
-    parsed, payload = ctx.parsed, ctx.payload
+    """Answer one request through the cache, or from a replica (``ctx.upstream``: what it receives)."""
+    assert ctx.parsed is not None and ctx.pool is not None
+    parsed = ctx.parsed
     rt = ctx.state.cache
     cfg = rt.configs.get(ctx.pool.name) if rt is not None else None
     if rt is None or cfg is None or not cfg.enabled or not ENDPOINTS[parsed.endpoint].cacheable:
-        return await forward(ctx, payload)
+        return await forward(ctx, _upstream(ctx))
     control = parse_cache_control(ctx.headers.get("Cache-Control"), parsed.body)
     if control.no_store:
         _bypass(ctx, "no_store")
-        return await forward(ctx, payload)
-    ok, reason = is_cacheable(payload, cfg.rule)
+        return await forward(ctx, _upstream(ctx))
+    # The rule reads sampling parameters and the PII scan the texts: neither is changed by the markers
+    # the upstream request strips, so both read the client's body.
+    ok, reason = is_cacheable(parsed.body, cfg.rule)
     if not ok:
         _bypass(ctx, reason)
-        return await forward(ctx, payload)
-    mapping: PiiMapping | None = None
-    if cfg.pii == "bypass" and find_pii_in_request(payload):
+        return await forward(ctx, _upstream(ctx))
+    if cfg.pii == "bypass" and find_pii_in_request(parsed.body):
         _bypass(ctx, "pii")
-        return await forward(ctx, payload)
-    if cfg.pii == "mask":
-        payload, mapping = mask_request(payload)
+        return await forward(ctx, _upstream(ctx))
+    request = _upstream(ctx, mask=cfg.pii == "mask")
+    payload, mapping = request.payload, request.mapping
     key = cache_key(parsed.endpoint, payload, ctx.tenant.salt)  # type: ignore[union-attr]
 
     if not control.no_cache:
@@ -132,8 +137,8 @@ async def serve(ctx: RequestContext) -> web.StreamResponse:
         entry = await rt.store.get(key)
         _store_seconds(ctx, "get", t0)
         if entry is not None and control.accepts_age(entry.age_s()):
-            ctx.source, ctx.age_s = "response_cache", entry.age_s()
-            return await _answer_from(ctx, entry.response, mapping, "hit")
+            _serve_as(ctx, "hit", age_s=entry.age_s())
+            return await _answer_from(ctx, entry.response, mapping)
     semantic: Lookup | None = None
     tie: Tie | None = None
     layer = rt.semantic
@@ -143,8 +148,8 @@ async def serve(ctx: RequestContext) -> web.StreamResponse:
             semantic = await _semantic_lookup(ctx, layer, analysis)
             found = semantic.entry
             if found is not None and control.accepts_age(found.age_s()):
-                ctx.source, ctx.age_s = "semantic_cache", found.age_s()
-                return await _answer_from(ctx, found.response, mapping, "semantic-hit")
+                _serve_as(ctx, "semantic-hit", age_s=found.age_s())
+                return await _answer_from(ctx, found.response, mapping)
         # Read before the answer is generated: an event after this keeps the answer out of the cache.
         tie = await layer.tie(ctx.pool.name, analysis, semantic)
 
@@ -154,10 +159,10 @@ async def serve(ctx: RequestContext) -> web.StreamResponse:
             return await _fallback(ctx, cfg)
 
     if not cfg.coalescing.enabled:
-        return await _lead(ctx, rt, payload, mapping, key, cfg, control, None, semantic, tie)
+        return await _lead(ctx, rt, request, key, cfg, control, None, semantic, tie)
     async with rt.coalescer.acquire(key, tie) as flight:
         if flight.role == "leader":
-            return await _lead(ctx, rt, payload, mapping, key, cfg, control, flight, semantic, tie)
+            return await _lead(ctx, rt, request, key, cfg, control, flight, semantic, tie)
         outdated = flight.meta != tie
         if not outdated:
             try:
@@ -168,11 +173,11 @@ async def serve(ctx: RequestContext) -> web.StreamResponse:
     if outdated:
         # A business event came between the leader's basis and ours: generate (and store) our own.
         metrics.child(metrics.cache_bypass, "leader_outdated").inc()
-        return await _lead(ctx, rt, payload, mapping, key, cfg, control, None, semantic, tie)
+        return await _lead(ctx, rt, request, key, cfg, control, None, semantic, tie)
     # The leader failed (its error is its own): go upstream ourselves, uncoalesced.
-    ctx.cache = "miss"
+    _serve_as(ctx, "miss")
     metrics.child(metrics.cache_bypass, "leader_failed").inc()
-    return await forward(ctx, payload, mapping=mapping)
+    return await forward(ctx, request)
 
 
 async def _semantic_lookup(ctx: RequestContext, layer: SemanticLayer, analysis: Analysis) -> Lookup:
@@ -198,8 +203,7 @@ def _store_seconds(ctx: RequestContext, op: str, t0: float) -> None:
 async def _lead(
     ctx: RequestContext,
     rt: CacheRuntime,
-    payload: dict[str, Any],
-    mapping: PiiMapping | None,
+    request: UpstreamRequest,
     key: str,
     cfg: CacheConfig,
     control: CacheControl,
@@ -221,9 +225,10 @@ async def _lead(
                 code="rate_limit_exceeded",
                 headers={"Retry-After": str(retry)},
             )
-    ctx.cache = "refresh" if control.no_cache else "miss"
-    answer = await forward(ctx, payload, mapping=mapping, assemble=True, flight=flight)
-    response = ctx.response if ctx.status == 200 else None
+    _serve_as(ctx, "refresh" if control.no_cache else "miss")
+    answer = await forward(ctx, request, assemble=True, flight=flight)
+    outcome = ctx.outcome
+    response = outcome.response if outcome is not None and outcome.status == 200 else None
     if response is not None:
         await _fill(ctx, rt, key, response, cfg, control, semantic, tie)
     if flight is not None:
@@ -275,7 +280,7 @@ async def _follow(ctx: RequestContext, flight: Flight, mapping: PiiMapping | Non
     """Answer from the leader's flight: its chunks as they come (stream), or its final answer."""
     assert ctx.parsed is not None
     parsed = ctx.parsed
-    ctx.source = "coalesced"
+    _serve_as(ctx, "coalesced")
     if parsed.stream and flight.role == "follower":
         out: web.StreamResponse | None = None
         unmasker = ChunkUnmasker(mapping) if mapping else None
@@ -284,20 +289,17 @@ async def _follow(ctx: RequestContext, flight: Flight, mapping: PiiMapping | Non
         try:
             async for chunk in flight.chunks():
                 if out is None:
-                    ctx.cache = "coalesced"
                     out = await respond.open_stream(ctx, ctx.answer_headers())
                 if chunk == DONE:
                     done = True
                     continue
-                if isinstance(chunk, dict) and isinstance(chunk.get("usage"), dict):
-                    ctx.usage = chunk["usage"]
                 if is_usage_only(chunk) and not keep_usage:
                     continue
                 if unmasker is not None:
                     chunk = unmasker.process(chunk)
                 await out.write(respond.encoder_of(ctx).chunk(chunk))
             if out is not None:
-                ctx.response = await flight.result()
+                response = await flight.result()
         except FlightFailed as failed:
             if out is None:
                 raise
@@ -306,28 +308,27 @@ async def _follow(ctx: RequestContext, flight: Flight, mapping: PiiMapping | Non
                 ctx, out, done=False, error=f"the shared upstream stream failed ({failed})"
             )
         if out is not None:
-            return await respond.close_stream(ctx, out, done=done)
+            return await respond.close_stream(ctx, out, done=done, answer=response)
     response = await flight.result()
-    return await _answer_from(ctx, response, mapping, "coalesced")
+    return await _answer_from(ctx, response, mapping)
 
 
 async def _answer_from(
-    ctx: RequestContext, response: dict[str, Any], mapping: PiiMapping | None, cache: str
+    ctx: RequestContext, response: dict[str, Any], mapping: PiiMapping | None
 ) -> web.StreamResponse:
-    """Answer with a stored (or the leader's, or a fallback) response, as JSON or replayed SSE."""
+    """Answer with a stored (or the leader's, or a fallback) response, as JSON or replayed SSE
+    (``ctx.served`` says which)."""
     assert ctx.parsed is not None
-    ctx.cache = cache
-    ctx.response = response
-    usage = response.get("usage")
-    ctx.usage = usage if isinstance(usage, dict) else None
-    if mapping:
-        response = unmask_response(response, mapping)
     if ctx.parsed.stream:
+        shown = unmask_response(response, mapping) if mapping else response
         out = await respond.open_stream(ctx, ctx.answer_headers())
         encode = respond.encoder_of(ctx).chunk
-        chunks = replay_chunks(response, include_usage=wants_usage(ctx.parsed.body))
+        chunks = replay_chunks(shown, include_usage=wants_usage(ctx.parsed.body))
         await out.write(b"".join(map(encode, chunks)))  # its end comes after the ledger row
-        return await respond.close_stream(ctx, out, done=True)
+        return await respond.close_stream(ctx, out, done=True, answer=response)
+    if mapping:  # ``whole`` serialises the rewritten answer
+        unmask = lambda r: unmask_response(r, mapping)  # noqa: E731
+        return await respond.whole(ctx, 200, b"", ctx.answer_headers(), response, unmask)
     return await respond.whole(ctx, 200, orjson.dumps(response), ctx.answer_headers(), response)
 
 
@@ -338,8 +339,7 @@ async def _fallback(ctx: RequestContext, cfg: CacheConfig) -> web.StreamResponse
     fb = cfg.fill_breaker
     metrics = ctx.process.metrics
     metrics.child(metrics.ratelimited, ctx.tenant.metric_label, "fill_breaker").inc()  # type: ignore[union-attr]
-    ctx.cache = "fallback"
-    ctx.source = "fallback"
+    _serve_as(ctx, "fallback")
     if fb.fallback_text is None:
         raise GatewayError(
             fb.fallback_status,
@@ -360,4 +360,4 @@ async def _fallback(ctx: RequestContext, cfg: CacheConfig) -> web.StreamResponse
         "model": parsed.model,
         "choices": [choice],
     }
-    return await _answer_from(ctx, body, None, "fallback")
+    return await _answer_from(ctx, body, None)

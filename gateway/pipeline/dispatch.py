@@ -10,7 +10,8 @@ connection at once (``ClientResponse.close``, not a release to the pool), so the
 disconnect and aborts the generation (vLLM and SGLang do), as a cancel while the request waits for
 the replica's headers closes it inside aiohttp.
 
-``ctx.generation_started`` records what billing needs of an attempt: set once its request is sent,
+Each try is its own ``Attempt`` in ``ctx.attempts`` (``ctx.decision`` is the last one's).
+``Attempt.generation_started`` records what billing needs of it: set once its request is sent,
 kept when the replica answers 200, cleared when it answers an error status or the attempt fails before
 its first byte (a retry, or the request's error, takes over; the replica never delivered that
 generation, so it is never billed).
@@ -25,21 +26,18 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from typing import Any
 
 import aiohttp
-import orjson
 from aiohttp import web
 
 from gateway.errors import GatewayError
 from gateway.fleet.pools import Pool
-from gateway.pipeline.context import RequestContext
+from gateway.pipeline.context import Attempt, RequestContext
 from gateway.pipeline.hooks.trace import propagation
 from gateway.pipeline.lifecycle import Event
 from gateway.pipeline.parse import ENDPOINTS
 from gateway.pipeline.protocols.base import replica_error
 from gateway.pipeline.relay import Relay, relay
-from gateway.pipeline.tenant import Tenant
 from gateway.upstream.client import UpstreamFailure
 from router.types import Decision, NoReplicaAvailable, OnlineReserve, ReplicasBusy, RouteRequest
 
@@ -57,21 +55,6 @@ class AttemptFailed(Exception):
 TRACE_HEADERS = ("traceparent", "tracestate")
 
 
-def upstream_body(payload: dict[str, Any], pool: Pool, tenant: Tenant, adapter: str | None = None) -> bytes:
-    """The body sent to the replica: the client's fields in the client's order (so the replica's own
-    prefix cache sees the same prompt), the served model name (an adapter keeps its own: vLLM picks the
-    LoRA by it), and the tenant's ``cache_salt``."""
-    body = dict(payload)
-    body.pop("cache", None)  # LiteLLM's cache-control object is for the gateway, not the replica
-    if pool.cfg.served_model_name and adapter is None:
-        body["model"] = pool.cfg.served_model_name
-    if pool.sends_cache_salt:
-        body["cache_salt"] = tenant.salt
-    else:
-        body.pop("cache_salt", None)
-    return orjson.dumps(body)
-
-
 def _online_reserve(ctx: RequestContext) -> OnlineReserve | None:
     """The replicas a batch running on the request's pool leaves to online traffic (``batch.online_replicas``)."""
     batch = ctx.process.batch
@@ -84,12 +67,11 @@ def _backoff(attempt: int, base: float, cap: float) -> float:
     return random.uniform(0, min(cap, base * (2**attempt)))
 
 
-async def dispatch(ctx: RequestContext, payload: dict[str, Any], how: Relay) -> web.StreamResponse:
-    """Send ``payload`` to a replica of the request's pool and relay the answer."""
+async def dispatch(ctx: RequestContext, body: bytes, how: Relay) -> web.StreamResponse:
+    """Send ``body`` (``pipeline.upstream_request``) to a replica of the request's pool and relay the answer."""
     assert ctx.parsed is not None and ctx.pool is not None and ctx.tenant is not None
-    parsed, pool = ctx.parsed, ctx.pool
+    parsed = ctx.parsed
     retries = ctx.state.policy.retries
-    body = upstream_body(payload, pool, ctx.tenant, ctx.adapter)
     headers = {"Content-Type": "application/json", "X-Request-Id": ctx.request_id}
     headers.update((h, ctx.headers[h]) for h in TRACE_HEADERS if h in ctx.headers)
     if parsed.stream:
@@ -180,8 +162,7 @@ async def attempt_once(
     pool, metrics = ctx.pool, ctx.process.metrics
     retries = ctx.state.policy.retries
     rid = decision.replica.id
-    ctx.decision = decision
-    ctx.attempts += 1
+    ctx.attempts.append(attempt := Attempt(decision))
     await ctx.process.hooks.emit(Event.ROUTED, ctx)
     gauge = metrics.child(metrics.in_flight, rid)
     gauge.inc()
@@ -191,11 +172,12 @@ async def attempt_once(
         try:
             await _with_adapter(ctx, decision)
             path = ENDPOINTS[ctx.parsed.endpoint].path
-            ctx.generation_started = True  # from here on the replica may be generating
+            attempt.propagate = propagation(ctx)
+            attempt.generation_started = True  # from here on the replica may be generating
             resp = await ctx.state.upstream.send(
-                decision.replica, path, body, {**headers, **propagation(ctx)}
+                decision.replica, path, body, {**headers, **attempt.propagate}
             )
-            ctx.generation_started = resp.status == 200  # an error status is no generation
+            attempt.generation_started = resp.status == 200  # an error status is no generation
             if resp.status in retries.on_status and not last:
                 raise AttemptFailed(f"status_{resp.status}", await _error_from_status(ctx, decision, resp))
             return await relay(ctx, resp, how)
@@ -203,11 +185,11 @@ async def attempt_once(
             failed = AttemptFailed(failure.kind, failure.to_gateway_error())
         except AttemptFailed as attempt_failed:
             failed = attempt_failed
-        ctx.generation_started = False  # nothing of it reached the client: not billed
+        attempt.generation_started = False  # nothing of it reached the client: not billed
         # Unlearn the blocks the replica never prefilled, count it; the loop tries another replica.
         pool.router.forget_failed(decision)
         metrics.child(metrics.upstream_errors, rid, failed.kind).inc()
-        ctx.upstream_error = failed.kind
+        attempt.error = failed.kind
         ctx.process.decisions.outcome(ctx.request_id, f"failed: {failed.kind}")
         raise failed
     finally:

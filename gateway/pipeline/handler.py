@@ -17,9 +17,11 @@
     respond   the end of the answer, after the ledger row               pipeline.respond
 
 Billing, tenant refunds, routing feedback, metrics and the access log run as hooks on the lifecycle's
-events (``pipeline.lifecycle``), emitted where they happen. ``ctx.status`` is what the client saw (499
-when it went away, for the access log); the ledger row is decided from what happened upstream
-(``pipeline.hooks.billing.row_source``), never from it.
+events (``pipeline.lifecycle``), emitted where they happen. The handler resolves every input of the
+request (``pipeline.context``: tenant, parsed request, the front end's exchange, pool and adapter) and
+no other module writes one. The request ends with one ``Outcome`` (``respond.conclude``); its status is
+what the client saw (499 when it went away, for the access log); the ledger row is decided from what
+happened upstream (``pipeline.hooks.billing.row_source``), never from it.
 
 ``call`` runs the same stages for a body that did not come over HTTP: a line of an offline batch
 (``gateway.batch``), as the tenant that created the batch, under the line's own request id (derived from
@@ -112,8 +114,8 @@ async def call(
         _NO_HEADERS,
         batch_id=batch_id,
         placement=placement,
+        tenant=tenant,
     )
-    ctx.tenant = tenant
     resp = await _run(ctx, _read_line(ctx, body))
     assert isinstance(resp, web.Response)  # never a stream
     return resp
@@ -139,7 +141,9 @@ async def _run(ctx: RequestContext, read: Awaitable[None]) -> web.StreamResponse
     try:
         await read
         assert ctx.parsed is not None
-        await ctx.frontend.prepare(ctx)
+        prepared = await ctx.frontend.prepare(ctx)
+        if prepared is not None:  # the client's API mapped onto the request the stages read
+            ctx.parsed, ctx.exchange = prepared
         if not allows(ctx.tenant, ctx.parsed.model):
             raise not_accessible(ctx.parsed.model)
         ctx.pool, ctx.adapter = find_pool(state.pools, ctx.parsed.model)
@@ -160,9 +164,11 @@ async def _run(ctx: RequestContext, read: Awaitable[None]) -> web.StreamResponse
         # The client closed the connection (cancelled, or a write to it failed first; a batch line: its
         # run was stopped). A generation it started is still billed (the ``finished`` hook), unless the
         # same request is sent again (``RESENT``).
-        ctx.status = 499
-        ctx.resent = exc.args[:1] == (RESENT,)
+        respond.conclude(ctx, "resent" if exc.args[:1] == (RESENT,) else "cancelled", 499)
         await hooks.emit(Event.CANCELLED, ctx)
+        raise
+    except Exception:
+        respond.conclude(ctx, "error", 500)  # a stage raised what none expected: aiohttp answers 500
         raise
     finally:
         await hooks.emit(Event.FINISHED, ctx)

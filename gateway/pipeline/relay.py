@@ -10,6 +10,10 @@ An error a replica answers is relayed with its status and message in the client'
 "BadRequestError", "code": 400``, which OpenAI's clients do not know. An answer the replica ended with ``finish_reason: "abort"`` (vLLM: the engine
 gave the request up) is relayed as it came, and logged and counted as an upstream failure of kind
 ``aborted`` (never cached: ``cache.entry.storable``).
+
+What the replica answered is the attempt's (``Attempt``: a stream's usage, event count and assembled
+answer, kept when the client goes away mid-stream; a whole answer goes to ``respond.whole``, which
+makes the request's outcome of it).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from aiohttp import web
 
 from cache.entry import aborted
 from gateway.pipeline import respond
-from gateway.pipeline.context import RequestContext
+from gateway.pipeline.context import Attempt, RequestContext
 from gateway.pipeline.lifecycle import Event
 from gateway.pipeline.stream_tap import StreamTap
 from gateway.upstream.client import HOP_BY_HOP, UpstreamFailure
@@ -32,8 +36,8 @@ from gateway.upstream.client import HOP_BY_HOP, UpstreamFailure
 log = logging.getLogger("prefix_gateway")
 
 
-def _count_abort(ctx: RequestContext) -> None:
-    ctx.upstream_error = "aborted"
+def _count_abort(ctx: RequestContext, attempt: Attempt) -> None:
+    attempt.error = "aborted"
     metrics = ctx.process.metrics
     metrics.child(metrics.upstream_errors, ctx.replica_id, "aborted").inc()
     log.warning(
@@ -78,24 +82,22 @@ async def _whole(
     resp: aiohttp.ClientResponse,
     rewrite: Callable[[dict[str, Any]], dict[str, Any]] | None,
 ) -> web.Response:
-    assert ctx.decision is not None
-    data, parsed = await ctx.state.upstream.read_answer(ctx.decision.replica, resp)
+    attempt = ctx.attempt
+    assert attempt is not None
+    data, parsed = await ctx.state.upstream.read_answer(attempt.decision.replica, resp)
     await ctx.process.hooks.emit(Event.FIRST_BYTE, ctx)
     headers = relayed_headers(resp, ctx)
-    if parsed is not None:
-        ctx.response = parsed
-        usage = parsed.get("usage")
-        ctx.usage = usage if isinstance(usage, dict) else None
-        if aborted(parsed):
-            _count_abort(ctx)
-    return await respond.whole(ctx, resp.status, data, headers, parsed, rewrite)
+    if parsed is not None and aborted(parsed):
+        _count_abort(ctx, attempt)
+    return await respond.whole(ctx, resp.status, data, headers, parsed, rewrite)  # the outcome's answer
 
 
 async def _stream(
     ctx: RequestContext, resp: aiohttp.ClientResponse, tap: StreamTap | None
 ) -> web.StreamResponse:
-    assert ctx.decision is not None
-    chunks = ctx.state.upstream.stream(ctx.decision.replica, resp)
+    attempt = ctx.attempt
+    assert attempt is not None
+    chunks = ctx.state.upstream.stream(attempt.decision.replica, resp)
     # Read the first chunk before answering: until then a failure can still be retried elsewhere.
     first = await anext(chunks, b"")
     await ctx.process.hooks.emit(Event.FIRST_BYTE, ctx)
@@ -114,16 +116,16 @@ async def _stream(
         failed = failure
     finally:
         if tap is not None:  # also when the client went away: its row is made of these
-            ctx.usage = tap.usage
-            ctx.generated_chunks = tap.events
+            attempt.usage = tap.usage
+            attempt.chunks = tap.events
     if tap is not None:
-        ctx.response = tap.result()
+        attempt.response = tap.result()
         if tap.aborted:
-            _count_abort(ctx)
+            _count_abort(ctx, attempt)
     if failed is not None:
-        ctx.upstream_error = f"midstream_{failed.kind}"
+        attempt.error = f"midstream_{failed.kind}"
         metrics = ctx.process.metrics
-        metrics.child(metrics.upstream_errors, ctx.replica_id, ctx.upstream_error).inc()
+        metrics.child(metrics.upstream_errors, ctx.replica_id, attempt.error).inc()
         error = f"the replica's stream broke off before its end: {failed}"
         return await respond.close_stream(ctx, out, done=False, error=error)
     return await respond.close_stream(ctx, out, done=tap is not None and tap.done)

@@ -22,7 +22,7 @@ def observe(ctx: RequestContext) -> None:
     advisor, d, parsed = ctx.process.advisor, ctx.decision, ctx.parsed
     # The endpoint the stages saw: a Responses or Messages request is a chat request here.
     endpoint = parsed.endpoint if parsed is not None else ctx.endpoint
-    if ctx.attempts != 1 or endpoint not in OBSERVED_ENDPOINTS or not advisor.sampled():
+    if len(ctx.attempts) != 1 or endpoint not in OBSERVED_ENDPOINTS or not advisor.sampled():
         return
     if d is None or not d.block_hashes or parsed is None or ctx.tenant is None or ctx.pool is None:
         return

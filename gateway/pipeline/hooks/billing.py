@@ -46,23 +46,24 @@ if TYPE_CHECKING:
 def row_source(ctx: RequestContext, *, completed: bool) -> str | None:
     """The one rule for a ledger row: the source the request is billed as, or None for no row.
 
-    Decided from what happened, not from ``ctx.status`` (what the client saw, which several stages
-    overwrite): a generation the replica started (``ctx.generation_started``: the last attempt's
+    Decided from what happened, not from the outcome's status (what the client saw): a generation the
+    replica started (``ctx.generation_started``: the last attempt's
     request was sent and not refused, whatever ended the request after that) is one row, ``upstream``
     or, for a batch line, ``batch``; an answer served without one (a response-cache or semantic hit, a
     coalesced follower) is a row at its source's rules once it ``completed`` (its usage is the served
     answer's); anything else (a 4xx before dispatch, a request every attempt of which failed, a
     fallback) is none. The table, path by path, is in docs/billing.md ("A row on every path")."""
-    if ctx.pool is None or ctx.tenant is None or ctx.parsed is None:
+    outcome = ctx.outcome
+    if ctx.pool is None or ctx.tenant is None or ctx.parsed is None or outcome is None:
         return None
     if not ENDPOINTS[ctx.parsed.endpoint].billed:
         return None
     if ctx.generation_started:
-        if ctx.resent:  # cut, to be sent again under its request id: that run's row
+        if outcome.ended == "resent":  # cut, to be sent again under its request id: that run's row
             return None
         return "batch" if ctx.batch_id is not None else "upstream"
-    if completed and ctx.source in SERVED and ctx.usage is not None:
-        return ctx.source
+    if completed and outcome.source in SERVED and outcome.usage is not None:
+        return outcome.source
     return None
 
 
@@ -74,10 +75,12 @@ def _estimated_usage(ctx: RequestContext) -> RequestUsage:
     decision, parsed = ctx.decision, ctx.parsed
     prompt = decision.prompt_tokens if decision is not None else 0
     if prompt <= 0:
-        pieces = prompt_pieces(parsed.endpoint, ctx.payload if ctx.payload is not None else parsed.body)
+        sent = ctx.upstream.payload if ctx.upstream is not None else parsed.body  # what the replica received
+        pieces = prompt_pieces(parsed.endpoint, sent)
         prompt = tokenize(ctx.pool.router.tokenizer, pieces, EXACT_PREFIX_TOKENS).count
     lead = 1 if parsed.endpoint == "chat" else 0
-    completion = max(0, ctx.generated_chunks - lead)
+    attempt = ctx.attempt
+    completion = max(0, (attempt.chunks if attempt is not None else 0) - lead)
     cached = decision.matched_tokens if decision is not None and decision.prompt_tokens else None
     return RequestUsage(
         prompt, completion, cached or 0, "gateway_index" if cached is not None else "none", estimated=True
@@ -86,11 +89,11 @@ def _estimated_usage(ctx: RequestContext) -> RequestUsage:
 
 async def _write_row(ctx: RequestContext, metering: Metering, source: str) -> None:
     """Price the request and write its ledger row."""
-    assert ctx.pool is not None and ctx.tenant is not None
+    assert ctx.pool is not None and ctx.tenant is not None and ctx.outcome is not None
     decision, pool, tenant = ctx.decision, ctx.pool, ctx.tenant
-    if ctx.usage is not None:
+    if ctx.outcome.usage is not None:
         index_cached = decision.matched_tokens if decision is not None and decision.prompt_tokens else None
-        usage = usage_from_response(ctx.usage, index_cached)
+        usage = usage_from_response(ctx.outcome.usage, index_cached)
     else:
         usage = _estimated_usage(ctx)
     rules = ctx.state.rules[pool.name]

@@ -1,4 +1,5 @@
-"""Request metrics and the access log: the ``finished`` hook, once per request.
+"""Request metrics and the access log: the ``finished`` hook, once per request, from its outcome
+(``pipeline.context.Outcome``) and its attempts.
 
 One JSON access-log line per request (ids, tenant, model, replica, status, timings, routing and cache
 outcome, the batch of a batch line; never prompt text), serialised once with orjson. Batch lines count
@@ -16,12 +17,14 @@ from gateway.pipeline.context import RequestContext
 
 def finished(ctx: RequestContext) -> None:
     elapsed = time.perf_counter() - ctx.started
-    metrics, model, d = ctx.process.metrics, ctx.model, ctx.decision
-    metrics.child(metrics.requests, model, ctx.replica_id, str(ctx.status)).inc()
-    if ctx.cache:
-        metrics.child(metrics.cache_requests, ctx.cache).inc()
+    metrics, model, d, outcome = ctx.process.metrics, ctx.model, ctx.decision, ctx.outcome
+    assert outcome is not None  # the handler concludes every request before ``finished``
+    status, served = str(outcome.status), outcome.served
+    metrics.child(metrics.requests, model, ctx.replica_id, status).inc()
+    if served.cache:
+        metrics.child(metrics.cache_requests, served.cache).inc()
     if ctx.adapter is not None:  # a name the pool knows: bounded by lora.max_adapters
-        metrics.child(metrics.adapter_requests, model, ctx.adapter, str(ctx.status)).inc()
+        metrics.child(metrics.adapter_requests, model, ctx.adapter, status).inc()
     if model != "-" and ctx.batch_id is None:
         metrics.child(metrics.duration, model).observe(elapsed)
         ttfb = ctx.first_byte_s if ctx.first_byte_s is not None else elapsed
@@ -34,15 +37,15 @@ def finished(ctx: RequestContext) -> None:
                 "tenant": ctx.tenant.metric_label if ctx.tenant is not None else "-",
                 "model": model,
                 "endpoint": ctx.endpoint,
-                "status": ctx.status,
+                "status": outcome.status,
                 "replica": ctx.replica_id,
-                "attempts": ctx.attempts,
+                "attempts": len(ctx.attempts),
                 "route_reason": d.reason if d is not None else None,
                 "prompt_tokens_est": d.prompt_tokens if d is not None else 0,
                 "matched_tokens_est": d.matched_tokens if d is not None else 0,
                 "upstream_error": ctx.upstream_error,
-                "cache": ctx.cache,
-                "source": ctx.source,
+                "cache": served.cache,
+                "source": served.source,
                 "batch": ctx.batch_id,
                 "ttfb_ms": round(ctx.first_byte_s * 1000, 2) if ctx.first_byte_s is not None else None,
                 "duration_ms": round(elapsed * 1000, 2),

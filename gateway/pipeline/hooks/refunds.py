@@ -10,6 +10,7 @@ async def refund(ctx: RequestContext) -> None:
     if ctx.reservation is None or ctx.state.cache is None:
         return
     used = 0
-    if ctx.usage and ctx.source == "upstream":
-        used = int(ctx.usage.get("total_tokens") or 0)
+    outcome = ctx.outcome
+    if outcome is not None and outcome.usage and outcome.source == "upstream":
+        used = int(outcome.usage.get("total_tokens") or 0)
     await ctx.state.cache.limiter.settle(ctx.reservation, used)

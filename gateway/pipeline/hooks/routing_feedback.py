@@ -43,8 +43,15 @@ def count_decision(ctx: RequestContext) -> None:
 
 def observe_usage(ctx: RequestContext) -> None:
     """Compare what the index predicted with what the replica says it had cached."""
-    d, usage = ctx.decision, ctx.usage
-    if d is None or ctx.pool is None or ctx.source != "upstream" or not isinstance(usage, dict):
+    d, outcome = ctx.decision, ctx.outcome
+    usage = outcome.usage if outcome is not None else None
+    if (
+        d is None
+        or ctx.pool is None
+        or outcome is None
+        or outcome.source != "upstream"
+        or not isinstance(usage, dict)
+    ):
         return
     if not d.block_hashes:
         return

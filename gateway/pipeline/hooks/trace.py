@@ -102,7 +102,7 @@ def admitted(ctx: RequestContext) -> None:
 def routing(ctx: RequestContext) -> None:
     if (tracing := ctx.process.tracing) is None:
         return
-    _end(ctx, tracing, "cache", **{"prefix_gateway.cache": ctx.cache or "off"})
+    _end(ctx, tracing, "cache", **{"prefix_gateway.cache": ctx.served.cache or "off"})
     _end(ctx, tracing, "attempt", ctx.upstream_error)  # the previous attempt failed: this is a retry
     _child(ctx, tracing, "route")
 
@@ -137,7 +137,7 @@ def routed(ctx: RequestContext) -> None:
             "server.address": url.hostname or "",
             "server.port": url.port or 80,
             "prefix_gateway.replica": d.replica.id,
-            "prefix_gateway.attempt": ctx.attempts,
+            "prefix_gateway.attempt": len(ctx.attempts),
         },
     )
     attempt.update_name(f"{_operation(ctx)} {ctx.model}")
@@ -168,7 +168,7 @@ def answered(ctx: RequestContext) -> None:
     usage = _usage(ctx)
     error = f"status {ctx.status}" if ctx.status >= 400 else None
     _end(ctx, tracing, "attempt", error, **usage)
-    _end(ctx, tracing, "cache", **{"prefix_gateway.cache": ctx.cache or "off"})
+    _end(ctx, tracing, "cache", **{"prefix_gateway.cache": ctx.served.cache or "off"})
 
 
 def finished(ctx: RequestContext) -> None:
@@ -182,10 +182,10 @@ def finished(ctx: RequestContext) -> None:
         "http.response.status_code": ctx.status,
         "gen_ai.operation.name": _operation(ctx),
         "gen_ai.request.model": ctx.parsed.model if ctx.parsed is not None else None,
-        "prefix_gateway.cache": ctx.cache,
+        "prefix_gateway.cache": ctx.served.cache,
         "prefix_gateway.replica": ctx.replica_id if ctx.decision is not None else None,
-        "prefix_gateway.attempts": ctx.attempts,
-        "prefix_gateway.source": ctx.source,
+        "prefix_gateway.attempts": len(ctx.attempts),
+        "prefix_gateway.source": ctx.served.source,
         **_usage(ctx),
     }
     span.set_attributes({k: v for k, v in attributes.items() if v is not None})

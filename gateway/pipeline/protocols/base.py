@@ -4,8 +4,9 @@ Every API the gateway speaks reaches a replica as chat completions (or as the re
 completions, embeddings and pass-through endpoints), so that routing, tenancy, the response cache,
 limits and billing exist once. A front end is four plain functions over the request's context:
 
-- ``prepare``: after parse, turn the client's validated body into the request the stages read
-  (``ctx.parsed``: a chat-completions body) and keep what the answer needs (``ctx.exchange``);
+- ``prepare``: after parse, turn the client's validated body into the request the stages read (a
+  chat-completions body) and what the answer needs, returned (``Prepared``: the handler sets them as
+  ``ctx.parsed`` and ``ctx.exchange``, inputs no other module writes), or None to keep the request;
 - ``answer``: a complete chat completion (relayed, cached, coalesced) → the API's answer body;
 - ``encoder``: a stream's events: ``start`` when it opens, ``chunk`` per chat chunk, ``end`` after the
   ledger row (``respond.close_stream``) with the final usage;
@@ -24,7 +25,12 @@ from aiohttp import web
 from gateway.errors import GatewayError
 
 if TYPE_CHECKING:
+    from typing import TypeAlias
+
     from gateway.pipeline.context import RequestContext
+    from gateway.pipeline.parse import ParsedRequest
+
+    Prepared: TypeAlias = tuple[ParsedRequest, Any] | None  # what ``prepare`` returns
 
 
 class Encoder(Protocol):
@@ -40,7 +46,7 @@ class Encoder(Protocol):
 @dataclass(frozen=True, slots=True)
 class FrontEnd:
     name: str
-    prepare: Callable[[RequestContext], Awaitable[None]]
+    prepare: Callable[[RequestContext], Awaitable[Prepared]]
     answer: Callable[[RequestContext, dict[str, Any]], Awaitable[dict[str, Any]]]
     encoder: Callable[[RequestContext], Encoder]
     error: Callable[[GatewayError], web.Response]

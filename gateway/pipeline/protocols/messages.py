@@ -31,6 +31,7 @@ from gateway.pipeline.protocols.base import FrontEnd
 
 if TYPE_CHECKING:
     from gateway.pipeline.context import RequestContext
+    from gateway.pipeline.protocols.base import Prepared
 
 _STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
 _ERROR_TYPES = {
@@ -170,7 +171,7 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
     return chat
 
 
-async def prepare(ctx: RequestContext) -> None:
+async def prepare(ctx: RequestContext) -> Prepared:
     assert ctx.parsed is not None
     body = ctx.parsed.body
     if body.get("stop_sequences") is not None and not (
@@ -178,9 +179,9 @@ async def prepare(ctx: RequestContext) -> None:
     ):
         raise _bad("stop_sequences: must be an array of strings", "stop_sequences")
     validate_messages(body)
-    ctx.exchange = "msg_" + os.urandom(12).hex()
     parsed = ctx.parsed
-    ctx.parsed = ParsedRequest("chat", to_chat(body), parsed.model, parsed.stream, parsed.prompt_chars)
+    chat = ParsedRequest("chat", to_chat(body), parsed.model, parsed.stream, parsed.prompt_chars)
+    return chat, "msg_" + os.urandom(12).hex()
 
 
 # -- the answer ------------------------------------------------------------------------------------
@@ -325,7 +326,7 @@ FRONTEND = FrontEnd(
 
 
 # -- count_tokens: the same request, counted by the replica's tokenizer ---------------------------
-async def prepare_count(ctx: RequestContext) -> None:
+async def prepare_count(ctx: RequestContext) -> Prepared:
     """``POST /v1/messages/count_tokens`` (Claude Code asks it before long turns) as vLLM's
     ``/tokenize`` of the chat request: the replica's own chat template counts the tokens."""
     assert ctx.parsed is not None
@@ -336,7 +337,7 @@ async def prepare_count(ctx: RequestContext) -> None:
     if "tools" in chat:
         tokenize["tools"] = chat["tools"]
     parsed = ctx.parsed
-    ctx.parsed = ParsedRequest("tokenize", tokenize, parsed.model, False, parsed.prompt_chars)
+    return ParsedRequest("tokenize", tokenize, parsed.model, False, parsed.prompt_chars), None
 
 
 async def answer_count(ctx: RequestContext, tokenized: dict[str, Any]) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from gateway.pipeline.protocols.base import FrontEnd
 
 if TYPE_CHECKING:
     from gateway.pipeline.context import RequestContext
+    from gateway.pipeline.protocols.base import Prepared
 
 DONE_EVENT = b"data: [DONE]\n\n"
 
@@ -34,7 +35,7 @@ class ChatEncoder:
         return DONE_EVENT if done else b""
 
 
-async def _as_is(ctx: RequestContext) -> None:
+async def _as_is(ctx: RequestContext) -> Prepared:
     return None
 
 

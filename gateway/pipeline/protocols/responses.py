@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from cache.conversations import ConversationStore
     from gateway.observability.metrics import GatewayMetrics
     from gateway.pipeline.context import RequestContext
+    from gateway.pipeline.protocols.base import Prepared
 
 T = TypeVar("T")
 
@@ -197,7 +198,7 @@ async def _call(op: Awaitable[T], metrics: GatewayMetrics, name: str) -> T:
         ) from None
 
 
-async def prepare(ctx: RequestContext) -> None:
+async def prepare(ctx: RequestContext) -> Prepared:
     """Expand ``previous_response_id`` into the conversation and map the request onto chat."""
     assert ctx.parsed is not None
     body = ctx.parsed.body
@@ -242,8 +243,8 @@ async def prepare(ctx: RequestContext) -> None:
     chars = check_messages(chat)
     check_prompt_chars(chars, ENDPOINTS["responses"], ctx.state.policy.limits)
     store_it = store is not None and body.get("store", True) is not False
-    ctx.exchange = Turn("resp_" + os.urandom(24).hex(), int(time.time()), body, items, store_it)
-    ctx.parsed = ParsedRequest("chat", chat, ctx.parsed.model, ctx.parsed.stream, chars)
+    turn = Turn("resp_" + os.urandom(24).hex(), int(time.time()), body, items, store_it)
+    return ParsedRequest("chat", chat, ctx.parsed.model, ctx.parsed.stream, chars), turn
 
 
 # -- the answer: a chat completion → a response object ---------------------------------------------

@@ -1,6 +1,7 @@
 """Where the gateway's CPU goes under load: py-spy samples of a real gateway process, by component.
 
     python -m bench.profile [--stream] [--concurrency 32] [--requests 4000] [--checkout DIR] [--raw F]
+                            [--gil | --calls]
 
 The quick start's gateway (``serve --replica URL --model M``: default policy, response cache, billing,
 metrics and access log) in front of a zero-latency simulator, warmed up, then sampled by py-spy (500 Hz,
@@ -8,6 +9,21 @@ every thread, non-blocking) while the load generator sends ``--requests`` unique
 stack is charged to the first component, from the top of the stack down, whose frames it contains (so
 "aiohttp client" is the HTTP client's own work under the dispatch stage, not the stage's). ``--checkout``
 profiles another checkout's gateway (before/after). py-spy comes with the ``bench`` extra.
+
+py-spy's samples are wall-clock: on a machine with more runnable processes than cores a thread that
+the kernel preempted stays "active" in the sample, so the lines that wake another thread or process
+collect the time the gateway then waited for a core, not CPU. Measured on this 2-core machine at a load
+average of 7 to 17: ``SimpleQueue.put`` (waking the ledger thread) 5-8 % of the samples and a socket send
+15-18 %, while a put costs 4-5 us (``putcost``-style loop) and turning billing off altogether moved CPU
+per request by 2 % (within noise). Two modes are less fooled:
+
+- ``--gil``: only the thread holding the GIL is sampled (py-spy ``--gil``): drops the ledger thread's
+  waits, still charges a preempted GIL holder.
+- ``--calls``: the gateway runs under cProfile (``python -m cProfile -m gateway serve ...``), once for
+  the warm-up only and once for the warm-up plus ``--requests``; the difference is the Python function
+  calls (and builtin calls) per request, charged to the components above by the called function's file
+  (a builtin to its callers'). A count, not a time: the same on a quiet and on a busy machine, so a
+  change's before/after is exact where CPU per request varies by a third between runs.
 """
 
 from __future__ import annotations
@@ -15,7 +31,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import os
+import pstats
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -24,7 +43,9 @@ from pathlib import Path
 
 from bench.loadgen import run_load
 from bench.overhead import MODEL, ZERO, body
-from bench.procs import running, start_gateway, start_sim
+from bench.procs import Proc, free_ports, running, start_gateway, start_sim, wait_http
+
+WARMUP = 500
 
 # (component, a substring of a frame's "function (file:line)"), the most specific first: a sample goes
 # to the first component found walking its stack from the leaf.
@@ -72,7 +93,98 @@ def summarise(raw: Path) -> list[tuple[str, float]]:
     return [(name, n / total) for name, n in counts.most_common()]
 
 
+Func = tuple[str, int, str]  # pstats' (file, line, function)
+
+
+def _file_component(func: Func) -> str | None:
+    """The component of a Python function by its file; None for a builtin (``~``)."""
+    if func[0] == "~":
+        return None
+    return charge([f"{func[2]} ({func[0]}:{func[1]})"])
+
+
+def calls_by_component(stats: dict[Func, tuple], n: int) -> dict[str, float]:
+    """Calls per request of each component in ``stats`` (pstats' raw table: ``(cc, nc, tt, ct,
+    callers)`` per function, here a difference of two runs) over ``n`` requests. A builtin's calls go
+    to its callers' components in proportion to the calls each made."""
+    out: collections.Counter[str] = collections.Counter()
+    for func, (_, nc, _, _, callers) in stats.items():
+        own = _file_component(func)
+        if own is not None:
+            out[own] += nc
+            continue
+        counted = {c: v[1] if isinstance(v, tuple) else v for c, v in callers.items()}
+        total = sum(counted.values())
+        for caller, k in counted.items():
+            out[_file_component(caller) or "other (interpreter, GC, libraries)"] += (
+                nc * k / total if total else 0
+            )
+    return {name: calls / n for name, calls in out.most_common()}
+
+
+def _difference(after: dict[Func, tuple], before: dict[Func, tuple]) -> dict[Func, tuple]:
+    zero = (0, 0, 0.0, 0.0, {})
+    out = {}
+    for func, (cc, nc, tt, ct, callers) in after.items():
+        bcc, bnc, btt, bct, bcallers = before.get(func, zero)
+        diff_callers = {}
+        for c, v in callers.items():
+            k = v[1] if isinstance(v, tuple) else v
+            bv = bcallers.get(c, 0)
+            k -= bv[1] if isinstance(bv, tuple) else bv
+            if k > 0:
+                diff_callers[c] = k
+        if nc - bnc > 0:
+            out[func] = (cc - bcc, nc - bnc, tt - btt, ct - bct, diff_callers)
+    return out
+
+
+async def _profiled_run(args: argparse.Namespace, upstream: str, requests: int, out: Path) -> None:
+    """A gateway under cProfile (``out``): ``WARMUP`` requests, then ``requests`` more, then SIGTERM (the
+    gateway drains and exits; cProfile writes ``out`` on the way out)."""
+    port, metrics_port = free_ports(2)
+    env = {**os.environ, "PYTHONPATH": args.checkout or str(Path(__file__).resolve().parents[1])}
+    workdir = tempfile.mkdtemp(prefix="pgw-cprofile-")
+    cmd = [sys.executable, "-m", "cProfile", "-o", str(out), "-m", "gateway", "serve", "--host", "127.0.0.1"]
+    cmd += ["--port", str(port), "--metrics-port", str(metrics_port), "--replica", upstream, "--model", MODEL]
+    popen = subprocess.Popen(cmd, env=env, cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    gw = Proc(popen, f"http://127.0.0.1:{port}", workdir=workdir)
+    with running(gw):
+        wait_http(gw.url + "/health", proc=popen)
+        url = gw.url + "/v1/chat/completions"
+        for n in (WARMUP, requests):
+            if n:
+                r = await run_load(url, body, requests=n, concurrency=args.concurrency, stream=args.stream)
+                assert r.errors == 0, r.statuses
+        popen.send_signal(signal.SIGTERM)
+        popen.wait(60)
+    assert out.exists(), "the profiled gateway wrote no profile"
+
+
+async def calls_main(args: argparse.Namespace) -> None:
+    tmp = Path(tempfile.mkdtemp(prefix="pgw-cprofile-"))
+    sim, urls = start_sim(1, extra=ZERO)
+    with running(sim):
+        await _profiled_run(args, urls[0], 0, tmp / "warmup.prof")
+        await _profiled_run(args, urls[0], args.requests, tmp / "load.prof")
+    diff = _difference(
+        pstats.Stats(str(tmp / "load.prof")).stats, pstats.Stats(str(tmp / "warmup.prof")).stats
+    )  # type: ignore[attr-defined]
+    shares = calls_by_component(diff, args.requests)
+    mode = "stream" if args.stream else "non-stream"
+    print(f"{mode}, concurrency {args.concurrency}: {sum(shares.values()):,.0f} calls a request (cProfile)")
+    for name, calls in shares.items():
+        print(f"{calls:7.1f}  {name}")
+    top = sorted(diff.items(), key=lambda kv: -kv[1][1])[:25]
+    print("most called:")
+    for (file, line, fn), v in top:
+        print(f"{v[1] / args.requests:7.1f}  {fn} ({file.split('site-packages/')[-1]}:{line})")
+
+
 async def main_async(args: argparse.Namespace) -> None:
+    if args.calls:
+        await calls_main(args)
+        return
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     raw = Path(args.raw) if args.raw else Path(tempfile.mkdtemp(prefix="pgw-profile-")) / "stacks.txt"
     sim, urls = start_sim(1, extra=ZERO)
@@ -81,6 +193,7 @@ async def main_async(args: argparse.Namespace) -> None:
     with running(gw, sim):
         await run_load(url, body, requests=500, concurrency=args.concurrency, stream=args.stream)
         cmd = [spy, "record", "--pid", str(gw.pid), "--format", "raw", "-o", str(raw), "--rate", "500"]
+        cmd += ["--gil"] if args.gil else []
         sampler = subprocess.Popen(
             [*cmd, "--nonblocking"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
@@ -106,6 +219,9 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=4000)
     parser.add_argument("--checkout", metavar="DIR", help="profile the gateway of this checkout")
     parser.add_argument("--raw", metavar="FILE", help="keep py-spy's collapsed stacks here")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--gil", action="store_true", help="sample only the thread holding the GIL")
+    mode.add_argument("--calls", action="store_true", help="function calls per request (cProfile)")
     asyncio.run(main_async(parser.parse_args()))
 
 

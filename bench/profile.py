@@ -1,7 +1,7 @@
 """Where the gateway's CPU goes under load: py-spy samples of a real gateway process, by component.
 
     python -m bench.profile [--stream] [--concurrency 32] [--requests 4000] [--checkout DIR] [--raw F]
-                            [--gil | --calls]
+                            [--gil | --calls | --gc]
 
 The quick start's gateway (``serve --replica URL --model M``: default policy, response cache, billing,
 metrics and access log) in front of a zero-latency simulator, warmed up, then sampled by py-spy (500 Hz,
@@ -24,6 +24,9 @@ per request by 2 % (within noise). Two modes are less fooled:
   calls (and builtin calls) per request, charged to the components above by the called function's file
   (a builtin to its callers'). A count, not a time: the same on a quiet and on a busy machine, so a
   change's before/after is exact where CPU per request varies by a third between runs.
+- ``--gc``: the gateway runs with a ``gc.callbacks`` probe; prints, per generation, the collections
+  during ``--requests`` (after the warm-up) and their CPU (``time.thread_time``, so a wait for a core is
+  not in it): the pauses every request in flight waits out.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import json
 import os
 import pstats
 import shutil
@@ -139,26 +143,93 @@ def _difference(after: dict[Func, tuple], before: dict[Func, tuple]) -> dict[Fun
     return out
 
 
-async def _profiled_run(args: argparse.Namespace, upstream: str, requests: int, out: Path) -> None:
-    """A gateway under cProfile (``out``): ``WARMUP`` requests, then ``requests`` more, then SIGTERM (the
-    gateway drains and exits; cProfile writes ``out`` on the way out)."""
+async def _profiled_run(
+    args: argparse.Namespace, upstream: str, requests: int, out: Path, *, gc_probe: bool = False
+) -> float:
+    """A gateway under cProfile (``out``), or with ``GC_PROBE`` writing its collections to ``out``:
+    ``WARMUP`` requests, then ``requests`` more, then SIGTERM (the gateway drains and exits; the
+    profile is written on the way out). Returns the monotonic time the ``requests`` began."""
     port, metrics_port = free_ports(2)
     env = {**os.environ, "PYTHONPATH": args.checkout or str(Path(__file__).resolve().parents[1])}
     workdir = tempfile.mkdtemp(prefix="pgw-cprofile-")
-    cmd = [sys.executable, "-m", "cProfile", "-o", str(out), "-m", "gateway", "serve", "--host", "127.0.0.1"]
+    if gc_probe:
+        env["PGW_GC_OUT"] = str(out)
+        cmd = [sys.executable, "-c", GC_PROBE, "serve", "--host", "127.0.0.1"]
+    else:
+        cmd = [
+            sys.executable,
+            "-m",
+            "cProfile",
+            "-o",
+            str(out),
+            "-m",
+            "gateway",
+            "serve",
+            "--host",
+            "127.0.0.1",
+        ]
     cmd += ["--port", str(port), "--metrics-port", str(metrics_port), "--replica", upstream, "--model", MODEL]
     popen = subprocess.Popen(cmd, env=env, cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     gw = Proc(popen, f"http://127.0.0.1:{port}", workdir=workdir)
+    began = time.monotonic()
     with running(gw):
         wait_http(gw.url + "/health", proc=popen)
         url = gw.url + "/v1/chat/completions"
         for n in (WARMUP, requests):
+            began = time.monotonic()
             if n:
                 r = await run_load(url, body, requests=n, concurrency=args.concurrency, stream=args.stream)
                 assert r.errors == 0, r.statuses
         popen.send_signal(signal.SIGTERM)
         popen.wait(60)
     assert out.exists(), "the profiled gateway wrote no profile"
+    return began
+
+
+# Run ``python -m gateway`` with every collection's generation, CPU time (``time.thread_time``: the
+# collecting thread's, so a busy machine's waits for a core are not in it) and monotonic end time
+# written to $PGW_GC_OUT at exit.
+GC_PROBE = """
+import atexit, gc, json, os, runpy, sys, time
+seen, began = [], [0.0]
+def probe(phase, info):
+    if phase == "start":
+        began[0] = time.thread_time()
+    else:
+        seen.append((info["generation"], time.thread_time() - began[0], time.monotonic()))
+gc.callbacks.append(probe)
+atexit.register(lambda: open(os.environ["PGW_GC_OUT"], "w").write(json.dumps(seen)))
+sys.argv = ["gateway", *sys.argv[1:]]
+runpy.run_module("gateway", run_name="__main__", alter_sys=True)
+"""
+
+
+def gc_summary(seen: list[tuple[int, float, float]], since: float, n: int) -> list[str]:
+    """Per generation, the collections that ended after ``since``: count, CPU per collection (p50,
+    p99, max) and in all per request over ``n`` requests."""
+    lines = []
+    for gen in (0, 1, 2):
+        cpu = sorted(c for g, c, t in seen if g == gen and t >= since)
+        if not cpu:
+            lines.append(f"generation {gen}: no collection")
+            continue
+        p99 = cpu[min(len(cpu) - 1, int(len(cpu) * 0.99))]
+        lines.append(
+            f"generation {gen}: {len(cpu)} collections, CPU p50 {cpu[len(cpu) // 2] * 1e3:.2f} / p99 "
+            f"{p99 * 1e3:.2f} / max {cpu[-1] * 1e3:.2f} ms, {sum(cpu) / n * 1e6:.1f} us a request"
+        )
+    return lines
+
+
+async def gc_main(args: argparse.Namespace) -> None:
+    out = Path(tempfile.mkdtemp(prefix="pgw-gc-")) / "collections.json"
+    sim, urls = start_sim(1, extra=ZERO)
+    with running(sim):
+        since = await _profiled_run(args, urls[0], args.requests, out, gc_probe=True)
+    mode = "stream" if args.stream else "non-stream"
+    print(f"{mode}, concurrency {args.concurrency}, {args.requests} requests after the warm-up:")
+    for line in gc_summary([tuple(x) for x in json.loads(out.read_text())], since, args.requests):
+        print(line)
 
 
 async def calls_main(args: argparse.Namespace) -> None:
@@ -184,6 +255,9 @@ async def calls_main(args: argparse.Namespace) -> None:
 async def main_async(args: argparse.Namespace) -> None:
     if args.calls:
         await calls_main(args)
+        return
+    if args.gc:
+        await gc_main(args)
         return
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     raw = Path(args.raw) if args.raw else Path(tempfile.mkdtemp(prefix="pgw-profile-")) / "stacks.txt"
@@ -222,6 +296,7 @@ def main() -> None:
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--gil", action="store_true", help="sample only the thread holding the GIL")
     mode.add_argument("--calls", action="store_true", help="function calls per request (cProfile)")
+    mode.add_argument("--gc", action="store_true", help="the collector's pauses (CPU) under the load")
     asyncio.run(main_async(parser.parse_args()))
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.profile import _difference, calls_by_component, charge, summarise
+from bench.profile import _difference, calls_by_component, charge, gc_summary, summarise
 
 HANDLER = "handle (gateway/pipeline/handler.py:80)"
 DISPATCH = "attempt_once (gateway/pipeline/dispatch.py:120)"
@@ -51,3 +51,13 @@ def test_the_difference_leaves_out_what_the_warm_up_alone_called() -> None:
     diff = _difference(after, before)
     assert list(diff) == [route]
     assert diff[route][1] == 7 and diff[route][4] == {caller: 7}
+
+
+def test_the_gc_summary_counts_only_collections_after_the_warm_up() -> None:
+    seen = [(0, 0.5, 1.0), (2, 9.0, 1.5), (0, 0.001, 10.0), (0, 0.003, 11.0), (1, 0.002, 12.0)]
+    lines = gc_summary(seen, since=5.0, n=10)
+    assert (
+        lines[0] == "generation 0: 2 collections, CPU p50 3.00 / p99 3.00 / max 3.00 ms, 400.0 us a request"
+    )
+    assert lines[1].startswith("generation 1: 1 collections, CPU p50 2.00")
+    assert lines[2] == "generation 2: no collection"  # the full one ended during the warm-up

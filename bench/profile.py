@@ -12,10 +12,10 @@ profiles another checkout's gateway (before/after). py-spy comes with the ``benc
 
 py-spy's samples are wall-clock: on a machine with more runnable processes than cores a thread that
 the kernel preempted stays "active" in the sample, so the lines that wake another thread or process
-collect the time the gateway then waited for a core, not CPU. Measured on this 2-core machine at a load
-average of 7 to 17: ``SimpleQueue.put`` (waking the ledger thread) 5-8 % of the samples and a socket send
-15-18 %, while a put costs 4-5 us (``putcost``-style loop) and turning billing off altogether moved CPU
-per request by 2 % (within noise). Two modes are less fooled:
+collect the time the gateway then waited for a core, not CPU. On this 2-core machine at a load average
+of 7 to 17 ``SimpleQueue.put`` (waking the ledger thread) had 5-8 % of the samples and the socket sends
+15-18 %, while the ledger's code is 7 of the ~1,000 Python calls of a request (``--calls``). Two modes
+are less fooled, and one measures what no sample shows:
 
 - ``--gil``: only the thread holding the GIL is sampled (py-spy ``--gil``): drops the ledger thread's
   waits, still charges a preempted GIL holder.

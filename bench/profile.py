@@ -238,12 +238,14 @@ async def calls_main(args: argparse.Namespace) -> None:
     with running(sim):
         await _profiled_run(args, urls[0], 0, tmp / "warmup.prof")
         await _profiled_run(args, urls[0], args.requests, tmp / "load.prof")
-    diff = _difference(
-        pstats.Stats(str(tmp / "load.prof")).stats, pstats.Stats(str(tmp / "warmup.prof")).stats
-    )  # type: ignore[attr-defined]
+    load, warmup = pstats.Stats(str(tmp / "load.prof")), pstats.Stats(str(tmp / "warmup.prof"))
+    diff = _difference(load.stats, warmup.stats)  # type: ignore[attr-defined]
     shares = calls_by_component(diff, args.requests)
     mode = "stream" if args.stream else "non-stream"
-    print(f"{mode}, concurrency {args.concurrency}: {sum(shares.values()):,.0f} calls a request (cProfile)")
+    total = sum(shares.values())
+    print(
+        f"{mode}, concurrency {args.concurrency}: {total:,.0f} calls a request (cProfile; profiles in {tmp})"
+    )
     for name, calls in shares.items():
         print(f"{calls:7.1f}  {name}")
     top = sorted(diff.items(), key=lambda kv: -kv[1][1])[:25]

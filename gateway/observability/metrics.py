@@ -251,11 +251,11 @@ class GatewayMetrics:
         for attr, kind, name, doc, labels, *buckets in _SPECS:
             extra = {"buckets": buckets[0]} if buckets else {}
             setattr(self, attr, kind(f"{NS}_{name}", doc, labels, registry=self.registry, **extra))
-        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
+        self._children: dict[tuple[Any, tuple[str, ...]], Any] = {}
 
     def child(self, metric: Any, *labels: str) -> Any:
         """``metric.labels(*labels)``, cached (label values are bounded, so is the cache)."""
-        key = (id(metric), labels)
+        key = (metric, labels)  # a metric hashes by identity
         found = self._children.get(key)
         if found is None:
             found = self._children[key] = metric.labels(*labels)
@@ -263,6 +263,6 @@ class GatewayMetrics:
 
     def forget(self, metric: Any, *labels: str) -> None:
         """Drop one labelled series (a replica gone for good leaves no stale series behind)."""
-        self._children.pop((id(metric), labels), None)
+        self._children.pop((metric, labels), None)
         with contextlib.suppress(KeyError):
             metric.remove(*labels)

@@ -146,6 +146,12 @@ async def read_body_within(request: web.Request, timeout_s: float) -> web.Respon
     if not request.body_exists or (declared and declared > limit):
         return None
     try:
+        if request.content.is_eof():
+            # The whole body came with the head (the common case): reading it cannot wait, so no
+            # deadline is armed (a timer, its handle and the context manager: 8 of the ~1,000 Python
+            # calls of a request, ``python -m bench.profile --calls``).
+            await request.read()
+            return None
         async with asyncio.timeout(timeout_s):
             await request.read()
         return None

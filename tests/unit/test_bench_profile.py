@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.profile import charge, summarise
+from bench.profile import _difference, calls_by_component, charge, gc_summary, summarise
 
 HANDLER = "handle (gateway/pipeline/handler.py:80)"
 DISPATCH = "attempt_once (gateway/pipeline/dispatch.py:120)"
@@ -26,3 +26,38 @@ def test_shares_add_up(tmp_path: Path) -> None:
     raw.write_text(f"{HANDLER};{DISPATCH} 3\n{HANDLER};PoolRouter.route (router/pool.py:10) 1\n")
     shares = dict(summarise(raw))
     assert shares == {"other gateway code": 0.75, "routing": 0.25}
+
+
+def test_calls_are_charged_by_file_and_a_builtins_to_its_callers() -> None:
+    route = ("/x/router/pool.py", 10, "route")
+    parse = ("/x/gateway/pipeline/parse.py", 5, "validate")
+    builtin = ("~", 0, "<built-in method builtins.len>")
+    stats = {
+        route: (4, 4, 0.0, 0.0, {}),
+        parse: (2, 2, 0.0, 0.0, {}),
+        # 6 calls of len: 3 from route, 1 from validate (in pstats' caller tuples: cc, nc, tt, ct)
+        builtin: (8, 8, 0.0, 0.0, {route: (6, 6, 0.0, 0.0), parse: (2, 2, 0.0, 0.0)}),
+    }
+    shares = calls_by_component(stats, 2)
+    assert shares == {"routing": 2 + 3, "parse and validate": 1 + 1}
+
+
+def test_the_difference_leaves_out_what_the_warm_up_alone_called() -> None:
+    route = ("/x/router/pool.py", 10, "route")
+    start = ("/x/gateway/cli/main.py", 1, "main")
+    caller = ("/x/gateway/pipeline/dispatch.py", 3, "dispatch")
+    before = {route: (5, 5, 1.0, 1.0, {caller: (5, 5, 1.0, 1.0)}), start: (1, 1, 2.0, 2.0, {})}
+    after = {route: (12, 12, 2.0, 2.0, {caller: (12, 12, 2.0, 2.0)}), start: (1, 1, 2.0, 2.0, {})}
+    diff = _difference(after, before)
+    assert list(diff) == [route]
+    assert diff[route][1] == 7 and diff[route][4] == {caller: 7}
+
+
+def test_the_gc_summary_counts_only_collections_after_the_warm_up() -> None:
+    seen = [(0, 0.5, 1.0), (2, 9.0, 1.5), (0, 0.001, 10.0), (0, 0.003, 11.0), (1, 0.002, 12.0)]
+    lines = gc_summary(seen, since=5.0, n=10)
+    assert (
+        lines[0] == "generation 0: 2 collections, CPU p50 3.00 / p99 3.00 / max 3.00 ms, 400.0 us a request"
+    )
+    assert lines[1].startswith("generation 1: 1 collections, CPU p50 2.00")
+    assert lines[2] == "generation 2: no collection"  # the full one ended during the warm-up

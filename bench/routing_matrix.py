@@ -24,7 +24,9 @@ records and the Zipf workloads with seed 1; ``heldout`` is another window of the
 ``evict_weight`` 0); ``after`` the defaults. The pooled bound is one LRU of the fleet's total KV (with the
 CPU tier's, for ``tier`` cells), in 16-token blocks; ``sglang-model`` is sglang-router 0.3.2's
 ``cache_aware`` modelled (``bench.peer_models``) in front of the same engines, ``after-full-prefix``
-the defaults hashing every prompt token (``max_prefix_tokens`` 65,536); "its engine's pooled bound" is one replica of the
+the defaults hashing every prompt token (``max_prefix_tokens`` 65,536); ``noevict``,
+``truth-pinned`` and ``truth-pinned-noevict`` are ablations (the eviction term off; the index bound
+told the engine's true capacity with learning off; both); "its engine's pooled bound" is one replica of the
 cell's own engine with that KV (64-token blocks, whole-prompt eviction), where it differs. Each variant
 also shows the busy-time imbalance and the learned index bound over the engine's real capacity. The peers
 run only in ``python -m bench.routing`` (processes).
@@ -56,6 +58,11 @@ VARIANTS: dict[str, dict[str, object]] = {
     # bench.peer_models.SglangCacheAware in front of the same engines; it matches the whole request
     # (the real router's text tree has no length cap), so the router hashes every token of these prompts
     "sglang-model": {"max_prefix_tokens": 65536},
+    # ablations of the 64-token gap (issue 24): the index bound pinned at the engine's true capacity
+    # (told it, learning off), the eviction term off, each alone and together
+    "truth-pinned": {"learn_capacity": False, "_published": 1.0},
+    "truth-pinned-noevict": {"learn_capacity": False, "evict_weight": 0.0, "_published": 1.0},
+    "noevict": {"evict_weight": 0.0},
 }
 
 
@@ -208,9 +215,11 @@ def zipf_workload(name: str, seed: int) -> workloads.Workload:
 def run_cell(
     wl: workloads.Workload, ecfg: EngineConfig, cell: Cell, variant: str, rate: float
 ) -> OfflineResult:
-    cfg = RoutingConfig(policy="prefix_affinity", seed=0, **VARIANTS[variant])  # type: ignore[arg-type]
+    fields = {k: v for k, v in VARIANTS[variant].items() if not k.startswith("_")}
+    published = VARIANTS[variant].get("_published", cell.published)  # a variant may tell the truth
+    cfg = RoutingConfig(policy="prefix_affinity", seed=0, **fields)  # type: ignore[arg-type]
     model = SglangCacheAware if variant == "sglang-model" else None
-    return replay(wl, cfg, ecfg, 4, rate, published=cell.published, report_cached=cell.cached,
+    return replay(wl, cfg, ecfg, 4, rate, published=published, report_cached=cell.cached,  # type: ignore[arg-type]
                   make_engine=ENGINES[cell.eviction], make_policy=model)  # fmt: skip
 
 

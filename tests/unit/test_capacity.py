@@ -207,7 +207,9 @@ def copied(evict_weight: float, published: bool = True) -> bool:
     replicas' own."""
     cap = 24 if published else None
     replicas = [ReplicaState(id=f"r{i}", url="", kv_capacity_blocks=cap) for i in range(2)]
-    cfg = RoutingConfig(seed=1, evict_weight=evict_weight, default_kv_capacity_blocks=24, learn_capacity=False)
+    cfg = RoutingConfig(
+        seed=1, evict_weight=evict_weight, default_kv_capacity_blocks=24, learn_capacity=False
+    )
     router = PoolRouter(replicas, cfg)
     prompt = text("shared", 10)
     for q in ("q0", "q1", "q2"):  # q2's match ends where q1's did: the prefix is shared from now on

@@ -237,7 +237,8 @@ class RoutingConfig(BaseModel):
         ge=0.0,
         le=1000.0,
         description="prefix_affinity: queued prefill tokens one token counts as that a placement evicts from "
-        "a full cache (it will be prefilled again); 0 scores only what a placement prefills",
+        "a full cache (it will be prefilled again); 0 scores only what a placement prefills. Scored only where "
+        "every replica's capacity is published (an unpublished one's free room is a guess)",
     )
     learn_capacity: bool = Field(
         True,

@@ -86,6 +86,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--block-size", type=int, default=_DEFAULTS.block_size)
     add("--no-cache-config-info", action="store_true",
         help="publish no vllm:cache_config_info (an engine whose KV capacity the gateway cannot read)")  # fmt: skip
+    add("--no-cached-tokens", action="store_true",
+        help="omit usage.prompt_tokens_details.cached_tokens from answers (the hit counter stays)")  # fmt: skip
     add("--bytes-per-token", type=int, default=_DEFAULTS.bytes_per_token)
     add("--max-model-len", type=int, default=_DEFAULTS.max_model_len)
     add("--default-max-tokens", type=int, default=_DEFAULTS.default_max_tokens)
@@ -143,6 +145,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         speed=args.speed,
         block_size=args.block_size,
         publish_cache_config=not args.no_cache_config_info,
+        report_cached_tokens=not args.no_cached_tokens,
         bytes_per_token=args.bytes_per_token,
         max_model_len=args.max_model_len,
         default_max_tokens=args.default_max_tokens,

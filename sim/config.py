@@ -93,6 +93,9 @@ class SimConfig:
     publish_cache_config: bool = (
         True  # vllm:cache_config_info in /metrics (False: an engine that says nothing)
     )
+    # usage.prompt_tokens_details.cached_tokens in answers (False: an engine that does not report it,
+    # as vLLM without --enable-prompt-tokens-details; vllm:prefix_cache_hits is still published)
+    report_cached_tokens: bool = True
     bytes_per_token: int = 4
     default_max_tokens: int = 16
     max_model_len: int = 32768

@@ -30,6 +30,7 @@ class Job(Protocol):
 
     model: str
     prompt_tokens: int
+    report_cached: bool  # usage carries the prefix-cache hit (SimConfig.report_cached_tokens)
 
 
 class Shape(Protocol):
@@ -104,6 +105,8 @@ class Responses:
                 "output_tokens_details": {"reasoning_tokens": 0},
                 "total_tokens": job.prompt_tokens + n,
             }
+            if not job.report_cached:
+                del usage["input_tokens_details"]
         return {
             "id": self.id,
             "object": "response",

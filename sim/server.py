@@ -88,7 +88,7 @@ class _Job:
 
     __slots__ = (
         "body", "chat", "data", "hashes", "include_usage", "max_tokens", "model", "prompt_tokens",
-        "record", "rid", "seed", "shape", "stream", "temperature",
+        "record", "report_cached", "rid", "seed", "shape", "stream", "temperature",
     )  # fmt: skip
 
     def __init__(
@@ -96,6 +96,7 @@ class _Job:
     ) -> None:
         cfg = rep.cfg
         self.shape = shape  # another API served on top of chat (Responses, Anthropic Messages), as vLLM
+        self.report_cached = cfg.report_cached_tokens
         try:
             body = shape.to_chat(body) if shape is not None else body
         except PromptError as exc:
@@ -144,12 +145,14 @@ class _Job:
         return textgen.tokens(base, self.max_tokens)
 
     def usage(self, cached: int, completion: int) -> dict[str, Any]:
-        return {
+        usage: dict[str, Any] = {
             "prompt_tokens": self.prompt_tokens,
             "total_tokens": self.prompt_tokens + completion,
             "completion_tokens": completion,
-            "prompt_tokens_details": {"cached_tokens": cached},
         }
+        if self.report_cached:
+            usage["prompt_tokens_details"] = {"cached_tokens": cached}
+        return usage
 
     def full_response(
         self, created: int, toks: list[str], cached: int, finish: str = "length"

@@ -56,6 +56,21 @@ tables in docs/benchmarks.md):
   and left out: c = 1.1-1.5 cost 0.05-0.13 of the pooled bound for busy 1.05-1.18, c = 2-3 changed
   nothing; so was a larger ``decode_cost_tokens`` (512: Zipf busy <= 1.13 but 0.96 of the pooled bound,
   and the trace 0.979 -> 0.965).
+- **Only where the capacity is published.** The term reads the index's free room, which is evidence
+  only against a capacity the replica published (or the policy wrote for it); otherwise the bound is
+  the default or what ``router.capacity`` grew from it (32 x a ghost's depth at a time, 2.4-3.7 x the
+  truth at the end), and the term, steering by room the replica does not have, cost the issue's cell
+  (64-token engine blocks, unpublished) 0.015 of the pooled bound: ablations on the tune split
+  (``python -m bench.routing_matrix --variants after noevict truth-pinned truth-pinned-noevict``) gave
+  0.929 with both on, 0.944 without the term, 0.946 with the bound pinned at the engine's truth, 0.951
+  pinned and without the term; at the truth the term costs 0.005 here and nothing on 16-token blocks
+  or Zipf (where it is worth 0.09-0.17). Off for unpublished capacities (every candidate must have
+  one): tune split, 4,000 / 2,000 records, bs16 unpub 0.975 -> 0.985 / 0.962 -> 0.990, bs64 unpub
+  0.929 -> 0.944 / 0.935 -> 0.933, whole-prompt eviction 0.800 -> 0.841 / 0.829 -> 0.828, the CPU tier
+  0.921 -> 0.942 / 0.883 -> 0.920; without ``cached_tokens`` bs16 0.980 -> 0.973 / 0.975 -> 0.981 and
+  bs64 0.940 -> 0.914 / 0.910 -> 0.937. Published cells do not change. Held out (records 6,000-10,000,
+  run once after): the issue's cell did not follow (0.930 -> 0.919), bs16 unpub 0.973 -> 0.978, without
+  ``cached_tokens`` bs16 0.950 -> 0.958 and bs64 0.886 -> 0.906.
 """
 
 from __future__ import annotations
@@ -103,6 +118,8 @@ class PrefixAffinity:
         ctx.weights.update(reuse_factor=reuse, decode_cost_tokens=decode)  # what router.explain shows
         index, blocks = ctx.index, len(ctx.block_hashes)
         evict = self.evict_weight * bs if index is not None and blocks else 0.0
+        if evict and not all(r.kv_capacity_blocks for r in cands):
+            evict = 0.0  # the index's free room is a guess where a capacity is not published (above)
         low = float("inf")
         longest = 0
         tied: list[tuple[ReplicaState, int]] = []  # the lowest-scoring replicas, with their match

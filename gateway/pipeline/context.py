@@ -43,9 +43,9 @@ if TYPE_CHECKING:
     from gateway.pipeline.fairness import Ticket
     from gateway.pipeline.parse import ParsedRequest
     from gateway.pipeline.protocols.base import Encoder, FrontEnd
+    from gateway.pipeline.services import Services
     from gateway.pipeline.tenant import Tenant
     from gateway.pipeline.upstream_request import UpstreamRequest
-    from gateway.process.process import Process
     from gateway.process.state import State
     from router.types import Decision, Placement
 
@@ -123,7 +123,7 @@ class Attempt:
 @dataclass(slots=True, eq=False)
 class RequestContext:
     # -- inputs: set by ``pipeline.handler`` (at construction, or as it resolves them), then read-only
-    process: Process
+    process: Services  # the process serving it, typed by what the stages read (pipeline.services)
     state: State
     endpoint: str
     request_id: str  # the gateway's own id of this generation: the ledger row's key, sent upstream

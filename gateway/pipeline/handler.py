@@ -56,7 +56,7 @@ from gateway.pipeline.tenant import Tenant, allows, not_accessible
 
 if TYPE_CHECKING:
     from gateway.pipeline.protocols.base import FrontEnd
-    from gateway.process.process import Process
+    from gateway.pipeline.services import Services
     from router.types import Placement
 
 _NO_HEADERS: Mapping[str, str] = {}
@@ -79,7 +79,7 @@ def client_request_id(request: web.Request) -> str | None:
     return None
 
 
-async def handle(request: web.Request, process: Process, endpoint: str) -> web.StreamResponse:
+async def handle(request: web.Request, process: Services, endpoint: str) -> web.StreamResponse:
     """One request that came over HTTP."""
     ctx = RequestContext(
         process,
@@ -95,7 +95,7 @@ async def handle(request: web.Request, process: Process, endpoint: str) -> web.S
 
 
 async def call(
-    process: Process,
+    process: Services,
     endpoint: str,
     body: dict[str, Any],
     *,

@@ -17,8 +17,8 @@ LoRA by it) and the tenant's ``cache_salt`` is set where the replicas take one. 
 stay in the client's order, so the replica's own prefix cache sees the same prompt.
 
 The body is serialised once, when the request is built, not per attempt. The builder takes the inputs
-it reads, not the request's context: it is a pure function of them (and stays out of the type-only
-import cycle through the context's ``Process``).
+it reads, not the request's context: it is a pure function of them (and stays out of the request
+record's type-only import cycle, ``tests/unit/test_capabilities.py``).
 """
 
 from __future__ import annotations

@@ -19,8 +19,9 @@ The subsystems it starts receive what they use, not the ``Process``: the current
 session as getters (``current_pools``, ``current_session``: a reload swaps both), the fleet's health,
 the named tasks (``gateway.fleet.tasks.Tasks``), the settings they read; a reload is typed by what it
 drives (``reload.Reloadable``). No fleet or batch module and none of the process's loops names its type
-(``tests/unit/test_capabilities.py``): the type-only import cycle through it lost the fleet (41 modules
-at 248333a, 33 now); the request path's context, typed ``Process``, keeps the rest.
+(``tests/unit/test_capabilities.py``), and the request path is typed by what its stages read
+(``pipeline.services.Services``, which this class satisfies structurally): the type-only import cycle
+through it, 41 modules at 248333a, is gone.
 """
 
 from __future__ import annotations

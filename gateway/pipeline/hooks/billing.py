@@ -40,7 +40,7 @@ from router.prompt import prompt_pieces
 from router.tokenizers import tokenize
 
 if TYPE_CHECKING:
-    from gateway.process.metering import Metering
+    from gateway.pipeline.services import Meter
 
 
 def row_source(ctx: RequestContext, *, completed: bool) -> str | None:
@@ -87,7 +87,7 @@ def _estimated_usage(ctx: RequestContext) -> RequestUsage:
     )
 
 
-async def _write_row(ctx: RequestContext, metering: Metering, source: str) -> None:
+async def _write_row(ctx: RequestContext, metering: Meter, source: str) -> None:
     """Price the request and write its ledger row."""
     assert ctx.pool is not None and ctx.tenant is not None and ctx.outcome is not None
     decision, pool, tenant = ctx.decision, ctx.pool, ctx.tenant

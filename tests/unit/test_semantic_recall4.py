@@ -4,10 +4,13 @@ short entity names; each beside the near miss the same mechanism must still refu
 
 from __future__ import annotations
 
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bench import semantic_heldout2_source as heldout2
+from bench import semantic_independent
 from cache.semantic.normalize import base_normalize
 from cache.semantic.route import SemanticRoute
 from cache.semantic.typos import TypoCorrector
@@ -94,3 +97,13 @@ _zh = st.sampled_from(
 @given(st.lists(_zh, max_size=8).map("".join))
 def test_the_chinese_question_words_rule_is_idempotent(text: str) -> None:
     assert base_normalize(base_normalize(text)) == base_normalize(text)
+
+
+def test_the_second_held_out_set_is_its_generator_output_and_has_the_shape_the_brief_asks() -> None:
+    rows = heldout2.rows()
+    assert heldout2.OUT.read_bytes() == b"".join(orjson.dumps(r) + b"\n" for r in rows)  # never hand-edited
+    assert len(rows) >= 160 and sum(r["label"] == "different" for r in rows) * 2 == len(rows)
+    assert {r["domain"] for r in rows} == {"shop", "air", "tel", "bank"}
+    assert {r["lang"] for r in rows} == {"en", "zh", "mixed"} and {r["split"] for r in rows} == {"heldout2"}
+    assert len({(r["cached"], r["probe"]) for r in rows}) == len(rows)
+    assert semantic_independent.FILES["heldout2"] == heldout2.OUT  # what `--split heldout2` reads

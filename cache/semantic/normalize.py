@@ -57,7 +57,8 @@ _CJK_CHAR = re.compile(f"[{_CJK}]")
 # (→ ``怎么样``: "按时还款会怎样" is not "按时还款会怎么"). A modal around "how" (应该/需要/该/要 怎么,
 # 怎么才能: "how should I", "how can I") asks what ``怎么`` does. "怎么/为什么/为啥 还没(有)" asks why
 # something has not happened yet: the question is its state, so it is written ``还没`` ("我的订单怎么还没到"
-# is "我的订单还没到"; a policy maps ``还没到`` to its status intent if it wants the hit). Each rule's
+# is "我的订单还没到"; a policy may map ``还没到`` to its status intent: the e-commerce example does not,
+# as bench/data/semantic_eval.jsonl labels that complaint another answer than the status). Each rule's
 # output is a fixed point of every rule (``normalize`` stays idempotent).
 _ZH_PARTICLE = "呢吗啊呀吧嘛哦啦了"
 _ZH_HOW_END = re.compile(f"(?:如何|怎样|咋样|咋)(?=$|[^{_CJK}]|[{_ZH_PARTICLE}])")

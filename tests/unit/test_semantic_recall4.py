@@ -50,7 +50,6 @@ def test_chinese_question_words_are_written_one_way(raw: str, normal: str) -> No
     ("route", "a", "b"),
     [
         (TEL, "怎么查剩余流量", "如何查询剩余流量"),  # 如何 inside the telecom policy's own terms
-        (SHOP, "我的订单SO2024081818怎么还没到", "订单SO2024081818到哪了"),
         (SHOP, "麻烦问下，小米14多少钱", "小米14多少钱"),
         (SHOP, "我想问一下华为mate60多重", "华为mate60多重"),
         (AIR, "Hello, could you tell me whether flight MU5101 is on time?", "Is MU5101 on time?"),
@@ -68,6 +67,9 @@ def test_harmless_wording_shares_the_key(route: SemanticRoute, a: str, b: str) -
         (BANK, "怎么冻结信用卡", "如何解冻信用卡"),
         (TEL, "怎么开通eSIM", "如何关闭eSIM"),
         (SHOP, "订单SO2024081818到哪了", "订单SO2024081818怎么还没退款"),
+        # The project's own set labels "why has it still not arrived" a different answer from its status
+        # (bench/data/semantic_eval.jsonl g17-6, a complaint), so no example maps 还没到 to the status.
+        (SHOP, "订单SO2024081818到哪了", "订单SO2024081818怎么还没有到"),
         (SHOP, "订单SO2024081818到哪了", "订单SO2024081819怎么还没到"),
         (TEL, "How much is the Plus plan?", "How much is the Lite plan?"),
         (TEL, "How much is the Plus plan?", "how much is the plug plan"),  # a substitution, not a swap

@@ -1,6 +1,6 @@
 """The semantic cache on the independent set of issue 25, per split, language and mode.
 
-    python -m bench.semantic_independent [--split tune|heldout|both|dev|tune+dev] [--show] [--write]
+    python -m bench.semantic_independent [--split tune|heldout|both|dev|tune+dev|heldout2] [--show] [--write]
         [--modes fingerprint guarded@0.9 ...] [--embed-cache FILE] [--policy-root DIR]
 
 Each pair of bench/data/semantic_independent.jsonl (``bench.semantic_independent_source``) runs under
@@ -16,7 +16,9 @@ false hit, and its rate has a one-sided 95 % Clopper-Pearson upper bound (0 of 4
 both rates also get a two-sided 95 % Wilson interval, and each mode a row over all domains.
 ``gateway`` runs a sample of the split's pairs through a real gateway process (``bench.semantic_gateway``).
 ``--split dev`` runs round 3's development split (bench/data/semantic_dev.jsonl,
-``bench.semantic_dev_source``), ``tune+dev`` both.
+``bench.semantic_dev_source``), ``tune+dev`` both. ``--split heldout2`` runs the fourth pass's second
+held-out set (bench/data/semantic_heldout2.jsonl, ``bench.semantic_heldout2_source``), meant to be run
+once, totals only.
 ``--show`` lists the pairs that hit wrongly or missed (on ``tune`` and ``dev`` only, never held out); ``--write`` runs both
 splits and writes the tables to docs/benchmarks.md (section ``semantic-independent``).
 """
@@ -46,6 +48,8 @@ from sim import SimConfig, start_replicas
 
 DATA = Path("bench/data/semantic_independent.jsonl")
 DEV = Path("bench/data/semantic_dev.jsonl")  # round 3's development split (bench.semantic_dev_source)
+HELDOUT2 = Path("bench/data/semantic_heldout2.jsonl")  # the fourth pass's held-out set, run once
+FILES = {"dev": DEV, "heldout2": HELDOUT2}
 DOMAINS = {"shop": "e-commerce", "air": "airline", "tel": "mobile plans", "bank": "bank cards"}
 
 
@@ -131,7 +135,7 @@ async def run_split(
     root: Path = Path(),
     gateway_sample: int = 40,
 ) -> list[str]:
-    data = DEV if split == "dev" else DATA
+    data = FILES.get(split, DATA)
     pairs = [orjson.loads(line) for line in data.read_text(encoding="utf-8").splitlines() if line]
     pairs = [p for p in pairs if p["split"] == split]
     policies = {p["policy"] for p in pairs}
@@ -246,7 +250,9 @@ async def main_async(args: argparse.Namespace) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--split", choices=("tune", "heldout", "both", "dev", "tune+dev"), default="tune")
+    ap.add_argument(
+        "--split", choices=("tune", "heldout", "both", "dev", "tune+dev", "heldout2"), default="tune"
+    )
     ap.add_argument("--write", action="store_true", help="both splits, written to docs/benchmarks.md")
     ap.add_argument("--show", action="store_true", help="list wrong hits and missed paraphrases")
     ap.add_argument(

@@ -22,7 +22,7 @@ from cache.semantic.question import Question, split_question
 from cache.semantic.tags import TagRef, entry_refs
 from cache.semantic.terms import TermMatcher
 from cache.semantic.typos import TypoCorrector
-from cache.semantic.vocab import known_words, safe_fillers, typo_targets
+from cache.semantic.vocab import known_words, name_targets, safe_fillers, typo_targets
 from config.semantic import SemanticConfig
 
 
@@ -52,7 +52,9 @@ class SemanticRoute:
         self.cfg = cfg
         self.secret = tag_secret
         typos = TypoCorrector(
-            [base_normalize(t) for t in typo_targets(cfg)], [base_normalize(t) for t in known_words(cfg)]
+            [base_normalize(t) for t in typo_targets(cfg)],
+            [base_normalize(t) for t in known_words(cfg)],
+            [base_normalize(t) for t in name_targets(cfg)],
         )
         self.normalize = Normalizer(((g.canonical, g.terms) for g in cfg.synonyms), typos)
         n = self.normalize

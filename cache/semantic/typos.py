@@ -19,6 +19,15 @@ only when every one of these holds:
   changes the meaning (``unfreeze``, ``deactivate``, ``non-``) is two or more edits and the first letter
   differs, so it is never one.
 
+A four-letter word gets one narrower rule (issue 25, fourth pass: round 3's development split missed
+"plsu plan"): it is corrected only to a four-letter word of the policy's *slot values and aliases* (its
+entity names: ``plus``, ``lite``, ``gold``; never an intent or synonym word, where ``rate``/``late``
+live), only for two adjacent letters swapped (``plsu`` → ``plus``, ``ltie`` → ``lite``; never a
+substitution, insertion or deletion: ``plug`` stays ``plug``), with the same first letter and one
+candidate, and only when the word is not known. A swap keeps every letter, so it turns no other
+entity name into this one unless both are anagrams sharing a first letter, and then there are two
+candidates and nothing is corrected.
+
 Targets are the words of the policy's synonym terms, intent terms and slot and constraint values and
 aliases (what the fingerprint matches on), never its fillers. A corrected word is a target, and a target
 is known, so correcting twice is correcting once (``normalize`` stays idempotent).
@@ -30,6 +39,7 @@ import re
 from collections.abc import Iterable
 
 MIN_LEN = 5
+SHORT_LEN = 4  # swaps only, entity names only
 _WORD = re.compile(r"(?<![a-z0-9_])[a-z]+(?![a-z0-9_])")
 _INFLECTION = frozenset("sdr")
 
@@ -49,6 +59,14 @@ def one_edit(a: str, b: str) -> bool:
     return short[i:] == long_[i + 1 :]
 
 
+def _swap(a: str, b: str) -> bool:
+    """``a`` is ``b`` with two adjacent letters swapped."""
+    if len(a) != len(b):
+        return False
+    diff = [i for i in range(len(a)) if a[i] != b[i]]
+    return len(diff) == 2 and diff[1] == diff[0] + 1 and a[diff[0]] == b[diff[1]] and a[diff[1]] == b[diff[0]]
+
+
 def _inflection(a: str, b: str) -> bool:
     """The two differ only by an ``s``/``d``/``r`` at the end (added, removed or in place of a letter);
     not one ``s`` of a final ``ss`` (``busines`` is no singular of ``business``)."""
@@ -61,23 +79,35 @@ def _inflection(a: str, b: str) -> bool:
 class TypoCorrector:
     """``corrector(text)``: normalised text with each typo of a target word replaced by that word."""
 
-    __slots__ = ("_known", "_targets")
+    __slots__ = ("_known", "_short", "_targets")
 
-    def __init__(self, targets: Iterable[str], known: Iterable[str]) -> None:
+    def __init__(self, targets: Iterable[str], known: Iterable[str], names: Iterable[str] = ()) -> None:
         words = {w for t in targets for w in _WORD.findall(t) if len(w) >= MIN_LEN}
-        self._known = frozenset(words) | frozenset(w for k in known for w in _WORD.findall(k))
+        short = {w for t in names for w in _WORD.findall(t) if len(w) == SHORT_LEN}
+        every = {w for t in targets for w in _WORD.findall(t)} | short
+        self._known = frozenset(words | every) | frozenset(w for k in known for w in _WORD.findall(k))
         self._targets: dict[str, tuple[str, ...]] = {}
         for w in sorted(words):
             self._targets[w[0]] = (*self._targets.get(w[0], ()), w)
+        self._short: dict[str, tuple[str, ...]] = {}
+        for w in sorted(short):
+            self._short[w[0]] = (*self._short.get(w[0], ()), w)
 
     def __bool__(self) -> bool:
-        return bool(self._targets)
+        return bool(self._targets) or bool(self._short)
 
     def correct(self, word: str) -> str | None:
         """The target ``word`` is a typo of, or None."""
-        if len(word) < MIN_LEN or word in self._known:
+        if len(word) < SHORT_LEN or word in self._known:
             return None
-        hits = [t for t in self._targets.get(word[0], ()) if one_edit(word, t) and not _inflection(word, t)]
+        if len(word) == SHORT_LEN:
+            hits = [t for t in self._short.get(word[0], ()) if _swap(word, t)]
+        elif len(word) >= MIN_LEN:
+            hits = [
+                t for t in self._targets.get(word[0], ()) if one_edit(word, t) and not _inflection(word, t)
+            ]
+        else:
+            return None
         return hits[0] if len(hits) == 1 else None
 
     def corrections(self, text: str) -> list[tuple[str, str]]:
@@ -90,6 +120,6 @@ class TypoCorrector:
         return out
 
     def __call__(self, text: str) -> str:
-        if not self._targets:
+        if not self:
             return text
         return _WORD.sub(lambda m: self.correct(m.group()) or m.group(), text)

@@ -14,7 +14,8 @@ never ignored (``SemanticRoute`` drops it from its filler list; ``check-config``
   places), a negation (``NEGATIONS``) or a number word (``NUMBER_WORDS``).
 
 Greetings and politeness (``GREETINGS``: "Hi there", "sorry to bother you", "could you tell me",
-"I was wondering") and the auxiliaries of tense and mood (``AUXILIARIES``: ``will``, ``could``, ``be``)
+"I was wondering"; ``ASKING_WHETHER``: those followed by "whether"/"if"; ``ZH_POLITENESS``: "麻烦问下",
+"我想问一下", "帮我查一下") and the auxiliaries of tense and mood (``AUXILIARIES``: ``will``, ``could``, ``be``)
 are fillers of every route: they never change an answer.
 
 ``SIMILARITY_SAFE`` is what the guarded embedding mode lets two questions differ by when no rule explains
@@ -62,6 +63,22 @@ GREETINGS = (
     "i have a question", "i would like to", "i want to", "tell me whether", "tell me if",
     "你好", "您好", "嗨", "哈喽", "谢谢", "多谢", "麻烦了", "问一下", "请问一下", "想问一下", "问下", "打扰一下",
     "麻烦问一下", "想咨询一下", "咨询一下",
+)  # fmt: skip
+# An asking phrase followed by "whether"/"if" ("could you tell me whether flight MU5101 is on time"): the
+# phrase alone left ``whether`` unexplained (round 3's development split). Only after these phrases.
+_ASKING = ("tell me", "could you tell me", "can you tell me", "would you tell me", "could you please tell me",
+           "can you please tell me", "please tell me", "do you know", "i was wondering", "i am wondering",
+           "im wondering", "just wondering", "wondering", "i wonder", "i would like to know", "i want to know")  # fmt: skip
+ASKING_WHETHER = tuple(f"{p} {w}" for p in _ASKING for w in ("whether", "if"))
+# Chinese politeness and asking phrases, built in like ``GREETINGS`` (issue 25, fourth pass): "麻烦问下",
+# "我想问一下", "帮我查一下" ask nothing of their own. Chinese fillers match inside words (no spaces), so
+# only phrases and the sentence-final particles that are part of no word a customer types around them
+# (``啊 呀 呢 哦 嘛 啦``; not ``吧``: 酒吧, nor ``哈``: 哈尔滨).
+ZH_POLITENESS = (
+    "请问", "请问下", "麻烦问下", "麻烦问一下", "麻烦您", "麻烦你", "我想问", "我想问下", "我想问一下", "想问",
+    "想问下", "想请问", "我想请问", "请教一下", "请教下", "我想咨询一下", "帮我查一下", "帮我查下", "帮忙查一下",
+    "帮我看一下", "帮我看看", "请告诉我", "告诉我", "能告诉我", "可以告诉我", "你好请问", "您好请问", "劳驾",
+    "谢谢你", "谢谢您", "啊", "呀", "呢", "哦", "嘛", "啦",
 )  # fmt: skip
 # Tense and mood of the question's verb: "Will flight BA38 be delayed?" asks what "Is flight BA38
 # delayed?" asks, "How long will the battery last" what "How long does the battery last" does. Not the
@@ -180,9 +197,10 @@ _CONTENT = "a built-in content word: a question that differs only by it asks som
 
 def safe_fillers(cfg: SemanticConfig) -> list[str]:
     """The fillers a route may ignore: the policy's, less the dangerous ones, plus ``GREETINGS`` and
-    ``AUXILIARIES``."""
+    ``AUXILIARIES`` (with ``ASKING_WHETHER`` and ``ZH_POLITENESS``)."""
     bad = {d.index for d in dangerous_fillers(cfg)}
-    return [f for i, f in enumerate(cfg.fillers) if i not in bad] + list(GREETINGS) + list(AUXILIARIES)
+    builtin = [*GREETINGS, *ASKING_WHETHER, *ZH_POLITENESS, *AUXILIARIES]
+    return [f for i, f in enumerate(cfg.fillers) if i not in bad] + builtin
 
 
 def typo_targets(cfg: SemanticConfig) -> list[str]:
@@ -190,9 +208,14 @@ def typo_targets(cfg: SemanticConfig) -> list[str]:
     return [t for t, _ in _vocabulary(cfg)]
 
 
+def name_targets(cfg: SemanticConfig) -> list[str]:
+    """The policy's entity names (slot values and aliases): the only targets of a four-letter swap."""
+    return [a for e in cfg.slots for value, aliases in e.values.items() for a in (value, *aliases)]
+
+
 def known_words(cfg: SemanticConfig) -> list[str]:
     """Words never taken for a typo: the fillers and every built-in list (a real word is not a typo)."""
     return [
-        *cfg.fillers, *FUNCTION_WORDS, *GREETINGS, *AUXILIARIES, *NEGATIONS, *NUMBER_WORDS,
+        *cfg.fillers, *FUNCTION_WORDS, *GREETINGS, *ASKING_WHETHER, *ZH_POLITENESS, *AUXILIARIES, *NEGATIONS, *NUMBER_WORDS,
         *CONTENT_WORDS, *SIMILARITY_SAFE, *COMMON_WORDS,
     ]  # fmt: skip

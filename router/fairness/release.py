@@ -23,11 +23,12 @@ holds the queue. Shared by the gateway
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container, Iterator
+from collections.abc import Callable, Container, Iterator, Mapping
 from typing import TYPE_CHECKING, Protocol
 
 from router.fairness.queue import FairQueue, Waiter
 from router.fairness.saturation import SaturationLimits, free_slots, full_for, pool_saturation
+from router.prefill import rate_of
 from router.types import Decision, NoReplicaAvailable, ReplicasBusy, RouteRequest
 
 if TYPE_CHECKING:
@@ -40,6 +41,7 @@ class Held(Protocol):
     request: RouteRequest
     exclude: Container[str]  # replicas it tried
     home: str | None  # the replica holding its longest prefix match
+    matched: Mapping[str, int]  # prefix tokens each replica holds (the router's index, at arrival)
 
     @property
     def gone(self) -> bool: ...  # it stopped waiting (its client left): skipped
@@ -71,6 +73,47 @@ def _at_home(room: set[str]) -> Callable[[Waiter], bool]:
     return lambda w: w.payload.home in room
 
 
+def with_room(router: PoolRouter, limits: SaturationLimits, now: float) -> set[str]:
+    """Replicas with a free slot for the highest class."""
+    return {r.id for r in router.replicas if free_slots(r, limits.for_band(0), now) > 0}
+
+
+def saved_at_home_s(
+    router: PoolRouter,
+    home: str | None,
+    matched: Mapping[str, int],
+    exclude: Container[str],
+    room: Container[str],
+    full: Container[str],
+) -> float:
+    """Seconds of prefill a request's home, full now, saves over the best replica it may use now: its
+    cached tokens there less those here, at the router's prefill rate of its home; 0 when its home has
+    room (or is gone, unhealthy or tried)."""
+    if home is None or home in exclude or (home in room and home not in full):
+        return 0.0
+    replica = next((r for r in router.replicas if r.id == home), None)
+    if replica is None or not replica.healthy:
+        return 0.0
+    here = max((n for r, n in matched.items() if r in room and r not in full), default=0)
+    saved = matched.get(home, 0) - here
+    return saved / rate_of(replica, router.cfg.prefill_tokens_per_s) if saved > 0 else 0.0
+
+
+def waits_for_home(
+    waiter: Waiter, router: PoolRouter, room: Container[str], full: Container[str], now: float
+) -> bool:
+    """Whether ``waiter`` stays queued for its full home rather than take a free slot elsewhere: while
+    it has waited for it less than the prefill its home saves (``saved_at_home_s``) weighted as the
+    router weighs a private prefix's cached tokens against queued ones (``1 + reuse_weight``)."""
+    held: Held = waiter.payload
+    saved_s = saved_at_home_s(router, held.home, held.matched, held.exclude, room, full)
+    if saved_s <= 0.0:
+        return False
+    if waiter.held_since is None:
+        waiter.held_since = now
+    return now - waiter.held_since < (1.0 + router.cfg.reuse_weight) * saved_s
+
+
 def release(
     queue: FairQueue, router: PoolRouter, limits: SaturationLimits, now: float, lookahead: int
 ) -> Iterator[tuple[Waiter, Decision | NoReplicaAvailable]]:
@@ -84,7 +127,7 @@ def release(
                 return
             # below the highest class, only the slots beyond the reserved ones are room
             max_band = None if not pool_saturation(router.replicas, low, now).saturated else 0
-            room = {r.id for r in router.replicas if free_slots(r, top, now) > 0}
+            room = with_room(router, limits, now)
             waiter = queue.pop(now, prefer=_at_home(room), lookahead=lookahead, max_band=max_band)
             if waiter is None:
                 return
@@ -92,6 +135,9 @@ def release(
             if held.gone:
                 continue
             full = full_for(router.replicas, limits.for_band(waiter.band), now)
+            if waits_for_home(waiter, router, room, full, now):
+                skipped.append(waiter)  # its home is full: it waits for it while that saves more
+                continue
             try:
                 decision = router.route(held.request, exclude=not_to(held.exclude, full))
             except NoReplicaAvailable as exc:

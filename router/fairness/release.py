@@ -11,6 +11,19 @@ its prefix prefilled again, a copy crowding the cache). Measured (``python -m be
 with 1 (the well-behaved tenants' 0.675 and 0.646), a small gain as six prefixes soon live on both
 replicas; kept at 8 since it costs fairness at most 8 requests' work.
 
+**A waiter waits for its home.** A waiter whose home (the replica of its longest match) is full,
+popped for a slot elsewhere, keeps its place instead while it has waited for its home less than the
+prefill that home saves over the best replica it may use now, weighted as the router weighs a
+private prefix (``(1 + reuse_weight)`` x those tokens at the home's prefill rate), and less than its
+class's ``max_wait_s``; at arrival too, a request whose home is full is queued rather than sent to
+the replica with room (``saved_at_home_s``). Measured on the Mooncake conversation trace at 2 x with
+two tenants 3 : 1 (``python -m bench.fairness_trace``, docs/benchmarks.md "Issue 28, round 3"):
+without it the fair queue's releases re-prefilled 105,072 prompt tokens that another replica held
+(no gateway queue: 12,400), hit rate 0.093 against no queue's 0.162 (8 x 32 slots) and 0.147 against
+0.206 (12 x 16); with it 0.145 and 0.198, and more completed (2.62 -> 2.78 and 4.74 -> 4.98 req/s).
+Waiting only the unweighted prefill (x 1) kept 0.138 / 0.169; x 21 without the class cap 0.146 /
+0.204: the cap costs little and keeps an interactive class's wait within its bound.
+
 Below the highest class a waiter may use only the slots beyond the reserved ones, and none of the
 headroom or of a replica past the queued-prefill bound (``SaturationLimits``): while that room is
 taken, only the highest band is released. A waiter
@@ -104,14 +117,16 @@ def waits_for_home(
 ) -> bool:
     """Whether ``waiter`` stays queued for its full home rather than take a free slot elsewhere: while
     it has waited for it less than the prefill its home saves (``saved_at_home_s``) weighted as the
-    router weighs a private prefix's cached tokens against queued ones (``1 + reuse_weight``)."""
+    router weighs a private prefix's cached tokens against queued ones (``1 + reuse_weight``), and
+    less than its class's ``max_wait_s`` (the longest its class is meant to wait unserved)."""
     held: Held = waiter.payload
     saved_s = saved_at_home_s(router, held.home, held.matched, held.exclude, room, full)
     if saved_s <= 0.0:
         return False
     if waiter.held_since is None:
         waiter.held_since = now
-    return now - waiter.held_since < (1.0 + router.cfg.reuse_weight) * saved_s
+    bound = min((1.0 + router.cfg.reuse_weight) * saved_s, waiter.max_wait_s)
+    return now - waiter.held_since < bound
 
 
 def release(

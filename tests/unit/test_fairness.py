@@ -408,3 +408,17 @@ def test_a_waiter_held_for_its_home_goes_elsewhere_past_the_bound_and_a_small_pr
     q.push(Waiter("t", 0, 10, 1, 0, 1e9, payload=_Held(_prompt("long"), home, {"r1": 100, "r0": 100})), 10)
     out = list(release(q, router, SaturationLimits(slots=1), 0.0, lookahead=4))
     assert [d.replica.id for _, d in out] == ["r0"]
+
+
+def test_a_waiter_waits_for_its_home_no_longer_than_its_classes_max_wait():
+    r0, r1 = ReplicaState("r0", "u"), ReplicaState("r1", "u")
+    cfg = RoutingConfig(policy="prefix_affinity")
+    router = PoolRouter([r0, r1], cfg, clock=lambda: 0.0, slot_limit=1)
+    home, matched = _homed(router, "long", r0)
+    bound = (1 + cfg.reuse_weight) * matched[home] / cfg.prefill_tokens_per_s
+    q = FairQueue(bands=1, max_queued=10)
+    q.push(Waiter("t", 0, 10, 1, 0, bound / 4, payload=_Held(_prompt("long"), home, matched)), 10)
+    r1.in_flight = 1
+    assert list(release(q, router, SaturationLimits(slots=1), 0.0, lookahead=4)) == []
+    out = list(release(q, router, SaturationLimits(slots=1), bound / 2, lookahead=4))
+    assert [d.replica.id for _, d in out] == ["r0"]  # past its class's max_wait_s, within the prefill bound

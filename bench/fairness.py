@@ -56,7 +56,7 @@ from bench.report import percentile, table, write_section
 from config.routing import RoutingConfig
 from router.fairness.classes import ClassSpec
 from router.fairness.queue import FairQueue, QueueFull, Waiter
-from router.fairness.release import not_to, release, saved_at_home_s, with_room
+from router.fairness.release import not_to, queues_for_home, release, with_room
 from router.fairness.saturation import SaturationLimits, full_for, pool_saturation
 from router.fairness.ttft import ServiceTime, predict_on_pool
 from router.fairness.work import predicted_work
@@ -295,8 +295,9 @@ def simulate(
 
         home = max(matched, key=matched.__getitem__) if matched else None
         full_now = full_for(router.replicas, blim, now)
-        at_home = saved_at_home_s(router, home, matched, (), with_room(router, lim, now), full_now) <= 0.0
-        if not len(fair) and not sat.saturated and at_home:
+        room = with_room(router, lim, now)
+        for_home = queues_for_home(r.spec.rank, router, home, matched, (), room, full_now)
+        if not len(fair) and not sat.saturated and not for_home:
             if not objective_ok(0):
                 r.shed = "objective"
                 return

@@ -8,8 +8,8 @@ a release) each release waiters while a replica has room: the releaser routes th
 (``PoolRouter.route``, prefix affinity among the replicas with room), so the slot is counted before
 anyone else can take it, and hands it the decision. Among the first ``fairness.lookahead`` waiters
 it prefers one whose longest prefix match is on a replica with room: a released request lands where
-its prefix lives; a waiter whose home (the replica of its longest match) is full waits for it, at arrival
-too, while the prefill it saves there outweighs the wait (``router.fairness.release.waits_for_home``).
+its prefix lives; below the highest class, a waiter whose home (the replica of its longest match) is full waits for
+it, at arrival too, while the prefill it saves there outweighs the wait (``router.fairness.release``).
 
 At arrival, a request with a TTFT objective is predicted (``router.fairness.ttft``: its wait for a
 slot, from the requests the queue would release before it, then the best replica's queued prefill)
@@ -34,7 +34,7 @@ from config.policy import LimitsConfig
 from gateway.errors import GatewayError
 from gateway.observability.metrics import GatewayMetrics
 from router.fairness.queue import FairQueue, QueueFull, Waiter
-from router.fairness.release import could_take, not_to, release, saved_at_home_s, with_room
+from router.fairness.release import could_take, not_to, queues_for_home, release, with_room
 from router.fairness.saturation import SaturationLimits, full_for, pool_saturation
 from router.fairness.ttft import ServiceTime, predict_on_pool, retry_after_s
 from router.fairness.work import predicted_work
@@ -138,7 +138,7 @@ class FairAdmission:
         if direct:
             full = full_for(router.replicas, lim, now)
             room = with_room(router, saturation_limits(cfg, limits), now)
-            direct = not saved_at_home_s(router, home, matched, tried, room, full)  # else: wait for its home
+            direct = not queues_for_home(ticket.spec.rank, router, home, matched, tried, room, full)
         if direct:
             self._check_objective(pq, pool, ticket, prompt, matched, 0, tried)
             try:

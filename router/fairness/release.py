@@ -16,7 +16,10 @@ popped for a slot elsewhere, keeps its place instead while it has waited for its
 prefill that home saves over the best replica it may use now, weighted as the router weighs a
 private prefix (``(1 + reuse_weight)`` x those tokens at the home's prefill rate), and less than its
 class's ``max_wait_s``; at arrival too, a request whose home is full is queued rather than sent to
-the replica with room (``saved_at_home_s``). Measured on the Mooncake conversation trace at 2 x with
+the replica with room (``queues_for_home``). Not the highest class: its headroom is there so that
+it never waits, and holding it for its home put the flood case's p99 at 1.78-2.04 x alone
+(``python -m bench.fairness --seconds 20 --kv-blocks 700 --reserved --lookahead 1``, headroom 2:
+1.07 x without). Measured on the Mooncake conversation trace at 2 x with
 two tenants 3 : 1 (``python -m bench.fairness_trace``, docs/benchmarks.md "Issue 28, round 3"):
 without it the fair queue's releases re-prefilled 105,072 prompt tokens that another replica held
 (no gateway queue: 12,400), hit rate 0.093 against no queue's 0.162 (8 x 32 slots) and 0.147 against
@@ -112,6 +115,20 @@ def saved_at_home_s(
     return saved / rate_of(replica, router.cfg.prefill_tokens_per_s) if saved > 0 else 0.0
 
 
+def queues_for_home(
+    band: int,
+    router: PoolRouter,
+    home: str | None,
+    matched: Mapping[str, int],
+    exclude: Container[str],
+    room: Container[str],
+    full: Container[str],
+) -> bool:
+    """At arrival, with room in the pool and nobody waiting: whether a request of ``band`` is queued to
+    wait for its full home instead of going to a replica with room (the release then bounds the wait)."""
+    return band > 0 and saved_at_home_s(router, home, matched, exclude, room, full) > 0.0
+
+
 def waits_for_home(
     waiter: Waiter, router: PoolRouter, room: Container[str], full: Container[str], now: float
 ) -> bool:
@@ -119,6 +136,8 @@ def waits_for_home(
     it has waited for it less than the prefill its home saves (``saved_at_home_s``) weighted as the
     router weighs a private prefix's cached tokens against queued ones (``1 + reuse_weight``), and
     less than its class's ``max_wait_s`` (the longest its class is meant to wait unserved)."""
+    if waiter.band == 0:
+        return False  # the highest class never waits for its home: its headroom is there so it never waits
     held: Held = waiter.payload
     saved_s = saved_at_home_s(router, held.home, held.matched, held.exclude, room, full)
     if saved_s <= 0.0:

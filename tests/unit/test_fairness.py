@@ -15,7 +15,7 @@ from config.routing import RoutingConfig
 from gateway.process.fair_admission import saturation_limits
 from router.fairness.classes import BATCH_BAND, ClassSpec, UnknownClass, batch_band, resolve
 from router.fairness.queue import FairQueue, QueueFull, Waiter
-from router.fairness.release import release
+from router.fairness.release import queues_for_home, release
 from router.fairness.saturation import SaturationLimits, free_slots, pool_saturation
 from router.fairness.ttft import ReplicaView, ServiceTime, predict_s, retry_after_s
 from router.fairness.work import predicted_work
@@ -375,9 +375,9 @@ def test_a_waiter_waits_for_its_full_home_while_the_prefill_it_saves_outweighs_t
     home, matched = _homed(router, "long", r0)
     assert home == "r1" and matched["r1"] > 0 and matched.get("r0", 0) == 0
     bound = (1 + cfg.reuse_weight) * matched["r1"] / cfg.prefill_tokens_per_s  # as the router weighs it
-    q = FairQueue(bands=1, max_queued=10)
-    q.push(Waiter("t", 0, 10, 1, 0, 1e9, payload=_Held(_prompt("long"), home, matched)), 10)
-    q.push(Waiter("u", 0, 10, 1, 0, 1e9, payload=_Held(_prompt("cold"), None)), 10)
+    q = FairQueue(bands=2, max_queued=10)
+    q.push(Waiter("t", 1, 10, 1, 0, 1e9, payload=_Held(_prompt("long"), home, matched)), 10)
+    q.push(Waiter("u", 1, 10, 1, 0, 1e9, payload=_Held(_prompt("cold"), None)), 10)
     r1.in_flight = 1  # its home is full, r0 frees
     out = list(release(q, router, SaturationLimits(slots=1), 0.0, lookahead=4))
     assert [w.flow for w, _ in out] == ["u"] and out[0][1].replica.id == "r0"  # the cold one takes r0
@@ -396,8 +396,8 @@ def test_a_waiter_held_for_its_home_goes_elsewhere_past_the_bound_and_a_small_pr
     router = PoolRouter([r0, r1], cfg, clock=lambda: 0.0, slot_limit=1)
     home, matched = _homed(router, "long", r0)
     bound = (1 + cfg.reuse_weight) * matched[home] / cfg.prefill_tokens_per_s
-    q = FairQueue(bands=1, max_queued=10)
-    w = Waiter("t", 0, 10, 1, 0, 1e9, payload=_Held(_prompt("long"), home, matched))
+    q = FairQueue(bands=2, max_queued=10)
+    w = Waiter("t", 1, 10, 1, 0, 1e9, payload=_Held(_prompt("long"), home, matched))
     q.push(w, 10)
     r1.in_flight = 1
     assert list(release(q, router, SaturationLimits(slots=1), 0.0, lookahead=4)) == []
@@ -405,7 +405,7 @@ def test_a_waiter_held_for_its_home_goes_elsewhere_past_the_bound_and_a_small_pr
     assert [d.replica.id for _, d in out] == ["r0"]  # waited its bound: the free slot, not its home
     # the same prefix held on the free replica too: nothing saved by waiting, released at once
     r0.in_flight = 0
-    q.push(Waiter("t", 0, 10, 1, 0, 1e9, payload=_Held(_prompt("long"), home, {"r1": 100, "r0": 100})), 10)
+    q.push(Waiter("t", 1, 10, 1, 0, 1e9, payload=_Held(_prompt("long"), home, {"r1": 100, "r0": 100})), 10)
     out = list(release(q, router, SaturationLimits(slots=1), 0.0, lookahead=4))
     assert [d.replica.id for _, d in out] == ["r0"]
 
@@ -416,9 +416,22 @@ def test_a_waiter_waits_for_its_home_no_longer_than_its_classes_max_wait():
     router = PoolRouter([r0, r1], cfg, clock=lambda: 0.0, slot_limit=1)
     home, matched = _homed(router, "long", r0)
     bound = (1 + cfg.reuse_weight) * matched[home] / cfg.prefill_tokens_per_s
-    q = FairQueue(bands=1, max_queued=10)
-    q.push(Waiter("t", 0, 10, 1, 0, bound / 4, payload=_Held(_prompt("long"), home, matched)), 10)
+    q = FairQueue(bands=2, max_queued=10)
+    q.push(Waiter("t", 1, 10, 1, 0, bound / 4, payload=_Held(_prompt("long"), home, matched)), 10)
     r1.in_flight = 1
     assert list(release(q, router, SaturationLimits(slots=1), 0.0, lookahead=4)) == []
     out = list(release(q, router, SaturationLimits(slots=1), bound / 2, lookahead=4))
     assert [d.replica.id for _, d in out] == ["r0"]  # past its class's max_wait_s, within the prefill bound
+
+
+def test_the_highest_class_never_waits_for_its_home():
+    r0, r1 = ReplicaState("r0", "u"), ReplicaState("r1", "u")
+    router = PoolRouter([r0, r1], RoutingConfig(policy="prefix_affinity"), clock=lambda: 0.0, slot_limit=1)
+    home, matched = _homed(router, "long", r0)
+    assert queues_for_home(1, router, home, matched, (), {"r0"}, set())
+    assert not queues_for_home(0, router, home, matched, (), {"r0"}, set())
+    q = FairQueue(bands=2, max_queued=10)
+    q.push(Waiter("t", 0, 10, 1, 0, 1e9, payload=_Held(_prompt("long"), home, matched)), 10)
+    r1.in_flight = 1
+    out = list(release(q, router, SaturationLimits(slots=1), 0.0, lookahead=4))
+    assert [d.replica.id for _, d in out] == ["r0"]  # its headroom is there so that it never waits

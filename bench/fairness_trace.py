@@ -15,7 +15,9 @@ queue's weights (``--weights``), not priority.
 Modes: ``fifo`` (today: slot FIFO, 1024 places, 5 s queue timeout, 503 past it), ``none`` (no gateway
 queue: engines' FIFO), ``fair`` (the fair queue with the weights; its 30 s deadline). Per tenant:
 p50 / p99 TTFT of its served requests, its share of the completed requests and of their output
-tokens, requests shed; the fleet's prefix-cache hit rate (the engines' own counters).
+tokens, requests shed; the fleet's prefix-cache hit rate (the engines' own counters); the share of requests
+sent off their best-prefix replica (the one of their longest match in the router's index at arrival)
+and the prompt tokens that cost (the match there less the match where they went).
 """
 
 from __future__ import annotations

@@ -136,13 +136,13 @@ class FairAdmission:
         m = self.metrics
         direct = not len(pq.queue) and not sat.saturated
         if direct:
-            full = full_for(router.replicas, lim, now)
+            full_now = full_for(router.replicas, lim, now)
             room = with_room(router, saturation_limits(cfg, limits), now)
-            direct = not queues_for_home(ticket.spec.rank, router, home, matched, tried, room, full)
+            direct = not queues_for_home(ticket.spec.rank, router, home, matched, tried, room, full_now)
         if direct:
             self._check_objective(pq, pool, ticket, prompt, matched, 0, tried)
             try:
-                decision = router.route(request, exclude=not_to(tried, full))
+                decision = router.route(request, exclude=not_to(tried, full_now))
                 m.child(m.fair_wait, *labels).observe(0.0)
                 return decision
             except NoReplicaAvailable as exc:

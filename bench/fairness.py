@@ -56,7 +56,7 @@ from bench.report import percentile, table, write_section
 from config.routing import RoutingConfig
 from router.fairness.classes import ClassSpec
 from router.fairness.queue import FairQueue, QueueFull, Waiter
-from router.fairness.release import not_to, release
+from router.fairness.release import not_to, queues_for_home, release, with_room
 from router.fairness.saturation import SaturationLimits, full_for, pool_saturation
 from router.fairness.ttft import ServiceTime, predict_on_pool
 from router.fairness.work import predicted_work
@@ -99,6 +99,8 @@ class Req:
     done: float | None = None
     shed: str | None = None
     decision: Decision | None = None
+    best: int = 0  # the longest prefix match anywhere at its arrival (tokens, the router's index)
+    home: str | None = None  # the replica holding it
 
     @property
     def objective(self) -> float | None:
@@ -140,6 +142,7 @@ class _Held:
     request: RouteRequest
     home: str | None
     clock: list[float]
+    matched: dict[str, int] = field(default_factory=dict)
     exclude: tuple[str, ...] = ()
 
     @property
@@ -205,6 +208,7 @@ def simulate(
     calm_left = sum(1 for r in reqs if r.tenant in watch)
     horizon = 20 * seconds
     most_low = [0]
+    off_home = [0, 0]  # requests sent off the replica of their longest match at arrival, the tokens lost
 
     def push(t: float, kind: int, arg: int) -> None:
         nonlocal seq
@@ -216,6 +220,9 @@ def simulate(
 
     def send(r: Req, d: Decision, now: float) -> None:
         r.decision = d
+        if d.matched_tokens < r.best:  # off its best-prefix replica: the difference prefilled again
+            off_home[0] += 1
+            off_home[1] += r.best - d.matched_tokens
         if r.spec.rank:  # most a replica held, counting a lower class's request just sent
             most_low[0] = max(most_low[0], d.replica.in_flight)
         k = int(d.replica.id[1:])
@@ -252,6 +259,10 @@ def simulate(
                     r.shed = "no_replica"
 
     def arrive(r: Req, now: float) -> None:
+        _, at_arrival = router.matches(route_req(r))
+        if at_arrival:
+            r.home = max(at_arrival, key=at_arrival.__getitem__)
+            r.best = at_arrival[r.home]
         if mode == "none":
             send(r, router.route(route_req(r)), now)
             return
@@ -282,21 +293,23 @@ def simulate(
             )  # fmt: skip
             return predicted <= r.objective
 
-        if not len(fair) and not sat.saturated:
+        home = max(matched, key=matched.__getitem__) if matched else None
+        full_now = full_for(router.replicas, blim, now)
+        room = with_room(router, lim, now)
+        for_home = queues_for_home(r.spec.rank, router, home, matched, (), room, full_now)
+        if not len(fair) and not sat.saturated and not for_home:
             if not objective_ok(0):
                 r.shed = "objective"
                 return
             try:
-                send(r, router.route(request, exclude=not_to((), full_for(router.replicas, blim, now))), now)
+                send(r, router.route(request, exclude=not_to((), full_now)), now)
                 return
             except NoReplicaAvailable:
                 pass  # every replica full for its class (the pool has healthy replicas): it waits
         work = predicted_work(prompt, max(matched.values(), default=0), r.body["max_tokens"], DECODE_WEIGHT)
-        home = max(matched, key=matched.__getitem__) if matched else None
         weight = (weights or {}).get(r.tenant or "", 1.0)
-        w = Waiter(
-            r.tenant, r.spec.rank, work, weight, now, r.spec.max_wait_s, _Held(r, request, home, clock)
-        )
+        held = _Held(r, request, home, clock, dict(matched))
+        w = Waiter(r.tenant, r.spec.rank, work, weight, now, r.spec.max_wait_s, held)
         try:
             evicted = fair.push(w, FAIR_QUEUE if r.tenant is None else FAIR_PER_TENANT)
         except QueueFull as full:
@@ -359,6 +372,9 @@ def simulate(
     run.extra["engine_batch"] = batch
     run.extra["decode_tokens"] = sum(e.stats.decode_tokens for e in engines)  # the whole run's
     run.extra["busy_s"] = sum(e.stats.busy_s for e in engines)
+    run.extra["off_home"] = off_home[0]
+    run.extra["off_home_tokens"] = off_home[1]
+    run.extra["sent"] = sum(1 for r in reqs if r.decision is not None)
     return run
 
 

@@ -15,7 +15,9 @@ queue's weights (``--weights``), not priority.
 Modes: ``fifo`` (today: slot FIFO, 1024 places, 5 s queue timeout, 503 past it), ``none`` (no gateway
 queue: engines' FIFO), ``fair`` (the fair queue with the weights; its 30 s deadline). Per tenant:
 p50 / p99 TTFT of its served requests, its share of the completed requests and of their output
-tokens, requests shed; the fleet's prefix-cache hit rate (the engines' own counters).
+tokens, requests shed; the fleet's prefix-cache hit rate (the engines' own counters); the share of requests
+sent off their best-prefix replica (the one of their longest match in the router's index at arrival)
+and the prompt tokens that cost (the match there less the match where they went).
 """
 
 from __future__ import annotations
@@ -105,14 +107,17 @@ def main(argv: list[str] | None = None) -> None:
         results[name] = summarize(run.reqs, seconds, run.hits / run.queries if run.queries else 0.0)
         results[name]["decode_tokens"] = run.extra["decode_tokens"]
         results[name]["busy_s"] = run.extra["busy_s"]
+        results[name]["off_home"] = run.extra["off_home"] / run.extra["sent"] if run.extra["sent"] else 0.0
+        results[name]["off_home_tokens"] = run.extra["off_home_tokens"]
     wall = time.perf_counter() - started
     headers = ["mode", "req/s", "output tok/s", "decode tokens (whole run)", "engine busy s", "hit rate"]
+    headers += ["sent off their best-prefix replica", "prefix tokens lost there"]
     for t in TENANTS:
         headers += [f"{t}: p50 / p99 TTFT", f"{t}: share (requests / tokens)", f"{t}: shed"]
     rows = []
     for name, s in results.items():
         row = [name, f"{s['req_s']:.2f}", f"{s['tok_s']:.0f}", str(s["decode_tokens"]), f"{s['busy_s']:.0f}"]
-        row.append(f"{s['hit']:.3f}")
+        row += [f"{s['hit']:.3f}", f"{s['off_home']:.3f}", str(s["off_home_tokens"])]
         for t in TENANTS:
             p = s["per"][t]
             row += [

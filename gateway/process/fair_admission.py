@@ -8,7 +8,8 @@ a release) each release waiters while a replica has room: the releaser routes th
 (``PoolRouter.route``, prefix affinity among the replicas with room), so the slot is counted before
 anyone else can take it, and hands it the decision. Among the first ``fairness.lookahead`` waiters
 it prefers one whose longest prefix match is on a replica with room: a released request lands where
-its prefix lives.
+its prefix lives; below the highest class, a waiter whose home (the replica of its longest match) is full waits for
+it, at arrival too, while the prefill it saves there outweighs the wait (``router.fairness.release``).
 
 At arrival, a request with a TTFT objective is predicted (``router.fairness.ttft``: its wait for a
 slot, from the requests the queue would release before it, then the best replica's queued prefill)
@@ -24,7 +25,7 @@ each worker queues its own (replicas' reported KV usage and engine queue carry t
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Container
+from collections.abc import Container, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -33,7 +34,7 @@ from config.policy import LimitsConfig
 from gateway.errors import GatewayError
 from gateway.observability.metrics import GatewayMetrics
 from router.fairness.queue import FairQueue, QueueFull, Waiter
-from router.fairness.release import could_take, not_to, release
+from router.fairness.release import could_take, not_to, queues_for_home, release, with_room
 from router.fairness.saturation import SaturationLimits, full_for, pool_saturation
 from router.fairness.ttft import ServiceTime, predict_on_pool, retry_after_s
 from router.fairness.work import predicted_work
@@ -65,6 +66,7 @@ class _Entry:
     ticket: Ticket
     future: asyncio.Future[Decision]
     gauge_labels: tuple[str, str, str]
+    matched: Mapping[str, int]  # prefix tokens each replica holds, at arrival
     left: bool = False
 
     @property
@@ -132,10 +134,15 @@ class FairAdmission:
         home = max(matched, key=matched.__getitem__) if matched else None
         labels = (pool, ticket.label, ticket.spec.name)
         m = self.metrics
-        if not len(pq.queue) and not sat.saturated:
+        direct = not len(pq.queue) and not sat.saturated
+        if direct:
+            full_now = full_for(router.replicas, lim, now)
+            room = with_room(router, saturation_limits(cfg, limits), now)
+            direct = not queues_for_home(ticket.spec.rank, router, home, matched, tried, room, full_now)
+        if direct:
             self._check_objective(pq, pool, ticket, prompt, matched, 0, tried)
             try:
-                decision = router.route(request, exclude=not_to(tried, full_for(router.replicas, lim, now)))
+                decision = router.route(request, exclude=not_to(tried, full_now))
                 m.child(m.fair_wait, *labels).observe(0.0)
                 return decision
             except NoReplicaAvailable as exc:
@@ -144,7 +151,7 @@ class FairAdmission:
         work = predicted_work(
             prompt, max(matched.values(), default=0), max_tokens or cfg.default_max_tokens, cfg.decode_weight
         )
-        entry = _Entry(request, tried, home, ticket, loop.create_future(), labels)
+        entry = _Entry(request, tried, home, ticket, loop.create_future(), labels, matched)
         band = min(ticket.spec.rank, pq.bands - 1)  # a reload's longer class list: the old queue's bands
         waiter = Waiter(ticket.flow, band, work, ticket.weight, now, ticket.spec.max_wait_s, entry)
         try:

@@ -62,6 +62,7 @@ class Waiter:
     finish: float = 0.0
     seq: int = 0
     queued: bool = False
+    held_since: float | None = None  # first passed over to wait for its home (router.fairness.release)
 
 
 class QueueFull(Exception):

@@ -132,8 +132,8 @@ async def _write_row(ctx: RequestContext, metering: Metering, source: str) -> No
     label = tenant.metric_label
     for kind, n in item.tokens.as_dict().items():
         if n:
-            m.child(m.billed_tokens, label, kind).inc(n)
-    m.child(m.billed_cost, label).inc(item.total_micros)
+            m.billed_tokens.inc(label, kind, by=n)
+    m.billed_cost.inc(label, by=item.total_micros)
     ctx.line_item = item
 
 

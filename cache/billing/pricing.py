@@ -278,7 +278,7 @@ def usage_from_response(usage: Mapping[str, Any] | None, index_cached_tokens: in
     """
     usage = usage or {}
     details = usage.get("prompt_tokens_details") or {}
-    replica_cached = details.get("cached_tokens") if isinstance(details, Mapping) else None
+    replica_cached = details.get("cached_tokens") if isinstance(details, dict) else None  # parsed JSON
     prompt = int(usage.get("prompt_tokens") or 0)
     completion = int(usage.get("completion_tokens") or 0)
     if isinstance(replica_cached, int) and not isinstance(replica_cached, bool):

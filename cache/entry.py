@@ -3,6 +3,10 @@
 An entry holds the answer the replica generated (the only prompt-derived text in it is what the answer
 itself contains) and small metadata for headers (``age``), billing and metrics. No request text, no
 tenant id, no PII mapping is ever part of an entry.
+
+The answer is parsed JSON, so its objects are checked as ``dict``, not ``collections.abc.Mapping``
+(whose ``isinstance`` is a Python-level ``__instancecheck__``: three calls a request, ``bench.profile
+--calls``).
 """
 
 from __future__ import annotations
@@ -58,7 +62,7 @@ def storable(response: Mapping[str, Any]) -> tuple[bool, str]:
     if not isinstance(choices, list) or not choices:
         return False, "no_choices"
     for c in choices:
-        if not isinstance(c, Mapping) or c.get("finish_reason") not in CACHEABLE_FINISH:
+        if not isinstance(c, dict) or c.get("finish_reason") not in CACHEABLE_FINISH:
             return False, "finish_reason"
     return True, "ok"
 
@@ -68,7 +72,7 @@ def aborted(response: Mapping[str, Any]) -> bool:
     (the engine died, or the request was cancelled inside it). The answer is incomplete."""
     choices = response.get("choices")
     return isinstance(choices, list) and any(
-        isinstance(c, Mapping) and c.get("finish_reason") == "abort" for c in choices
+        isinstance(c, dict) and c.get("finish_reason") == "abort" for c in choices
     )
 
 
@@ -76,7 +80,7 @@ def make_entry(response: dict[str, Any], *, source: str = "upstream", now: float
     """An entry for ``response``; usage token counts go into the metadata (billing of hits)."""
     meta: dict[str, Any] = {"source": source}
     usage = response.get("usage")
-    if isinstance(usage, Mapping):
+    if isinstance(usage, dict):
         for k in ("prompt_tokens", "completion_tokens"):
             if isinstance(usage.get(k), int):
                 meta[k] = usage[k]

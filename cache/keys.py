@@ -238,8 +238,8 @@ def parse_cache_control(header: str | None, body: Mapping[str, Any] | None = Non
                 n = _non_negative_int(arg.strip().strip('"'))
                 if n is not None:
                     max_age = n if max_age is None else min(max_age, n)
-    obj = body.get("cache") if isinstance(body, Mapping) else None
-    if isinstance(obj, Mapping):
+    obj = body.get("cache") if isinstance(body, dict) else None  # parsed JSON: dict, not the ABC
+    if isinstance(obj, dict):
         no_cache = no_cache or obj.get("no-cache") is True or obj.get("no_cache") is True
         no_store = no_store or obj.get("no-store") is True or obj.get("no_store") is True
         n = _non_negative_int(obj.get("ttl"))

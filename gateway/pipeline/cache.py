@@ -103,7 +103,7 @@ async def forward(
 
 def _bypass(ctx: RequestContext, reason: str) -> None:
     metrics = ctx.process.metrics
-    metrics.child(metrics.cache_bypass, reason).inc()
+    metrics.cache_bypass.inc(reason)
     _serve_as(ctx, "bypass", reason)
 
 
@@ -172,11 +172,11 @@ async def serve(ctx: RequestContext) -> web.StreamResponse:
     metrics = ctx.process.metrics
     if outdated:
         # A business event came between the leader's basis and ours: generate (and store) our own.
-        metrics.child(metrics.cache_bypass, "leader_outdated").inc()
+        metrics.cache_bypass.inc("leader_outdated")
         return await _lead(ctx, rt, request, key, cfg, control, None, semantic, tie)
     # The leader failed (its error is its own): go upstream ourselves, uncoalesced.
     _serve_as(ctx, "miss")
-    metrics.child(metrics.cache_bypass, "leader_failed").inc()
+    metrics.cache_bypass.inc("leader_failed")
     return await forward(ctx, request)
 
 

@@ -186,12 +186,12 @@ class RequestContext:
 
     @property
     def replica_id(self) -> str:
-        decision = self.decision
+        decision = self.attempts[-1].decision if self.attempts else None  # ``decision``, one call less
         return decision.replica.id if decision is not None else "-"
 
     @property
     def model(self) -> str:
-        return self.pool.name if self.pool is not None else "-"
+        return self.pool.cfg.name if self.pool is not None else "-"  # ``pool.name``, one call less
 
     def answer_headers(self) -> dict[str, str]:
         """Headers every answer of this request carries, derived from what happened."""

@@ -313,20 +313,23 @@ ENDPOINTS: dict[str, Endpoint] = {
 
 
 def _check_common(body: dict[str, Any]) -> None:
+    # ``name in body`` first: most of these fields are absent, and a ``dict.get`` is a call (16 of a
+    # request's ~1,000, ``bench.profile --calls``) where ``in`` is not; the order of the checks is kept.
     stream = body.get("stream")
     if stream is not None and not isinstance(stream, bool):
         raise _bad("'stream' must be a boolean", "stream")
     for name in ("max_tokens", "max_completion_tokens", "max_output_tokens", "n", "best_of", "seed"):
-        v = body.get(name)
-        if v is not None and (not isinstance(v, int) or isinstance(v, bool)):
+        if name in body and (v := body[name]) is not None and (not isinstance(v, int) or isinstance(v, bool)):
             raise _bad(f"'{name}' must be an integer", name)
     for name in ("max_tokens", "max_completion_tokens", "max_output_tokens", "n", "best_of"):
-        v = body.get(name)
-        if v is not None and v < 1:
+        if name in body and (v := body[name]) is not None and v < 1:
             raise _bad(f"'{name}' must be at least 1", name)
     for name in ("temperature", "top_p", "presence_penalty", "frequency_penalty"):
-        v = body.get(name)
-        if v is not None and (not isinstance(v, int | float) or isinstance(v, bool)):
+        if (
+            name in body
+            and (v := body[name]) is not None
+            and (not isinstance(v, int | float) or isinstance(v, bool))
+        ):
             raise _bad(f"'{name}' must be a number", name)
 
 

@@ -91,19 +91,20 @@ async def _write_row(ctx: RequestContext, metering: Meter, source: str) -> None:
     """Price the request and write its ledger row."""
     assert ctx.pool is not None and ctx.tenant is not None and ctx.outcome is not None
     decision, pool, tenant = ctx.decision, ctx.pool, ctx.tenant
+    model = pool.name
     if ctx.outcome.usage is not None:
         index_cached = decision.matched_tokens if decision is not None and decision.prompt_tokens else None
         usage = usage_from_response(ctx.outcome.usage, index_cached)
     else:
         usage = _estimated_usage(ctx)
-    rules = ctx.state.rules[pool.name]
+    rules = ctx.state.rules[model]
     explicit: ExplicitOutcome | None = None
     marked = ctx.marked
     fleet = source in ("upstream", "batch")
     if marked is not None and fleet and explicit_eligible(marked.prefix_tokens, rules):
         try:
             kind, _ = await metering.registry.lookup_or_create(
-                tenant.id, pool.name, marked.prefix_hash, marked.prefix_tokens, ctx.replica_id
+                tenant.id, model, marked.prefix_hash, marked.prefix_tokens, ctx.replica_id
             )
             explicit = ExplicitOutcome(marked.prefix_tokens, kind)
         except REDIS_ERRORS:  # registry away: billed as implicit (never more than without markers)
@@ -112,14 +113,14 @@ async def _write_row(ctx: RequestContext, metering: Meter, source: str) -> None:
     batch = source == "batch"
     item = bill(
         usage,
-        ctx.state.prices[pool.name],
+        ctx.state.prices[model],
         rules,
         explicit,
         source,
         request_id=ctx.request_id,
         client_request_id=ctx.client_request_id,
         tenant=tenant.id,
-        model=pool.name,
+        model=model,
         ts_ms=int(time.time() * 1000),
         price_factor_bp=ctx.state.policy.billing.batch_price_factor_bp if batch else FULL_PRICE_BP,
         replica_id=decision.replica.id if fleet and decision is not None else None,
@@ -131,8 +132,8 @@ async def _write_row(ctx: RequestContext, metering: Meter, source: str) -> None:
     label = tenant.metric_label
     for kind, n in item.tokens.as_dict().items():
         if n:
-            m.child(m.billed_tokens, label, kind).inc(n)
-    m.child(m.billed_cost, label).inc(item.total_micros)
+            m.billed_tokens.inc(label, kind, by=n)
+    m.billed_cost.inc(label, by=item.total_micros)
     ctx.line_item = item
 
 

@@ -20,9 +20,9 @@ def finished(ctx: RequestContext) -> None:
     metrics, model, d, outcome = ctx.process.metrics, ctx.model, ctx.decision, ctx.outcome
     assert outcome is not None  # the handler concludes every request before ``finished``
     status, served = str(outcome.status), outcome.served
-    metrics.child(metrics.requests, model, ctx.replica_id, status).inc()
+    metrics.requests.inc(model, ctx.replica_id, status)
     if served.cache:
-        metrics.child(metrics.cache_requests, served.cache).inc()
+        metrics.cache_requests.inc(served.cache)
     if ctx.adapter is not None:  # a name the pool knows: bounded by lora.max_adapters
         metrics.child(metrics.adapter_requests, model, ctx.adapter, status).inc()
     if model != "-" and ctx.batch_id is None:

@@ -36,7 +36,7 @@ def record_decision(ctx: RequestContext) -> None:
 def count_decision(ctx: RequestContext) -> None:
     d, metrics = ctx.decision, ctx.process.metrics
     assert d is not None
-    metrics.child(metrics.decisions, ctx.model, d.policy, d.reason).inc()
+    metrics.decisions.inc(ctx.model, d.policy, d.reason)
     if d.prompt_tokens:
         metrics.child(metrics.match_fraction, ctx.model).observe(d.matched_tokens / d.prompt_tokens)
 

@@ -48,6 +48,7 @@ from bench.peer_models import SglangCacheAware
 from bench.report import table, write_section
 from bench.routing_offline import OfflineResult, replay
 from config.routing import RoutingConfig
+from router import pool
 from sim.engine import BlockPool, Engine, EngineConfig, EngineCosts, EngineRequest
 
 HELDOUT_OFFSET = 6000  # first record of the held-out window of the trace
@@ -59,11 +60,22 @@ VARIANTS: dict[str, dict[str, object]] = {
     # bench.peer_models.SglangCacheAware in front of the same engines; it matches the whole request
     # (the real router's text tree has no length cap), so the router hashes every token of these prompts
     "sglang-model": {"max_prefix_tokens": 65536},
+    # round 5: which of its choices puts it ahead: our 4,096-token hash bound, or balancing at a
+    # spread of 2 requests in flight instead of 64 (its default ``balance_abs_threshold``)
+    "sglang-model-4k": {"_sglang": {}},
+    "sglang-model-balance2": {"max_prefix_tokens": 65536, "_sglang": {"balance_abs": 2}},
     # ablations of the 64-token gap (issue 24): the index bound pinned at the engine's true capacity
     # (told it, learning off), the eviction term off, each alone and together
     "truth-pinned": {"learn_capacity": False, "_published": 1.0},
     "truth-pinned-noevict": {"learn_capacity": False, "evict_weight": 0.0, "_published": 1.0},
     "noevict": {"evict_weight": 0.0},
+    # round 5: what a predicted hit that missed unlearns (``router.pool.UNLEARN``)
+    "unlearn-none": {"_unlearn": "none"},
+    "unlearn-oldest": {"_unlearn": "oldest"},
+    # round 5: sglang-router's levers on our side: an index far larger than the engine (its tree is
+    # unbounded), and that with the whole prompt hashed
+    "pinned-x4": {"learn_capacity": False, "_published": 4.0},
+    "pinned-x4-full-prefix": {"learn_capacity": False, "_published": 4.0, "max_prefix_tokens": 65536},
     "truth-pinned-full-prefix": {"learn_capacity": False, "_published": 1.0, "max_prefix_tokens": 65536},
 }
 
@@ -223,7 +235,9 @@ def run_cell(
     fields = {k: v for k, v in VARIANTS[variant].items() if not k.startswith("_")}
     published = VARIANTS[variant].get("_published", cell.published)  # a variant may tell the truth
     cfg = RoutingConfig(policy="prefix_affinity", seed=0, **fields)  # type: ignore[arg-type]
-    model = SglangCacheAware if variant == "sglang-model" else None
+    kwargs = VARIANTS[variant].get("_sglang", {} if variant == "sglang-model" else None)
+    model = None if kwargs is None else (lambda: SglangCacheAware(**kwargs))  # type: ignore[arg-type]
+    pool.UNLEARN = str(VARIANTS[variant].get("_unlearn", "proven"))
     return replay(wl, cfg, ecfg, 4, rate, published=published, report_cached=cell.cached,  # type: ignore[arg-type]
                   make_engine=ENGINES[cell.eviction], make_policy=model)  # fmt: skip
 

@@ -14,7 +14,8 @@ estimate is wrong, for the replica that served it:
   gateway's requests, a TTL) says nothing of the bound and moves nothing.
 - **a predicted hit that missed** (below the match by more than one engine block, the engine's
   last-token rule): the replica evicted blocks the index still lists. The estimate shrinks by
-  ``SHRINK`` x those blocks (and the pool unlearns as many of the index's oldest entries).
+  ``SHRINK`` x those blocks (and the pool unlearns up to as many of the index's entries sent before
+  them, ``router.pool.UNLEARN``).
 
 The tolerance is learned too: ``cached_tokens`` is always a multiple of the engine's block, so their
 greatest common divisor (``grain``) converges to the engine's block size within a few answers (1 for

@@ -153,6 +153,34 @@ class PrefixIndex:
         self.unlearned += dropped
         return dropped
 
+    def unlearn_older(self, replica_id: str, count: int, before: float, keep: Collection[int] = ()) -> int:
+        """A miss proved the replica evicted a block last sent at ``before``: an LRU cache evicted what
+        was sent earlier first, so drop up to ``count`` of the entries sent strictly before it (oldest
+        first, not those in ``keep``), and nothing sent since. Returns how many were dropped."""
+        lru = self._lru.get(replica_id)
+        if lru is None or count <= 0:
+            return 0
+        dropped = 0
+        kept: list[tuple[int, float]] = []
+        while lru and dropped < count:
+            h, t = next(iter(lru.items()))
+            if t >= before:
+                break
+            lru.popitem(last=False)
+            if h in keep:
+                kept.append((h, t))
+            else:
+                dropped += 1
+                self._bury(replica_id, h)
+        lru.update(kept)  # the replica has just computed them: the most recent
+        self.unlearned += dropped
+        return dropped
+
+    def sent_at(self, replica_id: str, block_hash: int) -> float | None:
+        """When ``block_hash`` was last sent to the replica (None: the index does not list it)."""
+        lru = self._lru.get(replica_id)
+        return lru.get(block_hash) if lru is not None else None
+
     def expire(self, now: float) -> None:
         """Drop entries not sent for ``ttl_s`` seconds (oldest first, so the scan stops early)."""
         if self.ttl_s is None:

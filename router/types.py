@@ -75,6 +75,7 @@ class Decision:
     queued_at_route: int = 0  # the replica's queued prefill after this decision (its own and what is ahead)
     explanation: Explanation | None = None  # the score terms (``PoolRouter.explain``), else None
     ghost_depths: tuple[int, ...] = ()  # past the match: how far each block was in the index's ghost list
+    matched_sent_at: float | None = None  # when the index had last sent the match's deepest block there
     _prefill_released: bool = False
     _released: bool = False
 

@@ -13,6 +13,7 @@ from router.capacity import (
     CapacityLearner,
     CounterWindow,
 )
+from router.index import PrefixIndex
 from router.pool import PoolRouter
 from router.replica import ReplicaState
 from router.types import RouteRequest
@@ -251,3 +252,37 @@ def test_a_simulator_that_publishes_no_capacity():
         text = render(make_registry(Replica(cfg))).decode()
         assert ("vllm:cache_config_info" in text) == published
         assert "vllm:num_requests_running" in text
+
+
+def test_a_miss_unlearns_only_what_was_sent_before_the_evicted_block():
+    """A predicted hit that missed proves the replica evicted the match's blocks, and (LRU) what had been
+    sent before them: not the conversations sent since. Unlearning as many of the index's oldest
+    entries cost 0.003-0.025 of the pooled bound on 16- and 1-token engine blocks and Zipf (round 5)."""
+    t = [0.0]
+    router = PoolRouter(
+        [ReplicaState(id="r0", url="", kv_capacity_blocks=10_000)], RoutingConfig(seed=1), clock=lambda: t[0]
+    )
+    assert router.capacity is not None
+    router.capacity.evidence(16, 16)  # a 16-token engine (its grain)
+    for at, tag, blocks in ((0.0, "g", 1), (1.0, "c", 4), (2.0, "a", 4), (2.0, "b", 4)):
+        t[0] = at
+        router.release(router.route(chat(text(tag, blocks))))
+    t[0] = 3.0
+    d = router.route(chat(text("c", 4) + "and more"))
+    assert d.matched_tokens == 4 * 16
+    router.observe_usage(d, 0)  # three blocks past the one-block tolerance: evicted
+    assert router.index.stats().unlearned == 1  # only "g", sent before "c"
+    matched = router.index.match(router.route(chat(text("a", 4))).block_hashes)["r0"]
+    assert matched == 4
+
+
+def test_unlearn_older_stops_at_the_first_entry_sent_since():
+    index = PrefixIndex()
+    index.add_replica("r", 100)
+    index.insert("r", (1, 2), 1.0)
+    index.insert("r", (3, 4), 2.0)
+    index.insert("r", (5,), 3.0)
+    assert index.sent_at("r", 3) == 2.0 and index.sent_at("r", 9) is None
+    assert index.unlearn_older("r", 10, 3.0, keep=(2,)) == 3  # 1, 3, 4; 2 is kept (just computed)
+    assert [h for h in (1, 2, 3, 4, 5) if index.holds("r", h)] == [2, 5]
+    assert index.unlearn_older("r", 1, 0.5) == 0

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from bench import routing_matrix
+from bench.peer_models import SglangCacheAware
 from bench.routing_matrix import PromptEngine
+from router import pool
 from sim.engine import EngineConfig, EngineRequest
 
 
@@ -24,3 +27,35 @@ def test_two_requests_never_share_a_group_even_when_one_is_freed_first() -> None
     groups = [engine.pool.group[1000 * k] for k in range(8)]
     assert len(set(groups)) == 8, groups
     assert all(len(engine.pool.members[g]) == 4 for g in groups)
+
+
+def test_round5_variants_set_the_unlearning_rule_and_the_peer_model_they_name(monkeypatch) -> None:
+    """Each ablation variant must reach the replay as named (else its table column measures another
+    router): the unlearning rule (``router.pool.UNLEARN``), and the sglang model's hash bound and
+    balance threshold."""
+    seen: list[tuple[str, int, object]] = []
+
+    def fake_replay(wl, cfg, ecfg, replicas, rate, **kw):
+        model = kw["make_policy"]() if kw["make_policy"] is not None else None
+        seen.append((pool.UNLEARN, cfg.max_prefix_tokens, model))
+
+    monkeypatch.setattr(pool, "UNLEARN", pool.UNLEARN)  # restored after the test
+    monkeypatch.setattr(routing_matrix, "replay", fake_replay)
+    cell = routing_matrix.Cell()
+    variants = (
+        "after",
+        "unlearn-oldest",
+        "unlearn-none",
+        "sglang-model",
+        "sglang-model-4k",
+        "sglang-model-balance2",
+    )
+    for v in variants:
+        routing_matrix.run_cell(None, EngineConfig(), cell, v, 1.0)  # type: ignore[arg-type]
+    rules = [s[0] for s in seen]
+    assert rules == ["proven", "oldest", "none", "proven", "proven", "proven"]
+    assert [s[2] is None for s in seen] == [True, True, True, False, False, False]
+    models = [s[2] for s in seen[3:]]
+    assert all(isinstance(m, SglangCacheAware) for m in models)
+    assert [s[1] for s in seen[3:]] == [65536, 4096, 65536]
+    assert [m.balance_abs for m in models] == [64, 64, 2]  # type: ignore[union-attr]

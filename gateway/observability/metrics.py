@@ -62,8 +62,8 @@ class Tally(Collector):
             raise ValueError(
                 f"{self.name}: label values must be {len(self.labelnames)} strings, got {labels!r}"
             )
+        self.created[labels] = time.time()  # before the value: a series is never seen without its time
         values[labels] = float(by)
-        self.created[labels] = time.time()
 
     def value(self, *labels: str) -> float:
         return self.values.get(labels, 0.0)

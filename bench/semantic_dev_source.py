@@ -25,14 +25,10 @@ from pathlib import Path
 
 import orjson
 
+from bench.semantic_independent_source import POLICY  # the four example policies, one table
+
 SEED = 2612
 OUT = Path("bench/data/semantic_dev.jsonl")
-POLICY = {
-    "shop": "config/examples/semantic-ecommerce.yaml",
-    "air": "config/examples/semantic-airline.yaml",
-    "tel": "config/examples/semantic-telecom.yaml",
-    "bank": "config/examples/semantic-banking.yaml",
-}
 
 # (domain, lang, label, kind, cached, probe)
 S, D = "same", "different"

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import orjson
 
+from bench.semantic_independent_source import POLICY  # the four example policies, one table
+
 OUT = Path("bench/data/semantic_heldout2.jsonl")
 SPLIT = "heldout2"
 
@@ -210,13 +212,6 @@ PAIRS: list[tuple[str, str, str, str, str, str]] = [
     ("bank", "mixed", D, "modifier", "ATM 取现手续费", "国外 ATM 取现手续费"),
     ("bank", "mixed", D, "attribute", "gold card 怎么激活", "gold card 怎么注销"),
 ]  # fmt: skip
-
-POLICY = {
-    "shop": "config/examples/semantic-ecommerce.yaml",
-    "air": "config/examples/semantic-airline.yaml",
-    "tel": "config/examples/semantic-telecom.yaml",
-    "bank": "config/examples/semantic-banking.yaml",
-}
 
 
 def rows() -> list[dict[str, str]]:

@@ -42,6 +42,9 @@ tables in docs/benchmarks.md):
   they evict the least (most room, then the oldest next eviction, as one pooled LRU would). On
   sgl-router's tight-cache shape (8 prefixes, KV for 2 a replica) ring placement put 3 prefixes on one
   replica and 1 on another (hit 0.73 at 4 requests/s); room first puts 2 on each (0.92, the oracle's).
+  Rooms are compared only between replicas that all publish a capacity, or none does: one replica
+  with its metrics unreachable among three publishing 2,048 blocks got all 40 cold prefixes of a
+  sequential load (its default bound of 8,192 looked roomiest); the ring spreads them.
 - **A placement pays for what it evicts: evict_weight = 1.** Under a tight cache a copy of a shared
   prompt (w = 0) evicts another prompt that will be prefilled again. ``evicted`` is what the new blocks
   take beyond the index's free room; in a full fleet it is the same for every replica of a cold request
@@ -138,8 +141,13 @@ class PrefixAffinity:
                 low, tied = score, [(r, m)]
             elif score == low:
                 tied.append((r, m))
-        if len(tied) > 1 and ctx.index is not None:
+        published = sum(1 for r, _ in tied if r.kv_capacity_blocks)
+        if len(tied) > 1 and ctx.index is not None and published in (0, len(tied)):
             # The cache with the most room, else the one whose next eviction is the oldest, then the ring.
+            # Rooms are compared on one footing only: a replica whose capacity is not published (its
+            # metrics unreachable, or not scraped yet) is bounded by a default 4 x the simulator's
+            # published 2,048 blocks and would take every cold prefix of a light load (all 12 of
+            # tests/unit/test_policies.py's shape, and of two gateway processes, one not yet scraped).
             room = [ctx.index.headroom(r.id, ctx.now) for r, _ in tied]
             most = max(room)
             tied = [t for t, h in zip(tied, room, strict=True) if h == most]

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import aiohttp
 import httpx
+import yaml
 
 from bench.procs import running, start_gateway, start_sim
 from tests.support.stack import gateway, policy_for, sim_fleet
@@ -65,13 +67,30 @@ async def test_round_robin_gets_fewer_cache_hits_than_prefix_affinity() -> None:
     assert cached["prefix_affinity"] > cached["round_robin"] * 1.5
 
 
-def test_two_gateway_processes_place_cold_prefixes_alike() -> None:
-    """No shared state: CHWBL on the route key puts each cold prefix on the same replica in both."""
+def test_two_gateway_processes_place_cold_prefixes_alike(tmp_path: Path) -> None:
+    """No shared state: the same requests in the same order place each cold prefix on the same replica in
+    two processes (ties go along the hash ring of the route key).
+
+    Scraping and health probes are off: they are evidence each process reads at its own moments, and
+    either changes a placement legitimately. A scrape that catches the other process's request in
+    flight adds its load to one replica for a second; a replica whose first scrape has not landed yet
+    (a 0.5 s timeout on a busy machine) is bounded by ``default_kv_capacity_blocks`` (8,192) instead of
+    the simulator's published 2,048, so it looks roomiest; either one made CI fail once.
+    """
     sim, urls = start_sim(4, extra=["--speed", "0"])
     env = {"PREFIX_GATEWAY_SECRET": "same-secret-in-both"}
-    args = [a for u in urls for a in ("--replica", u)] + ["--model", "sim-llama"]
-    gw1 = start_gateway(args, env=env)
-    gw2 = start_gateway(args, env=env)
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(
+        yaml.safe_dump(
+            {
+                "models": [{"name": "sim-llama", "replicas": [{"url": u} for u in urls]}],
+                "scrape": {"enabled": False},
+                "health": {"enabled": False},
+            }
+        )
+    )
+    gw1 = start_gateway(["--config", str(policy)], env=env)
+    gw2 = start_gateway(["--config", str(policy)], env=env)
     with running(gw1, gw2, sim), httpx.Client(timeout=10) as client:
         placements = []
         for k in range(12):

@@ -211,6 +211,20 @@ def test_an_idle_fleet_places_cold_prefixes_where_the_cache_has_room():
     assert sorted(homes.values()) == [2, 2, 2, 2]
 
 
+def test_a_replica_whose_capacity_is_unknown_does_not_draw_every_cold_prefix():
+    """Three replicas publish 2,048 blocks, one publishes nothing (its metrics unreachable): its bound is
+    the default 8,192, so its room is a guess, not four times the others'. Cold prefixes still spread."""
+    reps = [ReplicaState(id=f"r{i}", url=f"http://x{i}", kv_capacity_blocks=2048) for i in range(4)]
+    reps[1].kv_capacity_blocks = None
+    router = PoolRouter(reps, RoutingConfig(policy="prefix_affinity", seed=1))
+    homes = Counter()
+    for k in range(40):
+        d = router.route(chat(long_text(f"document {k}", 600)))
+        router.release(d)
+        homes[d.replica.id] += 1
+    assert set(homes) == {"r0", "r1", "r2", "r3"} and homes["r1"] <= 20, homes
+
+
 def test_cold_prefixes_spread_over_replicas():
     router = affinity_router(n=4)
     counts = Counter()

@@ -10,11 +10,10 @@ takes part in the choice: the explanation reads it. Only numbers and replica ids
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from router.policies.base import PickContext
 from router.replica import ReplicaState
 
 
@@ -106,19 +105,30 @@ class Explanation:
 
 
 def explain(
-    ctx: PickContext,
+    candidates: Sequence[ReplicaState],
+    matched_blocks: Mapping[str, int],
+    block_size: int,
+    hashed_tokens: int,
+    prompt_tokens: int,
+    weights: Mapping[str, float],
     chosen: ReplicaState,
     reason: str,
     policy: str,
     available_tokens: int,
     decided_by_filter: bool,
 ) -> Explanation:
-    """The terms of ``ctx``'s candidates (read before the decision counts its own load on ``chosen``)."""
-    matched, bs, limit = ctx.matched_blocks, ctx.block_size, ctx.hashed_tokens
+    """The terms of the candidates a policy read (before the decision counts its own load on
+    ``chosen``). It takes the pick context's fields, not the context, so that the explanation, which a
+    ``Decision`` carries, depends on nothing above ``router.replica``."""
     terms = tuple(
-        (r.id, r.queued_prefill_tokens, r.load(), min(matched.get(r.id, 0) * bs, limit))
-        for r in ctx.candidates
+        (
+            r.id,
+            r.queued_prefill_tokens,
+            r.load(),
+            min(matched_blocks.get(r.id, 0) * block_size, hashed_tokens),
+        )
+        for r in candidates
     )
     return Explanation(
-        policy, reason, chosen.id, ctx.prompt_tokens, available_tokens, ctx.weights, terms, decided_by_filter
+        policy, reason, chosen.id, prompt_tokens, available_tokens, weights, terms, decided_by_filter
     )

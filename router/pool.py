@@ -213,7 +213,17 @@ class PoolRouter:
         explanation = None
         if self.explain:  # before this decision counts its own load on the replica
             explanation = explain(
-                ctx, replica, reason, self.policy.name, available, fctx.decided_by is not None
+                ctx.candidates,
+                ctx.matched_blocks,
+                ctx.block_size,
+                ctx.hashed_tokens,
+                ctx.prompt_tokens,
+                ctx.weights,
+                replica,
+                reason,
+                self.policy.name,
+                available,
+                fctx.decided_by is not None,
             )
         decision = Decision(
             replica=replica,

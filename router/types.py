@@ -4,12 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
+from router.explain import Explanation
 from router.replica import ReplicaState
-
-if TYPE_CHECKING:
-    from router.explain import Explanation
 
 
 class Placement(Protocol):

@@ -1,0 +1,107 @@
+"""Issue 25, fifth pass: an intent by its own words in any order (``cache.semantic.wordbag``), each
+beside the near miss the rule must still refuse (a word the intent does not use, a negation, a number,
+a preposition, an entity word, a modal, a phrase only half there)."""
+
+from __future__ import annotations
+
+import pytest
+
+from cache.semantic.route import SemanticRoute
+from cache.semantic.wordbag import intent_words
+from config import load_policy
+from config.loader import example_path
+from config.semantic import SemanticConfig
+
+EXAMPLES = ("semantic-ecommerce", "semantic-airline", "semantic-telecom", "semantic-banking")
+CFGS = [load_policy(example_path(n), env={}).cache.semantic for n in EXAMPLES]
+SHOP, AIR, TEL, BANK = (SemanticRoute(c, b"tag-secret") for c in CFGS)
+
+
+def key(route: SemanticRoute, text: str) -> str | None:
+    body = {"model": "sim-llama", "temperature": 0, "messages": [{"role": "user", "content": text}]}
+    return route.analyse("chat", body).key("salt", route.cfg.version)
+
+
+def rule(route: SemanticRoute, text: str) -> str:
+    body = {"model": "sim-llama", "messages": [{"role": "user", "content": text}]}
+    fp = route.analyse("chat", body).fingerprint
+    assert fp is not None
+    return fp.rule if fp.complete else f"incomplete:{fp.missing}"
+
+
+@pytest.mark.parametrize(
+    ("route", "a", "b"),
+    [
+        (SHOP, "How fast does the Xiaomi 14 charge?", "Xiaomi 14 charging speed"),  # a slot inside the phrase
+        (SHOP, "Pixel 8 charge fast?", "How fast does the Pixel 8 charge?"),  # the phrase's words reordered
+        (SHOP, "How many mAh is the Mate 60 battery?", "Mate 60 battery capacity"),  # left over: its own word
+        (SHOP, "When will my order SO2024121212 arrive?", "Where is my order SO2024121212?"),
+    ],
+)
+def test_the_intents_own_words_in_another_order_share_the_key(route: SemanticRoute, a: str, b: str) -> None:
+    assert rule(route, a) == "words"
+    assert key(route, a) is not None and key(route, a) == key(route, b)
+
+
+@pytest.mark.parametrize(
+    ("route", "a", "b"),
+    [
+        (SHOP, "How fast does the Xiaomi 14 charge?", "How long does the Xiaomi 14 take to charge?"),  # take
+        (SHOP, "How fast does the Xiaomi 14 charge?", "Why doesn't the Xiaomi 14 charge fast?"),  # negation
+        (
+            SHOP,
+            "How fast does the Xiaomi 14 charge?",
+            "How fast does the Xiaomi 14 Pro charge?",
+        ),  # entity word
+        (SHOP, "How fast does the Xiaomi 14 charge?", "How fast does the Xiaomi 14 charge two phones?"),
+        (SHOP, "How fast does the Xiaomi 14 charge?", "How fast does the Xiaomi 14 charge in winter?"),
+        (SHOP, "Xiaomi 14 price", "How much is the Xiaomi 14 battery?"),  # not a word of the price intent
+        (SHOP, "Xiaomi 14 price", "How much does it cost to charge the Xiaomi 14?"),
+        (TEL, "How do I check my data balance?", "How do I check my balance?"),  # half a phrase: money?
+        (AIR, "Economy change fee", "Can I change my economy ticket?"),  # a modal asks whether, not how much
+        (BANK, "How do I freeze my card?", "How do I transfer money from my card to my savings?"),
+    ],
+)
+def test_a_near_miss_of_the_intent_words_rule_keeps_its_own_key(route: SemanticRoute, a: str, b: str) -> None:
+    assert key(route, a) is not None and key(route, b) != key(route, a)
+
+
+def test_the_rule_is_the_policys_to_turn_off() -> None:
+    off = SemanticRoute(CFGS[0].model_copy(update={"intent_words": False}), b"tag-secret")
+    assert rule(off, "How fast does the Xiaomi 14 charge?") == "incomplete:no_intent"
+    assert rule(SHOP, "How fast does the Xiaomi 14 charge?") == "words"
+
+
+def test_the_word_sets_come_from_the_policy_alone() -> None:
+    cfg = SemanticConfig.model_validate(
+        {
+            "mode": "fingerprint",
+            "synonyms": [{"canonical": "item_price", "terms": ["how much does it cost", "price tag"]}],
+            "slots": [{"kind": "dictionary", "slot": "product", "values": {"x1": ["x1", "x1 pro"]}}],
+            "intents": [
+                {"name": "price", "terms": ["item_price"], "required_slots": ["product"]},
+                {"name": "colour", "terms": ["which colours"], "required_slots": ["product"]},
+            ],
+        }
+    )
+    w = intent_words(cfg)
+    assert w.words["price"] == {"cost", "price", "tag"}  # how/much/does/it: harmless, not the intent's
+    assert {"cost"} in w.phrases["price"] and {"price", "tag"} in w.phrases["price"]
+    assert "pro" in w.entity_words
+    assert w.resolve(["cost"], None) == "price"
+    assert w.resolve(["tag"], None) is None  # half of "price tag"
+    assert w.resolve(["tag", "price"], None) == "price"
+    assert w.resolve(["which", "colours"], None) == "colour"
+    assert w.resolve(["colours"], None) is None  # "which" asks what the intent asks: a word of it
+    assert w.resolve(["cost", "which", "colours"], None) is None  # words of two intents
+    for bad in (
+        ["cost", "not"],
+        ["cost", "2"],
+        ["cost", "from"],
+        ["cost", "pro"],
+        ["cost", "can"],
+        ["cost", "_"],
+    ):
+        assert w.resolve(bad, None) is None, bad
+    assert w.resolve(["tag"], "price") == "price"  # left over after a phrase of the same intent
+    assert w.resolve(["which"], "price") is None

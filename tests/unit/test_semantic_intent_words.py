@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import pytest
 
+from cache.semantic.guards import GuardFeatures, veto
 from cache.semantic.route import SemanticRoute
 from cache.semantic.wordbag import intent_words
 from config import load_policy
 from config.loader import example_path
-from config.semantic import SemanticConfig
+from config.semantic import EmbeddingConfig, SemanticConfig
 
 EXAMPLES = ("semantic-ecommerce", "semantic-airline", "semantic-telecom", "semantic-banking")
 CFGS = [load_policy(example_path(n), env={}).cache.semantic for n in EXAMPLES]
@@ -105,3 +106,20 @@ def test_the_word_sets_come_from_the_policy_alone() -> None:
         assert w.resolve(bad, None) is None, bad
     assert w.resolve(["tag"], "price") == "price"  # left over after a phrase of the same intent
     assert w.resolve(["which"], "price") is None
+
+
+def test_the_guarded_mode_serves_what_the_rule_verifies_and_nothing_it_refuses() -> None:
+    emb = EmbeddingConfig(url="http://127.0.0.1:9", model="m", threshold=0.9)
+    r = SemanticRoute(CFGS[0].model_copy(update={"mode": "embedding", "embedding": emb}), b"s")
+
+    def guards(text: str) -> GuardFeatures:
+        out = r.analyse(
+            "chat", {"model": "sim-llama", "messages": [{"role": "user", "content": text}]}
+        ).guards
+        assert out is not None
+        return out
+
+    cached = guards("Xiaomi 14 charging speed")
+    assert guards("How fast does the Xiaomi 14 charge?").meaning == cached.meaning  # verified: any similarity
+    assert veto(guards("How fast does the Xiaomi 14 charge?"), cached, emb.guards) is None
+    assert veto(guards("How long does the Xiaomi 14 take to charge?"), cached, emb.guards) is not None

@@ -19,7 +19,8 @@ that intent's own phrases*:
 It never reads a word the policy does not use, so it adds no vocabulary; what it relaxes is the order
 and adjacency of the policy's own words. It refuses, at the first of these: a negation anywhere in the
 question (``NEGATIONS``), a number or spelled-out number left over, a preposition left over (``from`` and
-``to`` carry a direction the bag cannot see), a word of a slot's or constraint's aliases left over
+``to`` carry a direction the bag cannot see), a question word that says what is asked (``when``,
+``where``, ``why``, ``which``, ``who``: "When will order … arrive?" asks a date, not the status), a word of a slot's or constraint's aliases left over
 (``pro``, ``ultra``: a different entity), a canonical of another synonym group, Chinese text (a bag of
 characters is not a bag of words: ``退`` is in ``退货`` and ``退票``). Words the bag ignores are only the
 harmless ones of ``SIMILARITY_SAFE``: articles, pronouns, auxiliaries, ``what``/``how``/``much``/``many``
@@ -58,6 +59,11 @@ PREPOSITIONS = _set(
 # Harmless words outside ``FUNCTION_WORDS`` that no domain uses as a content word; the asking verbs of
 # ``SIMILARITY_SAFE`` (``check``, ``get``, ``include``) are ignored only where no intent phrase uses them.
 _POLITE = _set("just also exactly actually really any some ok okay thanks thank hi hello hey kindly")
+# A question word that says what is asked (a date, a place, a reason, a choice) is read only inside a
+# phrase: "When will order SO20240101 arrive?" (``when`` + the status phrase ``arrive``) asks a date,
+# "Where is my order?" a place; the project's own set labels them two answers (bench/data/semantic_eval.jsonl
+# g14-8, its dev split) where the independent dev split labels them one (dev-shop-016): the stricter wins.
+QUESTION_WORDS = _set("when where why which who whom whose")
 # "Can I change my ticket?" asks whether, not what it costs: a modal is never ignored by the bag.
 MODALS = _set("can could should may might must would")
 
@@ -76,7 +82,8 @@ class IntentWords:
             return None
         for w in rest:
             if (
-                w in NEGATIONS or w in NUMBER_WORDS or w in PREPOSITIONS or w in self.entity_words
+                w in NEGATIONS or w in NUMBER_WORDS or w in PREPOSITIONS or w in QUESTION_WORDS
+                or w in self.entity_words
                 or w == "_" or not w.isascii() or any(c.isdigit() for c in w)
             ):  # fmt: skip
                 return None
@@ -104,7 +111,7 @@ def intent_words(cfg: SemanticConfig) -> IntentWords:
     used = set().union(*raw.values()) if raw else set()
     closed = (SIMILARITY_SAFE & FUNCTION_WORDS) | _POLITE
     ignorable = frozenset((closed | (SIMILARITY_SAFE - used)) - MODALS)
-    drop = ignorable | PREPOSITIONS | NEGATIONS | set(NUMBER_WORDS)
+    drop = ignorable | PREPOSITIONS | QUESTION_WORDS | NEGATIONS | set(NUMBER_WORDS)
 
     def content(ws: Iterable[str]) -> frozenset[str]:
         return frozenset(w for w in ws if w not in drop and not any(c.isdigit() for c in w))

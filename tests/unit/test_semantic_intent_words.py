@@ -4,8 +4,11 @@ a preposition, an entity word, a modal, a phrase only half there)."""
 
 from __future__ import annotations
 
+import orjson
 import pytest
 
+from bench import semantic_heldout3_source as heldout3
+from bench import semantic_independent
 from cache.semantic.guards import GuardFeatures, veto
 from cache.semantic.route import SemanticRoute
 from cache.semantic.wordbag import intent_words
@@ -125,3 +128,13 @@ def test_the_guarded_mode_serves_what_the_rule_verifies_and_nothing_it_refuses()
     assert guards("How fast does the Xiaomi 14 charge?").meaning == cached.meaning  # verified: any similarity
     assert veto(guards("How fast does the Xiaomi 14 charge?"), cached, emb.guards) is None
     assert veto(guards("How long does the Xiaomi 14 take to charge?"), cached, emb.guards) is not None
+
+
+def test_the_third_held_out_set_is_its_generator_output_and_has_the_shape_the_brief_asks() -> None:
+    rows = heldout3.rows()
+    assert heldout3.OUT.read_bytes() == b"".join(orjson.dumps(r) + b"\n" for r in rows)  # never hand-edited
+    assert len(rows) >= 120 and sum(r["label"] == "different" for r in rows) * 2 == len(rows)
+    assert {r["domain"] for r in rows} == {"shop", "air", "tel", "bank"}
+    assert {r["lang"] for r in rows} == {"en", "zh", "mixed"} and {r["split"] for r in rows} == {"heldout3"}
+    assert len({(r["cached"], r["probe"]) for r in rows}) == len(rows)
+    assert semantic_independent.FILES["heldout3"] == heldout3.OUT  # what `--split heldout3` reads

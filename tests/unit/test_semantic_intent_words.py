@@ -11,6 +11,7 @@ from bench import semantic_heldout3_source as heldout3
 from bench import semantic_independent
 from cache.semantic.guards import GuardFeatures, veto
 from cache.semantic.route import SemanticRoute
+from cache.semantic.vocab import NEGATIONS
 from cache.semantic.wordbag import intent_words
 from config import load_policy
 from config.loader import example_path
@@ -138,3 +139,31 @@ def test_the_third_held_out_set_is_its_generator_output_and_has_the_shape_the_br
     assert {r["lang"] for r in rows} == {"en", "zh", "mixed"} and {r["split"] for r in rows} == {"heldout3"}
     assert len({(r["cached"], r["probe"]) for r in rows}) == len(rows)
     assert semantic_independent.FILES["heldout3"] == heldout3.OUT  # what `--split heldout3` reads
+
+
+def test_the_rule_only_completes_fingerprints_and_never_changes_a_complete_one() -> None:
+    """Over every question of the tune and dev splits: a fingerprint complete without the rule is the same
+    with it (the rule adds keys, it never moves one), and a key the rule adds names no negation."""
+    rows = [
+        orjson.loads(line)
+        for f in (semantic_independent.DATA, semantic_independent.DEV)
+        for line in f.open("rb")
+    ]
+    routes = {}
+    added = 0
+    for row in (r for r in rows if r["split"] in ("tune", "dev")):
+        if row["policy"] not in routes:
+            cfg = load_policy(row["policy"], env={}).cache.semantic
+            on = SemanticRoute(cfg, b"s")
+            routes[row["policy"]] = (on, SemanticRoute(cfg.model_copy(update={"intent_words": False}), b"s"))
+        on, off = routes[row["policy"]]
+        for q in (row["cached"], row["probe"]):
+            body = {"model": "m", "messages": [{"role": "user", "content": q}]}
+            a, b = on.analyse("chat", body).fingerprint, off.analyse("chat", body).fingerprint
+            assert a is not None and b is not None
+            if b.complete:
+                assert a == b, q
+            elif a.complete:
+                added += 1
+                assert a.rule == "words" and not any(w in NEGATIONS for w in on.normalize(q).split()), q
+    assert added > 0

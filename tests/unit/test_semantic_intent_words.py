@@ -16,6 +16,7 @@ from cache.semantic.wordbag import intent_words
 from config import load_policy
 from config.loader import example_path
 from config.semantic import EmbeddingConfig, SemanticConfig
+from tests.support.cli import run_cli
 
 EXAMPLES = ("semantic-ecommerce", "semantic-airline", "semantic-telecom", "semantic-banking")
 CFGS = [load_policy(example_path(n), env={}).cache.semantic for n in EXAMPLES]
@@ -167,3 +168,13 @@ def test_the_rule_only_completes_fingerprints_and_never_changes_a_complete_one()
                 added += 1
                 assert a.rule == "words" and not any(w in NEGATIONS for w in on.normalize(q).split()), q
     assert added > 0
+
+
+def test_semantic_explain_says_which_rule_found_the_intent() -> None:
+    run = run_cli("semantic", "explain", "--config", str(example_path("semantic-ecommerce")),
+                  "Xiaomi 14 charging speed", "How fast does the Xiaomi 14 charge?")  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    first, second = run.stdout.split("\n[")
+    assert "intent_by: a phrase" in first
+    assert "intent_by: its own words in any order: fast charge" in second
+    assert "vs [0]: SHARES the answer (equal fingerprints)" in second

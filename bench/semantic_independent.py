@@ -1,6 +1,6 @@
 """The semantic cache on the independent set of issue 25, per split, language and mode.
 
-    python -m bench.semantic_independent [--split tune|heldout|both|dev|tune+dev|heldout2] [--show] [--write]
+    python -m bench.semantic_independent [--split tune|heldout|both|dev|heldout2|heldout3|A+B] [--show] [--write]
         [--modes fingerprint guarded@0.9 ...] [--embed-cache FILE] [--policy-root DIR]
 
 Each pair of bench/data/semantic_independent.jsonl (``bench.semantic_independent_source``) runs under
@@ -18,7 +18,9 @@ both rates also get a two-sided 95 % Wilson interval, and each mode a row over a
 ``--split dev`` runs round 3's development split (bench/data/semantic_dev.jsonl,
 ``bench.semantic_dev_source``), ``tune+dev`` both. ``--split heldout2`` runs the fourth pass's second
 held-out set (bench/data/semantic_heldout2.jsonl, ``bench.semantic_heldout2_source``), meant to be run
-once, totals only.
+once, totals only; ``--split heldout3`` the fifth pass's (bench/data/semantic_heldout3.jsonl,
+``bench.semantic_heldout3_source``), the same way. Mode ``phrases`` is fingerprint mode without the
+intent-word rule (``intent_words: false``), to compare the two in one run.
 ``--show`` lists the pairs that hit wrongly or missed (on ``tune`` and ``dev`` only, never held out); ``--write`` runs both
 splits and writes the tables to docs/benchmarks.md (section ``semantic-independent``).
 """
@@ -49,7 +51,9 @@ from sim import SimConfig, start_replicas
 DATA = Path("bench/data/semantic_independent.jsonl")
 DEV = Path("bench/data/semantic_dev.jsonl")  # round 3's development split (bench.semantic_dev_source)
 HELDOUT2 = Path("bench/data/semantic_heldout2.jsonl")  # the fourth pass's held-out set, run once
-FILES = {"dev": DEV, "heldout2": HELDOUT2}
+HELDOUT3 = Path("bench/data/semantic_heldout3.jsonl")  # the fifth pass's held-out set, run once
+FILES = {"dev": DEV, "heldout2": HELDOUT2, "heldout3": HELDOUT3}
+SPLITS = ("tune", "heldout", "dev", "heldout2", "heldout3")
 DOMAINS = {"shop": "e-commerce", "air": "airline", "tel": "mobile plans", "bank": "bank cards"}
 
 
@@ -116,10 +120,13 @@ class DiskMemoEmbedder(MemoEmbedder):
 
 
 def mode_config(base: SemanticConfig, mode: str) -> SemanticConfig:
-    """``fingerprint``; ``guarded@T``: embedding mode at threshold T, every guard on (the compatible rule
-    too); ``verified@T``: the same without the compatible rule (only complete, equal fingerprints)."""
+    """``fingerprint``; ``phrases``: fingerprint mode without the intent-word rule (``intent_words`` off,
+    round 4's fingerprints); ``guarded@T``: embedding mode at threshold T, every guard on (the compatible
+    rule too); ``verified@T``: the same without the compatible rule (only complete, equal fingerprints)."""
     if mode == "fingerprint":
         return base
+    if mode == "phrases":
+        return base.model_copy(update={"intent_words": False})
     name, threshold = mode.split("@")
     cfg = embedding_config(base, float(threshold), True)
     assert cfg.embedding is not None and name in ("guarded", "verified")
@@ -145,7 +152,7 @@ async def run_split(
             SimConfig(
                 models=(MODEL, EMBED_MODEL),
                 speed=0,
-                embedding_model="minilm" if set(modes) - {"fingerprint", "gateway"} else None,
+                embedding_model="minilm" if set(modes) - {"fingerprint", "phrases", "gateway"} else None,
             )
         ],
         base_port=0,
@@ -182,7 +189,9 @@ async def run_split(
                     cfg = mode_config(base[path], mode)
                     route = SemanticRoute(cfg, SECRET)
                     for p in (p for p in pairs if p["policy"] == path):
-                        hit, why = await probe(route, None if mode == "fingerprint" else embedder, p)
+                        hit, why = await probe(
+                            route, None if mode in ("fingerprint", "phrases") else embedder, p
+                        )
                         k = (p["domain"], p["label"], p["lang"])
                         totals[k] += 1
                         hits[k] += hit
@@ -248,10 +257,19 @@ async def main_async(args: argparse.Namespace) -> None:
         write_section("semantic-independent", intro + "\n\n" + "\n".join(out))
 
 
+def _split(value: str) -> str:
+    if value != "both" and not all(s in SPLITS for s in value.split("+")):
+        raise argparse.ArgumentTypeError(f"{value!r}: both, or splits of {SPLITS} joined by +")
+    return value
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument(
-        "--split", choices=("tune", "heldout", "both", "dev", "tune+dev", "heldout2"), default="tune"
+        "--split",
+        type=_split,
+        default="tune",
+        help=f"both, or one of {', '.join(SPLITS)}, or several joined by + (tune+dev)",
     )
     ap.add_argument("--write", action="store_true", help="both splits, written to docs/benchmarks.md")
     ap.add_argument("--show", action="store_true", help="list wrong hits and missed paraphrases")

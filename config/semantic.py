@@ -308,6 +308,11 @@ class SemanticConfig(_Strict):
     max_residual_words: int = Field(
         0, ge=0, description="fingerprint: words left unexplained by slots, intent and fillers before no key"
     )
+    intent_words: bool = Field(
+        True,
+        description="fingerprint: an intent also when every left-over word is one of that intent's own "
+        "phrase words, in any order (no negation, number, preposition or entity word left over)",
+    )
     max_entries_per_tag: int = Field(
         100_000, ge=1, description="entries one slot value or intent may index; beyond, not stored"
     )

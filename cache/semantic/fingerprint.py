@@ -28,6 +28,8 @@ import orjson
 from cache.keys import tenant_tag
 from cache.semantic.extractors import Extractor, Found
 from cache.semantic.terms import TermMatcher
+from cache.semantic.vocab import NEGATIONS
+from cache.semantic.wordbag import IntentWords
 
 KEY_FORMAT = "sv1"  # the layout of a semantic key; the policy's `version` goes inside the HMAC
 _WORDS = re.compile(r"[a-z0-9]+(?:[.,:/-][0-9]+)*|[^\sa-z0-9]", re.UNICODE)
@@ -46,6 +48,9 @@ class Fingerprint:
     # (intent, slots, constraints) and those words in order. The guarded mode's compatible rule reads them.
     partial: tuple[str, tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]] | None = None
     residual: tuple[str, ...] = ()
+    # ``phrase``: an intent phrase explained every word; ``words``: the intent-word rule did
+    # (``cache.semantic.wordbag``; the key is the same, this only tells ``semantic explain`` and tests).
+    rule: str = "phrase"
 
     @property
     def complete(self) -> bool:
@@ -88,6 +93,7 @@ def fingerprint(
     intents: IntentRules,
     fillers: TermMatcher,
     max_residual_words: int,
+    words: IntentWords | None = None,
 ) -> Fingerprint:
     """The fingerprint of the normalised question ``text``; ``lang`` is the script of the question as
     sent (synonyms may have replaced all of its Chinese words)."""
@@ -101,8 +107,18 @@ def fingerprint(
     def incomplete(why: str, intent: str | None = None) -> Fingerprint:
         return Fingerprint(intent, (), (), lang, seen, covered, why)
 
+    filler_spans = [(m.start, m.end) for m in fillers.find(text)]
+    rule = "phrase"
     if not names:
-        return incomplete("no_intent")
+        # The intent-word rule (``cache.semantic.wordbag``): the words left after slots, constraints and
+        # fillers, all of one intent's own words; never with a negation anywhere in the question.
+        spans = [(f.start, f.end) for f in (*found_slots, *found_constraints)] + filler_spans
+        by_words = (
+            None if words is None or _negated(text) else words.resolve(residual_words(text, spans), None)
+        )
+        if by_words is None:
+            return incomplete("no_intent")
+        names, rule = {by_words}, "words"
     if len(names) > 1:
         return incomplete("ambiguous_intent")
     (intent,) = names
@@ -116,14 +132,25 @@ def fingerprint(
         return incomplete("ambiguous_constraint", intent)
     spans = [(f.start, f.end) for f in (*found_slots, *found_constraints)]
     spans += [(m.start, m.end) for m in intent_hits]
-    spans += [(m.start, m.end) for m in fillers.find(text)]
+    spans += filler_spans
     rest = residual_words(text, spans)
     merged = {**intents.defaults[intent], **constraint_values}
     slots_t, constraints_t = tuple(sorted(slot_values.items())), tuple(sorted(merged.items()))
-    if len(rest) > max_residual_words:
-        partial = (intent, slots_t, constraints_t)
-        return Fingerprint(intent, (), (), lang, seen, covered, "unexplained_words", partial, tuple(rest))
-    return Fingerprint(intent, slots_t, constraints_t, lang, seen, covered, None)
+    if rule == "phrase" and len(rest) > max_residual_words:
+        if words is not None and not _negated(text) and words.resolve(rest, intent) == intent:
+            rule = "words"
+        else:
+            partial = (intent, slots_t, constraints_t)
+            return Fingerprint(intent, (), (), lang, seen, covered, "unexplained_words", partial, tuple(rest))
+    return Fingerprint(intent, slots_t, constraints_t, lang, seen, covered, None, rule=rule)
+
+
+def _negated(text: str) -> bool:
+    """A negation anywhere in the question (the intent-word rule never reads one)."""
+    return any(w in NEGATIONS for w in _WORDS.findall(text)) or any(n in text for n in _ZH_NEGATIONS)
+
+
+_ZH_NEGATIONS = tuple(n for n in NEGATIONS if not n.isascii())
 
 
 def _digest(salt: str | bytes, *parts: bytes) -> str:

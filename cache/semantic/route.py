@@ -23,6 +23,7 @@ from cache.semantic.tags import TagRef, entry_refs
 from cache.semantic.terms import TermMatcher
 from cache.semantic.typos import TypoCorrector
 from cache.semantic.vocab import known_words, name_targets, safe_fillers, typo_targets
+from cache.semantic.wordbag import intent_words
 from config.semantic import SemanticConfig
 
 
@@ -78,6 +79,7 @@ class SemanticRoute:
         )
         self.intent_names = tuple(r.name for r in cfg.intents)
         self.fillers = TermMatcher(n(t) for t in safe_fillers(cfg))  # never a word that changes the answer
+        self.words = intent_words(cfg) if cfg.intent_words else None
         self.admission = Admission(cfg.admission, n)
         guards = cfg.embedding.guards if cfg.embedding is not None else None
         self.negations = TermMatcher(n(t) for t in guards.negation_terms) if guards is not None else None
@@ -99,6 +101,7 @@ class SemanticRoute:
             intents=self.intents,
             fillers=self.fillers,
             max_residual_words=self.cfg.max_residual_words,
+            words=self.words,
         )
         if not decision.allowed or self.negations is None:
             return Analysis(decision, q, text, fp)

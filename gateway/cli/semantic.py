@@ -92,14 +92,17 @@ def explain(route: SemanticRoute, question: str) -> dict[str, Any]:
     spans += [(m.start, m.end) for m in route.intents.matcher.find(text)]
     spans += [(m.start, m.end) for m in route.fillers.find(text)]
     typos = route.normalize.typos
+    rest = residual_words(text, spans)
+    by_words = fp.complete and fp.rule == "words"  # every left-over word is one of the intent's own words
     out |= {
         "corrected": [f"{t} -> {w}" for t, w in typos.corrections(base_normalize(question))] if typos else [],
         "intent": fp.intent,
+        "intent_by": ("its own words in any order: " + " ".join(rest)) if by_words else "a phrase",
         "slots": dict(fp.slots) if fp.complete else dict(fp.found),
         "constraints": dict(fp.constraints),
         "lang": fp.lang,
         "ignored": ignored,
-        "unexplained": residual_words(text, spans),
+        "unexplained": [] if by_words else rest,
         "complete": fp.complete,
         "missing": fp.missing,
         "cacheable": a.decision.allowed and fp.complete,

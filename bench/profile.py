@@ -1,7 +1,7 @@
 """Where the gateway's CPU goes under load: py-spy samples of a real gateway process, by component.
 
     python -m bench.profile [--stream] [--concurrency 32] [--requests 4000] [--checkout DIR] [--raw F]
-                            [--gil | --calls | --gc]
+                            [--gil | --calls | --gc | --threads]
 
 The quick start's gateway (``serve --replica URL --model M``: default policy, response cache, billing,
 metrics and access log) in front of a zero-latency simulator, warmed up, then sampled by py-spy (500 Hz,
@@ -27,6 +27,12 @@ are less fooled, and one measures what no sample shows:
 - ``--gc``: the gateway runs with a ``gc.callbacks`` probe; prints, per generation, the collections
   during ``--requests`` (after the warm-up) and their CPU (``time.thread_time``, so a wait for a core is
   not in it): the pauses every request in flight waits out.
+- ``--threads``: no sampler at all; the CPU each thread of the gateway process spent during
+  ``--requests`` (the kernel's per-thread accounting, ``/proc/PID/task/TID``: user and system ticks,
+  and the scheduler's nanoseconds), per request: the event loop's thread (the main one) against the
+  others (the billing ledger's writer, executor threads). CPU, not samples, so a preempted thread
+  costs nothing here; ``--gil`` put the ledger thread at 17.5 % of the samples where this put it at
+  6-7 % of the process's CPU (issue 30, round 5).
 """
 
 from __future__ import annotations
@@ -254,7 +260,60 @@ async def calls_main(args: argparse.Namespace) -> None:
         print(f"{v[1] / args.requests:7.1f}  {fn} ({file.split('site-packages/')[-1]}:{line})")
 
 
+def thread_cpu(pid: int) -> dict[int, tuple[float, float, float]]:
+    """Per thread of ``pid``: (user s, system s, on-CPU s by the scheduler's ns)."""
+    out = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                ns = int(f.read().split()[0])
+        except OSError:  # the thread ended
+            continue
+        out[int(tid)] = (int(fields[11]) / tick, int(fields[12]) / tick, ns / 1e9)
+    return out
+
+
+def thread_rows(pid: int, before: dict, after: dict, n: int) -> list[tuple[str, float, float, float]]:
+    """(thread, user, system, CPU) ms a request over ``n`` requests: the main thread, then the others
+    that ran, busiest first."""
+    rows = []
+    for tid, (u, s, c) in after.items():
+        u0, s0, c0 = before.get(tid, (0.0, 0.0, 0.0))
+        if c - c0 <= 0:
+            continue
+        name = "event loop (main thread)" if tid == pid else f"thread {tid}"
+        rows.append((name, (u - u0) / n * 1e3, (s - s0) / n * 1e3, (c - c0) / n * 1e3))
+    rows.sort(key=lambda r: (r[0] != "event loop (main thread)", -r[3]))
+    return rows
+
+
+async def threads_main(args: argparse.Namespace) -> None:
+    sim, urls = start_sim(1, extra=ZERO)
+    gw = start_gateway(["--replica", urls[0], "--model", MODEL], checkout=args.checkout)
+    url = gw.url + "/v1/chat/completions"
+    with running(gw, sim):
+        await run_load(url, body, requests=WARMUP, concurrency=args.concurrency, stream=args.stream)
+        before = thread_cpu(gw.pid)
+        r = await run_load(
+            url, body, requests=args.requests, concurrency=args.concurrency, stream=args.stream
+        )
+        after = thread_cpu(gw.pid)
+    assert r.errors == 0, r.statuses
+    rows = thread_rows(gw.pid, before, after, r.ok)
+    total = sum(c for *_, c in rows)
+    mode = "stream" if args.stream else "non-stream"
+    print(f"{mode}, concurrency {args.concurrency}: {r.rps:,.0f} req/s, {total:.3f} ms CPU a request")
+    for name, u, s, c in rows:
+        print(f"{c:.3f} ms ({c / total * 100:4.1f} %; user {u:.3f}, system {s:.3f})  {name}")
+
+
 async def main_async(args: argparse.Namespace) -> None:
+    if args.threads:
+        await threads_main(args)
+        return
     if args.calls:
         await calls_main(args)
         return
@@ -299,6 +358,7 @@ def main() -> None:
     mode.add_argument("--gil", action="store_true", help="sample only the thread holding the GIL")
     mode.add_argument("--calls", action="store_true", help="function calls per request (cProfile)")
     mode.add_argument("--gc", action="store_true", help="the collector's pauses (CPU) under the load")
+    mode.add_argument("--threads", action="store_true", help="CPU per request of each thread (no sampler)")
     asyncio.run(main_async(parser.parse_args()))
 
 

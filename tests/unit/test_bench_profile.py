@@ -70,3 +70,22 @@ def test_thread_rows_put_the_event_loop_first_and_per_request() -> None:
     assert [r[0] for r in rows] == ["event loop (main thread)", "thread 11", "thread 13"]  # 12 did not run
     _, user, system, cpu = rows[0]
     assert (round(user, 3), round(system, 3), round(cpu, 3)) == (2.0, 0.5, 2.5)
+
+
+def test_aiohttps_shared_modules_are_charged_to_their_caller() -> None:
+    read = "StreamReader.read (aiohttp/streams.py:1)"
+    write = "StreamWriter.write (aiohttp/http_writer.py:1)"
+    client = [HANDLER, DISPATCH, "Upstream.read_all (gateway/upstream/client.py:90)", read]
+    server = [
+        "RequestHandler.start (aiohttp/web_protocol.py:1)",
+        "StreamResponse.write (aiohttp/web_response.py:1)",
+        write,
+    ]
+    assert charge(client) == "aiohttp client"  # before: "aiohttp server", by the leaf's file
+    assert charge(server) == "aiohttp server"
+    assert charge([read]) == "aiohttp (shared modules, caller not on the stack)"
+    feed = ("/x/aiohttp/streams.py", 1, "feed_data")
+    proto = ("/x/aiohttp/client_proto.py", 1, "data_received")
+    web = ("/x/aiohttp/web_protocol.py", 1, "data_received")
+    stats = {feed: (4, 4, 0.0, 0.0, {proto: (3, 3, 0.0, 0.0), web: (1, 1, 0.0, 0.0)})}
+    assert calls_by_component(stats, 1) == {"aiohttp client": 3, "aiohttp server": 1}

@@ -283,8 +283,12 @@ async def calls_main(args: argparse.Namespace) -> None:
         print(f"{v[1] / args.requests:7.1f}  {fn} ({file.split('site-packages/')[-1]}:{line})")
 
 
-def thread_cpu(pid: int) -> dict[int, tuple[float, float, float]]:
-    """Per thread of ``pid``: (user s, system s, on-CPU s by the scheduler's ns)."""
+Threads = dict[int, tuple[float, ...]]
+
+
+def thread_cpu(pid: int) -> Threads:
+    """Per thread of ``pid``: (user s, system s, on-CPU s by the scheduler's ns, voluntary and
+    involuntary context switches)."""
     out = {}
     tick = os.sysconf("SC_CLK_TCK")
     for tid in os.listdir(f"/proc/{pid}/task"):
@@ -293,22 +297,26 @@ def thread_cpu(pid: int) -> dict[int, tuple[float, float, float]]:
                 fields = f.read().rsplit(")", 1)[1].split()
             with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
                 ns = int(f.read().split()[0])
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                status = dict(line.split(":", 1) for line in f if ":" in line)
         except OSError:  # the thread ended
             continue
-        out[int(tid)] = (int(fields[11]) / tick, int(fields[12]) / tick, ns / 1e9)
+        switches = (int(status["voluntary_ctxt_switches"]), int(status["nonvoluntary_ctxt_switches"]))
+        out[int(tid)] = (int(fields[11]) / tick, int(fields[12]) / tick, ns / 1e9, *switches)
     return out
 
 
-def thread_rows(pid: int, before: dict, after: dict, n: int) -> list[tuple[str, float, float, float]]:
-    """(thread, user, system, CPU) ms a request over ``n`` requests: the main thread, then the others
-    that ran, busiest first."""
+def thread_rows(pid: int, before: Threads, after: Threads, n: int) -> list[tuple[str, float, ...]]:
+    """(thread, user, system, CPU ms, voluntary, involuntary switches) a request over ``n`` requests:
+    the main thread, then the others that ran, busiest first."""
     rows = []
-    for tid, (u, s, c) in after.items():
-        u0, s0, c0 = before.get(tid, (0.0, 0.0, 0.0))
-        if c - c0 <= 0:
+    for tid, now in after.items():
+        then = before.get(tid, (0.0,) * len(now))
+        if now[2] - then[2] <= 0:
             continue
         name = "event loop (main thread)" if tid == pid else f"thread {tid}"
-        rows.append((name, (u - u0) / n * 1e3, (s - s0) / n * 1e3, (c - c0) / n * 1e3))
+        d = [(a - b) / n for a, b in zip(now, then, strict=True)]
+        rows.append((name, d[0] * 1e3, d[1] * 1e3, d[2] * 1e3, d[3], d[4]))
     rows.sort(key=lambda r: (r[0] != "event loop (main thread)", -r[3]))
     return rows
 
@@ -326,11 +334,14 @@ async def threads_main(args: argparse.Namespace) -> None:
         after = thread_cpu(gw.pid)
     assert r.errors == 0, r.statuses
     rows = thread_rows(gw.pid, before, after, r.ok)
-    total = sum(c for *_, c in rows)
+    total = sum(r[3] for r in rows)
     mode = "stream" if args.stream else "non-stream"
     print(f"{mode}, concurrency {args.concurrency}: {r.rps:,.0f} req/s, {total:.3f} ms CPU a request")
-    for name, u, s, c in rows:
-        print(f"{c:.3f} ms ({c / total * 100:4.1f} %; user {u:.3f}, system {s:.3f})  {name}")
+    for name, u, s, c, vol, invol in rows:
+        print(
+            f"{c:.3f} ms ({c / total * 100:4.1f} %; user {u:.3f}, system {s:.3f}; switches a request "
+            f"{vol:.2f} voluntary, {invol:.2f} involuntary)  {name}"
+        )
 
 
 async def main_async(args: argparse.Namespace) -> None:

@@ -64,12 +64,18 @@ def test_the_gc_summary_counts_only_collections_after_the_warm_up() -> None:
 
 
 def test_thread_rows_put_the_event_loop_first_and_per_request() -> None:
-    before = {10: (1.0, 0.5, 1.6), 11: (0.2, 0.1, 0.3), 12: (0.0, 0.0, 0.1)}
-    after = {10: (3.0, 1.0, 4.1), 11: (0.6, 0.3, 0.9), 12: (0.0, 0.0, 0.1), 13: (0.1, 0.0, 0.1)}
+    before = {10: (1.0, 0.5, 1.6, 10, 1), 11: (0.2, 0.1, 0.3, 0, 0), 12: (0.0, 0.0, 0.1, 0, 0)}
+    after = {
+        10: (3.0, 1.0, 4.1, 510, 201),
+        11: (0.6, 0.3, 0.9, 5, 0),
+        12: (0.0, 0.0, 0.1, 0, 0),
+        13: (0.1, 0.0, 0.1, 1, 1),
+    }
     rows = thread_rows(10, before, after, 1000)
     assert [r[0] for r in rows] == ["event loop (main thread)", "thread 11", "thread 13"]  # 12 did not run
-    _, user, system, cpu = rows[0]
+    _, user, system, cpu, vol, invol = rows[0]
     assert (round(user, 3), round(system, 3), round(cpu, 3)) == (2.0, 0.5, 2.5)
+    assert (vol, invol) == (0.5, 0.2)
 
 
 def test_aiohttps_shared_modules_are_charged_to_their_caller() -> None:

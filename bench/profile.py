@@ -32,7 +32,7 @@ are less fooled, and one measures what no sample shows:
   and the scheduler's nanoseconds), per request: the event loop's thread (the main one) against the
   others (the billing ledger's writer, executor threads). CPU, not samples, so a preempted thread
   costs nothing here; ``--gil`` put the ledger thread at 17.5 % of the samples where this put it at
-  6-7 % of the process's CPU (issue 30, round 5).
+  6-9 % of the process's CPU (issue 30, round 5).
 """
 
 from __future__ import annotations

@@ -20,10 +20,10 @@ every case it ran (concurrency 1 and 32, ``full`` and ``normal``), hence off by 
 The row path (``python -m bench.ledger_commit --row-cost``: the writer thread's CPU a row, 32 writers,
 queued groups of 32): 13.1-13.7 us a row before this round's trims, 11.2-11.9 after, most of it
 SQLite's own insert (about 9 us: the table and its three B-tree indexes, with the GIL released). What
-was Python: the row's values (3.2-4.3 us -> 1.1-1.7: the kinds by one ``attrgetter``, the day string
-made once a day) and one ``execute`` (a cursor) a row, now one ``executemany`` a group; a group whose
-count shows a row already recorded is rolled back and run row by row, so each waiter still learns
-whether its row was new.
+was Python (``--row-parts``): the row's values, 2.1-2.2 us -> 0.6-0.7 (the kinds by one ``attrgetter``,
+the day string made once a day), and one ``execute`` (a cursor) a row, now one ``executemany`` a group
+(3-7 % of the insert); a group whose count shows a row already recorded is rolled back and run row by
+row, so each waiter still learns whether its row was new.
 
 Durability (``synchronous``):
 - ``full`` (this class's default; the policy's is ``normal``): in WAL mode SQLite fsyncs the WAL at every commit. Once ``record`` has returned,

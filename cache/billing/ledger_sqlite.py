@@ -138,12 +138,14 @@ def _settle(items: list[tuple[asyncio.Future[Any], Any, Any]]) -> None:
 
 
 _KIND_VALUES = attrgetter(*KINDS)
-_days: dict[int, str] = {}  # UTC day number -> "YYYY-MM-DD" (the writer thread's only)
+# UTC day number -> "YYYY-MM-DD". Shared by the writer threads of a process's ledgers: a dict's get and
+# set are atomic under the GIL, and an entry lost to a concurrent clear is only made again.
+_days: dict[int, str] = {}
 
 
 def _day(ts_ms: int) -> str:
-    """``day_of(ts_ms)``, made once a day: a row's day cost 0.8 of its 2.9 us of Python (datetime,
-    date, isoformat; ``python -m bench.ledger_commit --row-cost``)."""
+    """``day_of(ts_ms)``, made once a day: ``datetime``, ``date`` and ``isoformat`` were about 0.8 us a
+    row, a third of the row's values (``python -m bench.ledger_commit --row-parts``)."""
     n = ts_ms // DAY_MS
     day = _days.get(n)
     if day is None:

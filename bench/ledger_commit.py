@@ -1,6 +1,8 @@
 """What a durable billing row costs: the real SQLite ledger writer, per-row commit against group commit.
 
     python -m bench.ledger_commit [--rows-c1 400] [--rows-c32 4000] [--think-ms 5] [--write]
+    python -m bench.ledger_commit --row-cost [--rows 20000] [--rounds 3] [--checkout DIR]
+    python -m bench.ledger_commit --row-parts [--rows 20000] [--rounds 3] [--checkout DIR]
 
 Each variant opens a fresh ledger file (a temporary directory on this machine's disk) and has
 ``concurrency`` writers call ``SqliteLedger.record`` -- the call the gateway's ``completed`` hook
@@ -17,6 +19,16 @@ commit and the p50/p99 wait. Variants, for ``synchronous`` full and normal at co
 - ``window N ms``: the group also waits up to N ms from its first row for more (or until
   ``group_commit_rows``).
 
+``--row-cost`` measures the writer's own work instead: the CPU of the ledger thread per row
+(``/proc/self/task/TID/schedstat``: the scheduler's nanoseconds for that one thread, so neither the
+event loop's work nor a wait for a core is in it), with 32 writers back to back under the policy's
+defaults (``normal``, queued groups), for this tree's ``SqliteLedger`` and, with ``--checkout DIR``,
+the ``SqliteLedger`` of another checkout (its ``cache/billing/ledger_sqlite.py`` loaded beside this
+one) in alternating rounds of one run: the least of the rounds each. ``--row-parts`` times the
+parts of that work on this thread (``time.thread_time``): building the rows' values (this tree's
+``_row_values`` and, with ``--checkout``, the other's), and inserting them in groups of 32 into a
+fresh file, one ``execute`` a row against one ``executemany`` a group, each with its BEGIN/COMMIT.
+
 All variants run side by side in one run, so their ratios are comparable on a shared, noisy machine;
 absolute numbers are this machine's at that moment. Nothing here asserts a threshold.
 """
@@ -25,15 +37,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import os
 import platform
 import random
+import sqlite3
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from bench.report import percentile, table, write_section
+from cache.billing import ledger_sqlite
 from cache.billing.ledger_sqlite import SqliteLedger
 from cache.billing.pricing import LineItem, ModelPrices, RequestUsage, Rules, bill
 from config.billing import GROUP_COMMIT_MS, GROUP_COMMIT_ROWS
@@ -130,6 +145,110 @@ async def main(rows_c1: int, rows_c32: int, think_ms: float) -> list[Result]:
     return out
 
 
+def thread_cpu_s(native_id: int) -> float:
+    """CPU seconds of one thread of this process (the scheduler's ns; psutil's ticks are 10 ms)."""
+    with open(f"/proc/self/task/{native_id}/schedstat") as f:
+        return int(f.read().split()[0]) / 1e9
+
+
+def ledger_class(checkout: str | None) -> type[SqliteLedger]:
+    if checkout is None:
+        return SqliteLedger
+    path = Path(checkout, "cache", "billing", "ledger_sqlite.py")
+    spec = importlib.util.spec_from_file_location("baseline_ledger_sqlite", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.SqliteLedger
+
+
+async def row_cost(cls: type[SqliteLedger], d: Path, tag: str, rows: int) -> tuple[float, float, float]:
+    """(writer CPU us a row, rows a commit, rows/s) of ``rows`` rows from 32 writers back to back."""
+    led = await cls.open(str(d / f"{tag}.db"), synchronous="normal")
+    items = [_item(i) for i in range(rows)]
+    counter = iter(range(rows))
+
+    async def writer() -> None:
+        for i in counter:
+            await led.record(items[i])
+
+    await led.record(_item(rows + 1))  # the statement prepared, the file created
+    tid, commits0 = led._thread.native_id, led.commits
+    assert tid is not None
+    c0, t0 = thread_cpu_s(tid), time.perf_counter()
+    await asyncio.gather(*(writer() for _ in range(32)))
+    cpu, wall = thread_cpu_s(tid) - c0, time.perf_counter() - t0
+    commits = led.commits - commits0
+    await led.close()
+    return cpu / rows * 1e6, rows / max(1, commits), rows / wall
+
+
+async def row_cost_main(rows: int, rounds: int, checkout: str | None) -> str:
+    targets = [("this tree", SqliteLedger)]
+    if checkout:
+        targets.append((f"checkout {checkout}", ledger_class(checkout)))
+    best: dict[str, tuple[float, float, float]] = {}
+    with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as d:
+        for k in range(rounds):
+            for name, cls in targets:
+                r = await row_cost(cls, Path(d), f"{k}-{len(best)}-{name[:4]}", rows)
+                print(
+                    f"{name}: writer {r[0]:.1f} us/row, {r[1]:.1f} rows/commit, {r[2]:,.0f} rows/s",
+                    flush=True,
+                )
+                b = best.get(name, (float("inf"), 0.0, 0.0))
+                best[name] = (min(b[0], r[0]), r[1], max(b[2], r[2]))
+    head = ["ledger", "writer CPU us / row (least)", "rows / commit", "rows/s (best)"]
+    return table(head, [[n, f"{c:.1f}", f"{g:.1f}", f"{s:,.0f}"] for n, (c, g, s) in best.items()])
+
+
+def row_parts_main(rows: int, rounds: int, checkout: str | None) -> str:
+    modules = [("this tree", ledger_sqlite)]
+    if checkout:
+        path = Path(checkout, "cache", "billing", "ledger_sqlite.py")
+        spec = importlib.util.spec_from_file_location("baseline_ledger_sqlite_parts", path)
+        assert spec is not None and spec.loader is not None
+        other = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(other)
+        modules.append((f"checkout {checkout}", other))
+    items = [_item(i) for i in range(rows)]
+    values = [ledger_sqlite._row_values(it) for it in items]
+    for _, m in modules[1:]:
+        assert [m._row_values(it) for it in items] == values, "the two trees build different rows"
+    out: dict[str, list[float]] = {}
+
+    def insert(d: str, tag: str, many: bool) -> float:
+        conn = sqlite3.connect(os.path.join(d, f"{tag}.db"), isolation_level=None)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.executescript(ledger_sqlite._SCHEMA)
+        t0 = time.thread_time()
+        for g in range(0, rows, 32):
+            conn.execute("BEGIN IMMEDIATE")
+            if many:
+                conn.executemany(ledger_sqlite._INSERT, values[g : g + 32])
+            else:
+                for v in values[g : g + 32]:
+                    conn.execute(ledger_sqlite._INSERT, v)
+            conn.execute("COMMIT")
+        spent = time.thread_time() - t0
+        conn.close()
+        return spent / rows * 1e6
+
+    with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as d:
+        for k in range(rounds):
+            for name, m in modules:
+                t0 = time.thread_time()
+                for it in items:
+                    m._row_values(it)
+                out.setdefault(f"row values, {name}", []).append((time.thread_time() - t0) / rows * 1e6)
+            for many in (False, True):
+                label = "insert, executemany a group" if many else "insert, execute a row"
+                out.setdefault(label, []).append(insert(d, f"{k}-{many}", many))
+    head = ["part", *(f"round {k + 1}, us / row" for k in range(rounds))]
+    return table(head, [[name, *(f"{v:.2f}" for v in vals)] for name, vals in out.items()])
+
+
 NOTE = (
     "At concurrency 1 `per row` and `queued` run the same code (a lone row commits at once in both), "
     "so the gap between those two rows is the machine's noise, not grouping.\n"
@@ -182,7 +301,18 @@ if __name__ == "__main__":
     ap.add_argument("--rows-c32", type=int, default=4000)
     ap.add_argument("--think-ms", type=float, default=5.0)
     ap.add_argument("--write", action="store_true", help="write the table into docs/benchmarks.md")
+    ap.add_argument("--row-cost", action="store_true", help="the writer thread's CPU a row (see above)")
+    ap.add_argument("--row-parts", action="store_true", help="the row's parts timed alone (see above)")
+    ap.add_argument("--rows", type=int, default=20000, help="--row-cost: rows a measurement")
+    ap.add_argument("--rounds", type=int, default=3, help="--row-cost: alternating rounds")
+    ap.add_argument("--checkout", metavar="DIR", help="--row-cost: also this checkout's SqliteLedger")
     args = ap.parse_args()
+    if args.row_cost:
+        print(asyncio.run(row_cost_main(args.rows, args.rounds, args.checkout)))
+        raise SystemExit(0)
+    if args.row_parts:
+        print(row_parts_main(args.rows, args.rounds, args.checkout))
+        raise SystemExit(0)
     res = asyncio.run(main(args.rows_c1, args.rows_c32, args.think_ms))
     cmd = (
         f"python -m bench.ledger_commit --rows-c1 {args.rows_c1} --rows-c32 {args.rows_c32}"

@@ -13,7 +13,9 @@ with, installed from PyPI into side venvs (``bench.peers``; never project depend
 ``cache_aware`` policy. The load generator (``bench.loadgen``, aiohttp) is this process.
 
 Scenarios: non-stream and stream (8 chunks) at concurrency 32, non-stream at concurrency 1, and the
-50 ms upstream at concurrency 32. Targets alternate within each round, ``--rounds`` times: the best
+50 ms upstream at concurrency 32. Targets alternate within each round, ``--rounds`` times, each round
+starting one router further along (the router measured right after direct ran slowest at
+concurrency 1, whichever checkout it was: issue 30, round 5): the best
 round's throughput is kept (noise on a shared machine only ever slows a run), latencies are pooled
 over all rounds. CPU per request is the router process's (and its children's) user+system CPU over the
 requests of a measurement (psutil), so a reader can size a deployment: 1 / CPU-per-request is the
@@ -135,10 +137,12 @@ async def run_upstream(kind: str, scenarios: list[Scenario], args: argparse.Name
             for sc in scenarios:
                 n = max(200, int(args.requests * sc.share))
                 tallies = {name: Tally() for name in ["direct", *(t for t, _ in targets)]}
-                for _ in range(args.rounds):
+                for k in range(args.rounds):
                     r, cpu = await measure(urls[0] + "/v1/chat/completions", sim.pid, n, sc)
                     tallies["direct"].add(r, cpu)
-                    for name, proc in targets:
+                    # Each round starts the routers one further along: the one measured right after
+                    # direct had the worst c=1 CPU in three runs out of three, whichever tree it was.
+                    for name, proc in targets[k % len(targets) :] + targets[: k % len(targets)]:
                         r, cpu = await measure(proc.url + "/v1/chat/completions", proc.pid, n, sc)
                         tallies[name].add(r, cpu)
                 new = scenario_rows(sc, tallies)

@@ -1,7 +1,7 @@
 """Where the gateway's CPU goes under load: py-spy samples of a real gateway process, by component.
 
     python -m bench.profile [--stream] [--concurrency 32] [--requests 4000] [--checkout DIR] [--raw F]
-                            [--gil | --calls | --gc]
+                            [--gil | --calls | --gc | --threads]
 
 The quick start's gateway (``serve --replica URL --model M``: default policy, response cache, billing,
 metrics and access log) in front of a zero-latency simulator, warmed up, then sampled by py-spy (500 Hz,
@@ -27,6 +27,12 @@ are less fooled, and one measures what no sample shows:
 - ``--gc``: the gateway runs with a ``gc.callbacks`` probe; prints, per generation, the collections
   during ``--requests`` (after the warm-up) and their CPU (``time.thread_time``, so a wait for a core is
   not in it): the pauses every request in flight waits out.
+- ``--threads``: no sampler at all; the CPU each thread of the gateway process spent during
+  ``--requests`` (the kernel's per-thread accounting, ``/proc/PID/task/TID``: user and system ticks,
+  and the scheduler's nanoseconds), per request: the event loop's thread (the main one) against the
+  others (the billing ledger's writer, executor threads). CPU, not samples, so a preempted thread
+  costs nothing here; ``--gil`` put the ledger thread at 17.5 % of the samples where this put it at
+  6-9 % of the process's CPU (issue 30, round 5).
 """
 
 from __future__ import annotations
@@ -65,6 +71,7 @@ COMPONENTS: tuple[tuple[str, str], ...] = (
     ("scrapes and health checks", "gateway/fleet/"),
     ("aiohttp client", "aiohttp/client"),
     ("aiohttp client", "aiohttp/connector.py"),
+    ("aiohttp client", "gateway/upstream/client.py"),  # our deadlines around it, its reads
     ("parse and validate", "gateway/pipeline/parse.py"),
     ("tenant, limits, cache key", "gateway/pipeline/tenant.py"),
     ("tenant, limits, cache key", "gateway/pipeline/limits.py"),
@@ -77,12 +84,33 @@ COMPONENTS: tuple[tuple[str, str], ...] = (
 )
 
 
+# aiohttp modules both its server and its client run (body streams, the HTTP writer and parser, timers,
+# flow control): a frame in one is charged to whoever called it, walking on towards the root, so the
+# client's reads of an answer are not the server's. Before this (issue 30 up to round 4) they were all
+# "aiohttp server", which put that at 40 % of the samples while the whole server layer costs 0.04 ms
+# of a request's ~0.4 (``python -m bench.server_layer``).
+SHARED = (
+    "aiohttp/streams.py",
+    "aiohttp/http_writer.py",
+    "aiohttp/http_parser.py",
+    "aiohttp/helpers.py",
+    "aiohttp/base_protocol.py",
+    "aiohttp/payload.py",
+    "aiohttp/tcp_helpers.py",
+)
+SHARED_ONLY = "aiohttp (shared modules, caller not on the stack)"
+
+
 def charge(frames: list[str]) -> str:
+    shared = False
     for frame in reversed(frames):  # leaf first
+        if any(needle in frame for needle in SHARED):
+            shared = True
+            continue
         for name, needle in COMPONENTS:
             if needle in frame:
                 return name
-    return "other (interpreter, GC, libraries)"
+    return SHARED_ONLY if shared else "other (interpreter, GC, libraries)"
 
 
 def summarise(raw: Path) -> list[tuple[str, float]]:
@@ -101,16 +129,18 @@ Func = tuple[str, int, str]  # pstats' (file, line, function)
 
 
 def _file_component(func: Func) -> str | None:
-    """The component of a Python function by its file; None for a builtin (``~``)."""
-    if func[0] == "~":
+    """The component of a Python function by its file; None for a builtin (``~``) and for a function
+    of aiohttp's shared modules (``SHARED``): their calls go to their callers'."""
+    if func[0] == "~" or any(needle in func[0] for needle in SHARED):
         return None
     return charge([f"{func[2]} ({func[0]}:{func[1]})"])
 
 
 def calls_by_component(stats: dict[Func, tuple], n: int) -> dict[str, float]:
     """Calls per request of each component in ``stats`` (pstats' raw table: ``(cc, nc, tt, ct,
-    callers)`` per function, here a difference of two runs) over ``n`` requests. A builtin's calls go
-    to its callers' components in proportion to the calls each made."""
+    callers)`` per function, here a difference of two runs) over ``n`` requests. A builtin's calls, and
+    a function's of aiohttp's shared modules, go to its callers' components in proportion to the calls
+    each made (one level up: a shared function called by another shared one is ``SHARED_ONLY``)."""
     out: collections.Counter[str] = collections.Counter()
     for func, (_, nc, _, _, callers) in stats.items():
         own = _file_component(func)
@@ -120,9 +150,8 @@ def calls_by_component(stats: dict[Func, tuple], n: int) -> dict[str, float]:
         counted = {c: v[1] if isinstance(v, tuple) else v for c, v in callers.items()}
         total = sum(counted.values())
         for caller, k in counted.items():
-            out[_file_component(caller) or "other (interpreter, GC, libraries)"] += (
-                nc * k / total if total else 0
-            )
+            fallback = "other (interpreter, GC, libraries)" if caller[0] == "~" else SHARED_ONLY
+            out[_file_component(caller) or fallback] += nc * k / total if total else 0
     return {name: calls / n for name, calls in out.most_common()}
 
 
@@ -254,7 +283,71 @@ async def calls_main(args: argparse.Namespace) -> None:
         print(f"{v[1] / args.requests:7.1f}  {fn} ({file.split('site-packages/')[-1]}:{line})")
 
 
+Threads = dict[int, tuple[float, ...]]
+
+
+def thread_cpu(pid: int) -> Threads:
+    """Per thread of ``pid``: (user s, system s, on-CPU s by the scheduler's ns, voluntary and
+    involuntary context switches)."""
+    out = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                ns = int(f.read().split()[0])
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                status = dict(line.split(":", 1) for line in f if ":" in line)
+        except OSError:  # the thread ended
+            continue
+        switches = (int(status["voluntary_ctxt_switches"]), int(status["nonvoluntary_ctxt_switches"]))
+        out[int(tid)] = (int(fields[11]) / tick, int(fields[12]) / tick, ns / 1e9, *switches)
+    return out
+
+
+def thread_rows(pid: int, before: Threads, after: Threads, n: int) -> list[tuple[str, float, ...]]:
+    """(thread, user, system, CPU ms, voluntary, involuntary switches) a request over ``n`` requests:
+    the main thread, then the others that ran, busiest first."""
+    rows = []
+    for tid, now in after.items():
+        then = before.get(tid, (0.0,) * len(now))
+        if now[2] - then[2] <= 0:
+            continue
+        name = "event loop (main thread)" if tid == pid else f"thread {tid}"
+        d = [(a - b) / n for a, b in zip(now, then, strict=True)]
+        rows.append((name, d[0] * 1e3, d[1] * 1e3, d[2] * 1e3, d[3], d[4]))
+    rows.sort(key=lambda r: (r[0] != "event loop (main thread)", -r[3]))
+    return rows
+
+
+async def threads_main(args: argparse.Namespace) -> None:
+    sim, urls = start_sim(1, extra=ZERO)
+    gw = start_gateway(["--replica", urls[0], "--model", MODEL], checkout=args.checkout)
+    url = gw.url + "/v1/chat/completions"
+    with running(gw, sim):
+        await run_load(url, body, requests=WARMUP, concurrency=args.concurrency, stream=args.stream)
+        before = thread_cpu(gw.pid)
+        r = await run_load(
+            url, body, requests=args.requests, concurrency=args.concurrency, stream=args.stream
+        )
+        after = thread_cpu(gw.pid)
+    assert r.errors == 0, r.statuses
+    rows = thread_rows(gw.pid, before, after, r.ok)
+    total = sum(r[3] for r in rows)
+    mode = "stream" if args.stream else "non-stream"
+    print(f"{mode}, concurrency {args.concurrency}: {r.rps:,.0f} req/s, {total:.3f} ms CPU a request")
+    for name, u, s, c, vol, invol in rows:
+        print(
+            f"{c:.3f} ms ({c / total * 100:4.1f} %; user {u:.3f}, system {s:.3f}; switches a request "
+            f"{vol:.2f} voluntary, {invol:.2f} involuntary)  {name}"
+        )
+
+
 async def main_async(args: argparse.Namespace) -> None:
+    if args.threads:
+        await threads_main(args)
+        return
     if args.calls:
         await calls_main(args)
         return
@@ -299,6 +392,7 @@ def main() -> None:
     mode.add_argument("--gil", action="store_true", help="sample only the thread holding the GIL")
     mode.add_argument("--calls", action="store_true", help="function calls per request (cProfile)")
     mode.add_argument("--gc", action="store_true", help="the collector's pauses (CPU) under the load")
+    mode.add_argument("--threads", action="store_true", help="CPU per request of each thread (no sampler)")
     asyncio.run(main_async(parser.parse_args()))
 
 

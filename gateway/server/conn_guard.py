@@ -137,11 +137,11 @@ class GatewayRunner(web.AppRunner):
         return server
 
 
-async def read_body_within(request: web.Request, timeout_s: float) -> web.Response | None:
+async def read_body_within(request: web.BaseRequest, timeout_s: float) -> web.Response | None:
     """Read a POST body within ``timeout_s`` (aiohttp keeps it: handlers read it again for free).
     None when it arrived; else the answer to send (408, or 413 past the body limit), closing the
     connection."""
-    limit = request.app._client_max_size
+    limit = request.client_max_size  # the app's ``client_max_size``, given to each request it makes
     declared = request.content_length
     if not request.body_exists or (declared and declared > limit):
         return None

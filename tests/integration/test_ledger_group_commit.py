@@ -126,6 +126,23 @@ async def test_one_bad_row_fails_alone_and_its_group_is_retried(tmp_path: Path) 
     await led.close()
 
 
+async def test_a_group_with_rows_already_recorded_says_which_and_commits_once(tmp_path: Path) -> None:
+    """The group's one ``executemany`` counts fewer rows than it was given when some were recorded
+    before (a retried write): each waiter still learns whether *its* row was new, every new row is
+    committed, and the group is still one transaction."""
+    path = tmp_path / "l.db"
+    led = await SqliteLedger.open(str(path))
+    assert [await led.record(_item(i)) for i in (1, 4)] == [True, True]
+    await led.close()
+    # A long window, so the 8 rows below are one group whatever the scheduling (the row bound closes it).
+    led = await SqliteLedger.open(str(path), group_commit_rows=8, group_commit_ms=60_000)
+    outcomes = await asyncio.wait_for(asyncio.gather(*(led.record(_item(i)) for i in range(8))), 10)
+    assert outcomes == [i not in (1, 4) for i in range(8)]
+    assert led.commits == 1
+    assert _durable_ids(path) == {f"r{i}" for i in range(8)}
+    await led.close()
+
+
 async def test_close_flushes_the_open_group(tmp_path: Path) -> None:
     path = tmp_path / "l.db"
     led = await SqliteLedger.open(str(path), group_commit_rows=1000, group_commit_ms=60_000)

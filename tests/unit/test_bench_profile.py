@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.profile import _difference, calls_by_component, charge, gc_summary, summarise
+from bench.profile import _difference, calls_by_component, charge, gc_summary, summarise, thread_rows
 
 HANDLER = "handle (gateway/pipeline/handler.py:80)"
 DISPATCH = "attempt_once (gateway/pipeline/dispatch.py:120)"
@@ -61,3 +61,37 @@ def test_the_gc_summary_counts_only_collections_after_the_warm_up() -> None:
     )
     assert lines[1].startswith("generation 1: 1 collections, CPU p50 2.00")
     assert lines[2] == "generation 2: no collection"  # the full one ended during the warm-up
+
+
+def test_thread_rows_put_the_event_loop_first_and_per_request() -> None:
+    before = {10: (1.0, 0.5, 1.6, 10, 1), 11: (0.2, 0.1, 0.3, 0, 0), 12: (0.0, 0.0, 0.1, 0, 0)}
+    after = {
+        10: (3.0, 1.0, 4.1, 510, 201),
+        11: (0.6, 0.3, 0.9, 5, 0),
+        12: (0.0, 0.0, 0.1, 0, 0),
+        13: (0.1, 0.0, 0.1, 1, 1),
+    }
+    rows = thread_rows(10, before, after, 1000)
+    assert [r[0] for r in rows] == ["event loop (main thread)", "thread 11", "thread 13"]  # 12 did not run
+    _, user, system, cpu, vol, invol = rows[0]
+    assert (round(user, 3), round(system, 3), round(cpu, 3)) == (2.0, 0.5, 2.5)
+    assert (vol, invol) == (0.5, 0.2)
+
+
+def test_aiohttps_shared_modules_are_charged_to_their_caller() -> None:
+    read = "StreamReader.read (aiohttp/streams.py:1)"
+    write = "StreamWriter.write (aiohttp/http_writer.py:1)"
+    client = [HANDLER, DISPATCH, "Upstream.read_all (gateway/upstream/client.py:90)", read]
+    server = [
+        "RequestHandler.start (aiohttp/web_protocol.py:1)",
+        "StreamResponse.write (aiohttp/web_response.py:1)",
+        write,
+    ]
+    assert charge(client) == "aiohttp client"  # before: "aiohttp server", by the leaf's file
+    assert charge(server) == "aiohttp server"
+    assert charge([read]) == "aiohttp (shared modules, caller not on the stack)"
+    feed = ("/x/aiohttp/streams.py", 1, "feed_data")
+    proto = ("/x/aiohttp/client_proto.py", 1, "data_received")
+    web = ("/x/aiohttp/web_protocol.py", 1, "data_received")
+    stats = {feed: (4, 4, 0.0, 0.0, {proto: (3, 3, 0.0, 0.0), web: (1, 1, 0.0, 0.0)})}
+    assert calls_by_component(stats, 1) == {"aiohttp client": 3, "aiohttp server": 1}

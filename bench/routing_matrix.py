@@ -80,6 +80,11 @@ VARIANTS: dict[str, dict[str, object]] = {
     "pinned-x4": {"learn_capacity": False, "_published": 4.0},
     "pinned-x4-full-prefix": {"learn_capacity": False, "_published": 4.0, "max_prefix_tokens": 65536},
     "truth-pinned-full-prefix": {"learn_capacity": False, "_published": 1.0, "max_prefix_tokens": 65536},
+    # round 6: the hot-prefix share term off (the policy before it), and its weight and dead zone moved
+    "hot-off": {"hot_penalty_tokens": 0.0},
+    "hot96-c1": {"hot_penalty_tokens": 96.0, "hot_share_factor": 1.0},
+    "hot128-c1.15": {"hot_penalty_tokens": 128.0, "hot_share_factor": 1.15},
+    "hot256-c1.15": {"hot_penalty_tokens": 256.0, "hot_share_factor": 1.15},
 }
 
 

@@ -57,7 +57,7 @@ from sim.engine import BlockPool, Engine, EngineConfig, EngineCosts, EngineReque
 HELDOUT_OFFSET = 6000  # first record of the held-out window of the trace
 TIER_FACTOR = 2  # CPU tier blocks per GPU block
 VARIANTS: dict[str, dict[str, object]] = {
-    "before": {"learn_capacity": False, "evict_weight": 0.0},
+    "before": {"learn_capacity": False, "evict_weight": 0.0, "hot_penalty_tokens": 0.0},
     "after": {},
     "after-full-prefix": {"max_prefix_tokens": 65536},  # every prompt token hashed (a candidate default)
     # bench.peer_models.SglangCacheAware in front of the same engines; it matches the whole request

@@ -17,6 +17,9 @@ front of 4 engine models, one event queue, deterministic):
 
 Plus tight caches under Zipf popularity over shared prompts (``zipf``: 16 prompts of about 1.6k tokens,
 s = 0.9, 4 replicas holding about 3 each; ``zipf-s1.1``, ``zipf-24``: other exponents and counts).
+``--set zipf-r6`` runs instead round 6's own tune cells (issue 24, defined before that round changed the
+router): s = 1.1, 1.2, 1.3 x 16 and 24 prompts x seeds 3 and 4 (neither the tune split's 1 nor the
+held-out split's 2), tune split only: where bounding what unlearning may concentrate is judged.
 
 Splits, fixed before any tuning: ``tune`` is the Mooncake conversation trace's first ``--requests``
 records and the Zipf workloads with seed 1; ``heldout`` is another window of the same trace (records
@@ -54,7 +57,7 @@ from sim.engine import BlockPool, Engine, EngineConfig, EngineCosts, EngineReque
 HELDOUT_OFFSET = 6000  # first record of the held-out window of the trace
 TIER_FACTOR = 2  # CPU tier blocks per GPU block
 VARIANTS: dict[str, dict[str, object]] = {
-    "before": {"learn_capacity": False, "evict_weight": 0.0},
+    "before": {"learn_capacity": False, "evict_weight": 0.0, "hot_penalty_tokens": 0.0},
     "after": {},
     "after-full-prefix": {"max_prefix_tokens": 65536},  # every prompt token hashed (a candidate default)
     # bench.peer_models.SglangCacheAware in front of the same engines; it matches the whole request
@@ -77,6 +80,11 @@ VARIANTS: dict[str, dict[str, object]] = {
     "pinned-x4": {"learn_capacity": False, "_published": 4.0},
     "pinned-x4-full-prefix": {"learn_capacity": False, "_published": 4.0, "max_prefix_tokens": 65536},
     "truth-pinned-full-prefix": {"learn_capacity": False, "_published": 1.0, "max_prefix_tokens": 65536},
+    # round 6: the hot-prefix share term off (the policy before it), and its weight and dead zone moved
+    "hot-off": {"hot_penalty_tokens": 0.0},
+    "hot96-c1": {"hot_penalty_tokens": 96.0, "hot_share_factor": 1.0},
+    "hot128-c1.15": {"hot_penalty_tokens": 128.0, "hot_share_factor": 1.15},
+    "hot256-c1.15": {"hot_penalty_tokens": 256.0, "hot_share_factor": 1.15},
 }
 
 
@@ -224,9 +232,11 @@ ZIPF_BLOCKS = workloads.ZIPF_TIGHT_KV_BLOCKS
 ZIPF_RATE = workloads.ZIPF_TIGHT_RATE
 
 
-def zipf_workload(name: str, seed: int) -> workloads.Workload:
-    prompts, s = ZIPF[name]
-    return workloads.zipf_tight(seed, 600, prompts, s)
+# Round 6's tune cells (``--set zipf-r6``): name -> (prompts, s, seed). Written before any router change
+# of that round; the held-out split never runs them.
+ZIPF_R6 = {
+    f"r6-s{s}-p{n}-seed{seed}": (n, s, seed) for s in (1.1, 1.2, 1.3) for n in (16, 24) for seed in (3, 4)
+}
 
 
 def run_cell(
@@ -249,12 +259,16 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--requests", type=int, default=4000)
     p.add_argument("--kv", type=float, default=0.25, help="fleet KV / working set of the window")
     p.add_argument("--variants", nargs="+", choices=sorted(VARIANTS), default=["before", "after"])
+    p.add_argument("--set", choices=["matrix", "zipf-r6"], default="matrix",
+                   help="zipf-r6: round 6's own Zipf tune cells instead of the matrix (tune split only)")  # fmt: skip
     p.add_argument("--cells", nargs="+", help="only these cells (names as printed, or zipf names)")
     p.add_argument("--write", action="store_true", help="write the table into docs/benchmarks.md")
     args = p.parse_args(argv)
+    if args.set == "zipf-r6" and args.split != "tune":
+        p.error("--set zipf-r6 is a tune set: the held-out split never runs it")
     seed = 1 if args.split == "tune" else 2
     jobs: list[tuple[str, Cell, workloads.Workload, EngineConfig, float, int]] = []
-    if args.trace:
+    if args.trace and args.set == "matrix":
         fmt = traces.FORMATS["mooncake"]
         scale = traces.Scale(fmt, 8.0)
         start = 0 if args.split == "tune" else HELDOUT_OFFSET
@@ -267,11 +281,14 @@ def main(argv: list[str] | None = None) -> None:
             blocks = max(1, int(args.kv * ws / 4) * 16 // cell.block)
             ecfg = EngineConfig(num_gpu_blocks=blocks, block_size=cell.block, costs=EngineCosts().scaled(8.0))
             jobs.append((f"mooncake {args.split}", cell, wl, ecfg, 0.5, blocks * cell.block // 16))
-    for name in ZIPF:
+    zipf_cells = {name: (*ZIPF[name], seed) for name in ZIPF} if args.set == "matrix" else ZIPF_R6
+    for name, (prompts, s, cell_seed) in zipf_cells.items():
         if args.cells and name not in args.cells:
             continue
         ecfg = EngineConfig(num_gpu_blocks=ZIPF_BLOCKS)
-        jobs.append((f"{name} seed {seed}", Cell(), zipf_workload(name, seed), ecfg, ZIPF_RATE, ZIPF_BLOCKS))
+        zwl = workloads.zipf_tight(cell_seed, 600, prompts, s)
+        label = f"{name} seed {cell_seed}" if args.set == "matrix" else name
+        jobs.append((label, Cell(), zwl, ecfg, ZIPF_RATE, ZIPF_BLOCKS))
     rows: list[list[str]] = []
     worst: dict[str, float] = {}
     worst_busy: dict[str, float] = {}

@@ -240,6 +240,22 @@ class RoutingConfig(BaseModel):
         "a full cache (it will be prefilled again); 0 scores only what a placement prefills. Scored only where "
         "every replica's capacity is published (an unpublished one's free room is a guess)",
     )
+    hot_penalty_tokens: float = Field(
+        192.0,
+        ge=0.0,
+        le=1_000_000.0,
+        description="prefix_affinity: queued prefill tokens each decision counts as that a replica took of the "
+        "last 256 beyond hot_share_factor x the mean, scored where the prompt is mostly a hot prefix (one that "
+        "ended 1/n of the last shared_window decisions' matches): bounds how much of the traffic a hot prompt's "
+        "home takes; 0: off",
+    )
+    hot_share_factor: float = Field(
+        1.15,
+        ge=1.0,
+        le=10.0,
+        description="prefix_affinity: the share of the recent decisions (x the mean) a replica may take before "
+        "hot_penalty_tokens counts",
+    )
     learn_capacity: bool = Field(
         True,
         description="learn each replica's effective KV capacity from its answers' cached_tokens (without "

@@ -4,14 +4,15 @@
 policy read, before the decision adds its own load: each candidate's queued prefill, load and matched
 tokens, the weights the policy applied (``PickContext.weights``, written by the policy as it picks),
 and for a policy that scores (``prefix_affinity``) each candidate's score, recomputed from those terms
-by its formula ``queued + decode_cost x load - reuse_factor x matched`` (lowest wins). Nothing here
+by its formula ``queued + decode_cost x load - reuse_factor x matched`` plus what it added to a
+candidate beyond it (``PickContext.added``: prefix_affinity's hot-share term) (lowest wins). Nothing here
 takes part in the choice: the explanation reads it. Only numbers and replica ids: never prompt text.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from router.replica import ReplicaState
@@ -24,6 +25,7 @@ class CandidateTerms:
     load: float
     matched_tokens: int
     score: float | None  # the policy's score (lowest wins), for a policy that scores; else None
+    added: float = 0.0  # what the policy added to the formula's score (the hot-share term)
 
 
 @dataclass(slots=True, eq=False)
@@ -39,13 +41,22 @@ class Explanation:
     weights: Mapping[str, float]
     terms: tuple[tuple[str, int, float, int], ...]  # (replica, queued prefill, load, matched) each
     decided_by_filter: bool = False  # a filter (pin, batch plan) decided before the policy
+    added: Mapping[str, float] = field(default_factory=dict)  # replica -> score added beyond the formula
 
     @property
     def candidates(self) -> tuple[CandidateTerms, ...]:
         factor, decode = self.weights.get("reuse_factor"), self.weights.get("decode_cost_tokens")
         scores = factor is not None and decode is not None
+        added = self.added
         return tuple(
-            CandidateTerms(rid, q, load, m, q + decode * load - factor * m if scores else None)  # type: ignore[operator]
+            CandidateTerms(
+                rid,
+                q,
+                load,
+                m,
+                q + decode * load - factor * m + added.get(rid, 0.0) if scores else None,  # type: ignore[operator]
+                added.get(rid, 0.0),
+            )
             for rid, q, load, m in self.terms
         )
 
@@ -69,6 +80,12 @@ class Explanation:
         if tied:
             text += f"; tied with {', '.join(tied)}, broken by the most cache room, then the hash ring"
         longest = max((c.matched_tokens for c in candidates), default=0)
+        pushed = [c.replica for c in candidates if c.added]
+        if pushed:
+            text += (
+                f"; {', '.join(pushed)} scored more for having taken over their share of the recent decisions "
+                "(a hot prefix)"
+            )
         if self.reason == "spill":
             holder = next(c for c in candidates if c.matched_tokens == longest)
             text += (
@@ -96,6 +113,7 @@ class Explanation:
                     "load": c.load,
                     "matched_tokens": c.matched_tokens,
                     "score": c.score,
+                    "added": c.added,
                     "chosen": c.replica == self.chosen,
                 }
                 for c in self.candidates
@@ -111,6 +129,7 @@ def explain(
     hashed_tokens: int,
     prompt_tokens: int,
     weights: Mapping[str, float],
+    added: Mapping[str, float],
     chosen: ReplicaState,
     reason: str,
     policy: str,
@@ -130,5 +149,13 @@ def explain(
         for r in candidates
     )
     return Explanation(
-        policy, reason, chosen.id, prompt_tokens, available_tokens, weights, terms, decided_by_filter
+        policy,
+        reason,
+        chosen.id,
+        prompt_tokens,
+        available_tokens,
+        weights,
+        terms,
+        decided_by_filter,
+        dict(added),
     )

@@ -219,6 +219,7 @@ class PoolRouter:
                 ctx.hashed_tokens,
                 ctx.prompt_tokens,
                 ctx.weights,
+                ctx.added,
                 replica,
                 reason,
                 self.policy.name,

@@ -28,6 +28,8 @@ def _prefix_affinity(cfg: RoutingConfig) -> RoutingPolicy:
         shared_window=cfg.shared_window,
         min_match_fraction=cfg.min_match_fraction,
         evict_weight=cfg.evict_weight,
+        hot_share_factor=cfg.hot_share_factor,
+        hot_penalty_tokens=cfg.hot_penalty_tokens,
     )
 
 

@@ -29,6 +29,8 @@ class PickContext:
     index: PrefixIndex | None = None  # the pool's prefix index (read only), with the decision's time
     now: float = 0.0
     weights: dict[str, float] = field(default_factory=dict)  # what a scoring policy applied (router.explain)
+    added: dict[str, float] = field(default_factory=dict)  # replica id -> score a policy added beyond the
+    # formula router.explain recomputes (prefix_affinity's hot-share term)
 
 
 class RoutingPolicy(Protocol):

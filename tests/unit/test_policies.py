@@ -177,6 +177,34 @@ def test_a_shared_prefix_replicates_once_queueing_costs_more_than_a_re_prefill()
     assert a.reason == b.reason == "affinity"
 
 
+def hot_prompt_split(n_requests: int, question_tokens: int, **cfg) -> Counter[str]:
+    """Where ``n_requests`` sharing one system prompt went (each finished before the next: no load)."""
+    system = long_text("system prompt", 800)
+    router = affinity_router(n=2, **cfg)
+    where: Counter[str] = Counter()
+    for i in range(n_requests):
+        d = router.route(chat(system + f" question {i} " + long_text(f"q{i}", question_tokens)))
+        router.release(d)
+        where[d.replica.id] += 1
+    return where
+
+
+def test_a_hot_prompts_home_takes_no_more_than_its_share_of_the_traffic():
+    """One shared prompt is all the traffic (Zipf's hottest, alone): with no load anywhere its home
+    would take every request (before round 6: 200 of 200); once the home took more than
+    hot_share_factor x the mean of the recent decisions the other replica copies it and the two split
+    the rest."""
+    where = hot_prompt_split(200, 4)
+    assert min(where.values()) >= 60, where
+    assert sorted(hot_prompt_split(200, 4, hot_penalty_tokens=0.0).values()) == [200]
+
+
+def test_the_hot_share_term_leaves_prompts_that_are_mostly_their_own():
+    """A hot prefix that is under 3/4 of the prompt (a shared system prompt before a long question):
+    what the request prefills anyway spreads its load (the queued-prefill term); no share term."""
+    assert hot_prompt_split(60, 400) == hot_prompt_split(60, 400, hot_penalty_tokens=0.0)
+
+
 def test_shared_window_zero_makes_every_prefix_private():
     system = long_text("system prompt", 800)
     router = affinity_router(n=2, shared_window=0)

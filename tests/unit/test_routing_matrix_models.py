@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from bench import routing_matrix
 from bench.peer_models import SglangCacheAware
 from bench.routing_matrix import PromptEngine
@@ -59,3 +61,12 @@ def test_round5_variants_set_the_unlearning_rule_and_the_peer_model_they_name(mo
     assert all(isinstance(m, SglangCacheAware) for m in models)
     assert [s[1] for s in seen[3:]] == [65536, 4096, 65536]
     assert [m.balance_abs for m in models] == [64, 64, 2]  # type: ignore[union-attr]
+
+
+def test_round6_zipf_cells_are_tune_only_and_use_neither_split_seed() -> None:
+    """Round 6's own Zipf cells (``--set zipf-r6``) judge a router change on the tune split: their seeds
+    are neither the tune matrix's 1 nor the held-out split's 2, and the held-out split refuses them."""
+    assert len(routing_matrix.ZIPF_R6) == 12
+    assert {seed for _, _, seed in routing_matrix.ZIPF_R6.values()} == {3, 4}
+    with pytest.raises(SystemExit):
+        routing_matrix.main(["--split", "heldout", "--set", "zipf-r6"])

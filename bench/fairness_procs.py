@@ -30,12 +30,15 @@ import asyncio
 import contextlib
 import dataclasses
 import hashlib
+import json
+import multiprocessing
 import random
 import re
 import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +46,7 @@ import httpx
 import openai
 import yaml
 
-from bench.loadgen import run_load
+from bench.loadgen import LoadResult, run_load
 from bench.peers import PEERS, start_peer
 from bench.procs import running, start_gateway, start_sim
 from bench.report import percentile, table, write_section
@@ -54,6 +57,8 @@ MODEL = "sim-llama"
 MAX_TOKENS = 64
 SLOTS, HEADROOM = 8, 2
 MODES = ("alone", "none", "fifo", "fair", "smg")
+LAG_TICK_S = 0.005
+ADMIN_TOKEN = "fairness-bench-admin-0123456789"
 
 
 # smg's built-in classes reserve 34 slots in all: with a capacity of 16 its scheduler does not start
@@ -135,7 +140,9 @@ def serving(mode: str, urls: list[str], workdir: Path, log: Path) -> Iterator[tu
     path = workdir / f"policy-{mode}.yaml"
     path.write_text(yaml.safe_dump(policy(mode, urls)))
     gw = start_gateway(
-        ["--config", str(path)], env={"PREFIX_GATEWAY_SECRET": "fairness-bench-0123456789"}, log_path=str(log)
+        ["--config", str(path)],
+        env={"PREFIX_GATEWAY_SECRET": "fairness-bench-0123456789", "PREFIX_GATEWAY_ADMIN_TOKEN": ADMIN_TOKEN},
+        log_path=str(log),
     )
     with running(gw):
         yield gw.url, gw.metrics_url
@@ -166,6 +173,102 @@ def interactive_wait(metrics_url: str | None) -> float:
     return got["sum"] / got["count"] if got["count"] else float("nan")
 
 
+def where(res: dict[str, Any], base: str, sim_urls: list[str], gateway: bool) -> list[dict[str, Any]]:
+    """Where each answered well-behaved request's TTFT went, by wall clocks of the three processes (one
+    machine, one clock): ``pre`` client send to the gateway's queue (the client, the socket, the
+    gateway's stages before routing), ``queue`` the gateway's fair queue (``released_by``: the event that
+    released it; the decision log's ``fair_queue``), ``hop`` the gateway's decision to the simulator's
+    handler, ``engine`` the handler to its first chunk written (``engine_queue``/``engine_ttft``: the
+    engine's own, planned step ends), ``back`` that chunk to the client's first parsed chunk (the
+    gateway's relay, the client's parsing); ``lag``: the load generator's longest event-loop lag while
+    it was open. The gateway's parts only where it is the router under test (``gateway``)."""
+    gens: dict[str, dict[str, Any]] = {}
+    with httpx.Client(timeout=30) as http:
+        for i, url in enumerate(sim_urls):
+            for g in http.get(url + "/sim/generations").json():
+                if g.get("request_id"):
+                    gens[g["request_id"]] = {**g, "replica": i}
+        rows = []
+        lags = res.get("lags", [])
+        calm_ids = {t["id"] for c in res["calm"].values() for t in c["traced"] if t["id"]}
+        for c in res["calm"].values():
+            for t in c["traced"]:
+                row: dict[str, Any] = {"tenant": t["tenant"], "ttft": t["ttft"]}
+                window = [lag for at, lag in lags if t["sent_at"] <= at <= (t["first_at"] or at)]
+                row["lag"] = max(window, default=0.0)
+                g = gens.get(t["id"] or "")
+                fq = None
+                if gateway and t["id"]:
+                    got = http.get(
+                        base + "/admin/routing/explain",
+                        params={"request_id": t["id"]},
+                        headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
+                    )
+                    if got.status_code == 200:
+                        rec = got.json()["decisions"][0]
+                        fq = rec["attempts"][-1].get("fair_queue")
+                        row["replica"] = rec["replica"]
+                        if fq is not None:
+                            row["queue"], row["released_by"] = fq["waited_s"], fq["released_by"]
+                            row["pre"] = rec["at"] - fq["waited_s"] - t["sent_at"]
+                            if g is not None:
+                                row["hop"] = g["received_at"] - rec["at"]
+                if g is not None and "first_write_at" in g:
+                    row["engine"] = g["first_write_at"] - g["received_at"]
+                    row["engine_queue"] = g.get("engine_queue_s")
+                    row["engine_ttft"] = g.get("engine_ttft_s")
+                    if t["first_at"] is not None:
+                        row["back"] = t["first_at"] - g["first_write_at"]
+                    if "finished_at" in g:
+                        row["held"] = g["finished_at"] - g["received_at"]  # its stream open at the replica
+                    if fq is None:
+                        row["pre"] = g["received_at"] - t["sent_at"]  # client to the replica, all of it
+                if "queue" in row and row["queue"] > 0.01:
+                    row["busy"] = _busy_at(gens, rec["at"] - row["queue"], calm_ids)
+                rows.append(row)
+    return rows
+
+
+def _busy_at(gens: dict[str, dict[str, Any]], at: float, calm_ids: set[str]) -> str:
+    """Streams each replica's simulator had open at ``at`` (received, not ended): all / well-behaved."""
+    per: dict[int, list[int]] = {}
+    for rid, g in gens.items():
+        if g["received_at"] <= at < g.get("finished_at", float("inf")):
+            n = per.setdefault(g.get("replica", 0), [0, 0])
+            n[0] += 1
+            n[1] += rid in calm_ids
+    return " ".join(f"{k}:{a}/{c}" for k, (a, c) in sorted(per.items()))
+
+
+PARTS = ("pre", "queue", "hop", "engine", "engine_queue", "engine_ttft", "back", "lag", "held")
+
+
+def where_lines(mode: str, rows: list[dict[str, Any]], slowest: int = 4) -> list[str]:
+    """The p50 / p99 of each part, and the slowest requests part by part."""
+    out = [
+        f"{mode}: where the well-behaved TTFT went (s), p50 / p95 / p99 of each part over {len(rows)} requests:"
+    ]
+    for part in ("ttft", *PARTS):
+        xs = [r[part] for r in rows if r.get(part) is not None]
+        if xs:
+            ps = " / ".join(f"{percentile(xs, q):.4f}" for q in (50, 95, 99))
+            out.append(f"  {part}: {ps} (max {max(xs):.4f})")
+    reasons: dict[str, int] = {}
+    for r in rows:
+        if "released_by" in r:
+            reasons[r["released_by"]] = reasons.get(r["released_by"], 0) + 1
+    if reasons:
+        out.append(f"  released by: {reasons}")
+    for r in sorted(rows, key=lambda r: -r["ttft"])[:slowest]:
+        parts = ", ".join(
+            f"{k} {r[k]:.4f}" if isinstance(r.get(k), float) else f"{k} {r.get(k)}"
+            for k in ("ttft", *PARTS, "released_by", "replica", "busy")
+            if r.get(k) is not None
+        )
+        out.append(f"  slow: {r['tenant']}: {parts}")
+    return out
+
+
 def _headers(mode: str, tenant: str, interactive: bool) -> dict[str, str]:
     if mode == "smg":
         h = {"x-smg-tenant-id": tenant}
@@ -180,21 +283,27 @@ async def _calm(base: str, mode: str, tenant: str, system: str, seconds: float, 
     client = openai.AsyncOpenAI(base_url=base + "/v1", api_key=_key(tenant), max_retries=0, timeout=60.0)
     ttfts: list[float] = []
     errors: dict[str, int] = {}
+    traced: list[dict[str, Any]] = []  # per answered request: wall clock sent / first chunk, the gateway's id
     tasks = []
 
     async def one(text: str) -> None:
         t0 = time.perf_counter()
+        sent_at = time.time()
         try:
             stream = await client.chat.completions.create(
                 model=MODEL,
                 messages=[{"role": "system", "content": system}, {"role": "user", "content": text}],
                 max_tokens=MAX_TOKENS, stream=True, extra_headers=_headers(mode, tenant, True),
             )  # fmt: skip
-            first = None
+            first = first_at = None
             async for _ in stream:
                 if first is None:
-                    first = time.perf_counter()
+                    first, first_at = time.perf_counter(), time.time()
             ttfts.append((first or time.perf_counter()) - t0)
+            traced.append({
+                "tenant": tenant, "ttft": ttfts[-1], "sent_at": sent_at, "first_at": first_at,
+                "id": stream.response.headers.get("x-gateway-request-id"),
+            })  # fmt: skip
         except openai.APIStatusError as e:
             errors[str(e.status_code)] = errors.get(str(e.status_code), 0) + 1
         except openai.APIError as e:
@@ -210,13 +319,27 @@ async def _calm(base: str, mode: str, tenant: str, system: str, seconds: float, 
         at += rng.expovariate(1.0)
     await asyncio.gather(*tasks)
     await client.close()
-    return {"ttfts": ttfts, "errors": errors, "sent": len(tasks)}
+    return {"ttfts": ttfts, "errors": errors, "sent": len(tasks), "traced": traced}
 
 
-async def load(base: str, mode: str, seconds: float, flood_concurrency: int, seed: int) -> dict[str, Any]:
+async def _lag_monitor(lags: list[tuple[float, float]], stop: asyncio.Event) -> None:
+    """The load generator's own event-loop lag: how late each 5 ms sleep woke (wall clock, seconds late)."""
+    loop = asyncio.get_running_loop()
+    while not stop.is_set():
+        t = loop.time()
+        await asyncio.sleep(LAG_TICK_S)
+        lags.append((time.time(), loop.time() - t - LAG_TICK_S))
+
+
+def _texts(seed: int) -> tuple[dict[str, str], list[str]]:
     rng = random.Random(seed)
     systems = {t: _words(rng, 400) for t in (*CALM, FLOOD)}
-    flood_texts = [_words(rng, 100) for _ in range(256)]
+    return systems, [_words(rng, 100) for _ in range(256)]
+
+
+def _flood(base: str, mode: str, seconds: float, flood_concurrency: int, seed: int) -> LoadResult:
+    """The flood's closed loop, in a process of its own (``load``)."""
+    systems, flood_texts = _texts(seed)
 
     def flood_body(i: int) -> dict[str, Any]:
         return {
@@ -229,18 +352,39 @@ async def load(base: str, mode: str, seconds: float, flood_concurrency: int, see
         }
 
     flood_headers = {"Authorization": f"Bearer {_key(FLOOD)}", **_headers(mode, FLOOD, False)}
-    t0 = time.perf_counter()
-    jobs = [_calm(base, mode, t, systems[t], seconds, seed + 1 + k) for k, t in enumerate(CALM)]
-    if mode != "alone":
-        flood = run_load(
-            base + "/v1/chat/completions", flood_body, requests=10_000, concurrency=flood_concurrency,
-            stream=True, headers=flood_headers, max_seconds=seconds,
-        )  # fmt: skip
-        *calm, fl = await asyncio.gather(*jobs, flood)
-    else:
-        calm, fl = await asyncio.gather(*jobs), None
+    url = base + "/v1/chat/completions"
+    run = run_load(
+        url, flood_body, requests=10_000, concurrency=flood_concurrency, stream=True, headers=flood_headers,
+        max_seconds=seconds,
+    )  # fmt: skip
+    return asyncio.run(run)
+
+
+def _ready() -> None:
+    """A first call, so that the flood's process exists before the clock starts."""
+
+
+async def load(base: str, mode: str, seconds: float, flood_concurrency: int, seed: int) -> dict[str, Any]:
+    """The well-behaved tenants on this process's loop; the flood on another process's (its 48 streams
+    on the same loop lagged it by up to 0.4 s at load 11, time every well-behaved TTFT counted)."""
+    systems, _ = _texts(seed)
+    lags: list[tuple[float, float]] = []
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        await loop.run_in_executor(pool, _ready)
+        monitor = asyncio.create_task(_lag_monitor(lags, stop))
+        t0 = time.perf_counter()
+        jobs = [_calm(base, mode, t, systems[t], seconds, seed + 1 + k) for k, t in enumerate(CALM)]
+        if mode != "alone":
+            flood = loop.run_in_executor(pool, _flood, base, mode, seconds, flood_concurrency, seed)
+            *calm, fl = await asyncio.gather(*jobs, flood)
+        else:
+            calm, fl = await asyncio.gather(*jobs), None
     wall = time.perf_counter() - t0
-    return {"calm": dict(zip(CALM, calm, strict=True)), "flood": fl, "wall": wall}
+    stop.set()
+    await monitor
+    return {"calm": dict(zip(CALM, calm, strict=True)), "flood": fl, "wall": wall, "lags": lags}
 
 
 def summarize(res: dict[str, Any], seconds: float) -> dict[str, Any]:
@@ -278,12 +422,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--write", action="store_true")
+    ap.add_argument("--dump", help="write every request's parts (where) and the results as JSON here")
     args = ap.parse_args(argv)
     if not (1 <= args.seconds <= 60 and 1 <= args.flood_concurrency <= 256):
         ap.error("bounded: at most 60 s a mode, 256 flood streams")
     results: dict[str, dict[str, Any]] = {}
     loads: dict[str, str] = {}
     smg_admits: dict[str, str] = {}
+    wheres: dict[str, list[dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory(prefix="fairp-") as tmp:
         workdir = Path(tmp)
         for mode in args.modes:
@@ -298,6 +444,9 @@ def main(argv: list[str] | None = None) -> None:
                     smg_admits[mode] = smg_admitted(metrics)
                 else:
                     res["gateway_wait"] = interactive_wait(metrics)
+                rows = where(res, base, urls, gateway=mode != "smg")
+                wheres[mode] = rows
+                print("\n".join(where_lines(mode, rows)), flush=True)
             with open("/proc/loadavg") as f:
                 loads[mode] = f.read().split()[0]
             results[mode] = summarize(res, args.seconds)
@@ -337,6 +486,10 @@ def main(argv: list[str] | None = None) -> None:
         ]
     )
     print(md)
+    if args.dump:
+        Path(args.dump).write_text(
+            json.dumps({"results": results, "where": wheres, "loads": loads}, default=str)
+        )
     if args.write:
         write_section("fairness-procs", md)
 

@@ -68,6 +68,7 @@ class _Entry:
     gauge_labels: tuple[str, str, str]
     matched: Mapping[str, int]  # prefix tokens each replica holds, at arrival
     left: bool = False
+    released_by: str = ""  # the event whose pump released it (``_pump``'s ``why``)
 
     @property
     def gone(self) -> bool:
@@ -144,6 +145,7 @@ class FairAdmission:
             try:
                 decision = router.route(request, exclude=not_to(tried, full_now))
                 m.child(m.fair_wait, *labels).observe(0.0)
+                ticket.waited_s, ticket.released_by = 0.0, "direct"
                 return decision
             except NoReplicaAvailable as exc:
                 if not isinstance(exc, ReplicasBusy) and not could_take(router, tried):
@@ -188,7 +190,7 @@ class FairAdmission:
             pq.queue.remove(waiter)
             self._leave(entry)
             raise
-        self._pump(pq)
+        self._pump(pq, "arrival")
         self._arm(pq)
         try:
             async with asyncio.timeout(cfg.queue_timeout_s):
@@ -209,7 +211,8 @@ class FairAdmission:
             raise
         finally:
             self._leave(entry)
-            m.child(m.fair_wait, *labels).observe(loop.time() - arrived)
+            ticket.waited_s, ticket.released_by = loop.time() - arrived, entry.released_by
+            m.child(m.fair_wait, *labels).observe(ticket.waited_s)
         return decision
 
     def _give_back(self, pq: _PoolQueue, entry: _Entry) -> bool:
@@ -220,7 +223,7 @@ class FairAdmission:
         decision = f.result()
         pq.router.forget_failed(decision)
         pq.router.release(decision)
-        self._pump(pq)
+        self._pump(pq, "give_back")
         return True
 
     def _leave(self, entry: _Entry) -> None:
@@ -269,20 +272,22 @@ class FairAdmission:
         )
 
     # -- releases ---------------------------------------------------------------------------------------
-    def released(self, pool: str, held_s: float | None = None) -> None:
-        """A request of ``pool`` left its replica (after ``held_s`` there): a waiter may go."""
+    def released(self, pool: str, held_s: float | None = None, why: str = "end") -> None:
+        """A request of ``pool`` left its replica (after ``held_s`` there), or ``why`` else freed room
+        there: a waiter may go."""
         pq = self._pools.get(pool)
         if pq is None:
             return
         if held_s is not None:
             pq.service.observe(held_s)
-        self._pump(pq)
+        self._pump(pq, why)
 
-    def _pump(self, pq: _PoolQueue) -> None:
+    def _pump(self, pq: _PoolQueue, why: str) -> None:
         router = pq.router
         lim = saturation_limits(pq.cfg, pq.limits)
         for waiter, got in release(pq.queue, router, lim, router.clock(), pq.cfg.lookahead):
             entry: _Entry = waiter.payload
+            entry.released_by = why
             if isinstance(got, Decision):
                 entry.future.set_result(got)
             else:
@@ -295,7 +300,7 @@ class FairAdmission:
         loop = asyncio.get_running_loop()
 
         def tick() -> None:
-            self._pump(pq)
+            self._pump(pq, "tick")
             if len(pq.queue):
                 loop.call_later(TICK_S, tick)
             else:

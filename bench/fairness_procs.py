@@ -1,7 +1,7 @@
 """The flood case through sockets: real ``serve`` and simulator processes, smg's priority scheduler beside.
 
     python -m bench.fairness_procs [--seconds 20] [--flood-concurrency 48] [--modes alone none fifo fair smg]
-        [--write]
+        [--max-prefill 256] [--before CHECKOUT] [--dump FILE] [--write]
 
 ``bench.fairness`` measures the gateway's queue in model time; this runs the same case for real, one
 short run per mode: ``python -m sim`` (2 replicas, ``--mode engine``: vLLM V1's scheduler in real
@@ -19,7 +19,15 @@ FIFO), ``fifo`` (today: ``limits.max_concurrent_per_replica`` 8, its FIFO queue,
 ``--max-concurrent-requests`` 16 = the fleet's slots, queue 1024 with 5 s, every tenant allowed
 ``interactive``; tenants by ``x-smg-tenant-id`` with ``--trust-tenant-header``; ``cache_aware``).
 
-TTFT is the client's: request sent to the first streamed chunk. Throughput: requests answered in the
+``fair-prefill``: ``fair`` with ``max_queued_prefill_tokens`` ``--max-prefill``; ``fair-headroom3``: 7
+slots and 3 headroom (the same engine batch of 10); ``--before CHECKOUT``: ``fair`` again with that
+checkout's gateway, right after this tree's (``fair@before``). The flood runs in a process of its own.
+
+TTFT is the client's: request sent to the first streamed chunk. After each mode, where each
+well-behaved request's TTFT went (``where``): the three processes' wall clocks (the client's, the
+gateway's decision log with its ``fair_queue``, the simulator's ``/sim/generations``) split it into the
+client-to-queue time, the gateway queue (and what released it), the hop, the engine and the relay back,
+beside the load generator's loop lag. Throughput: requests answered in the
 window (all of 64 tokens). Bounded: at most 60 s a mode, 10,000 flood requests.
 """
 
@@ -56,7 +64,8 @@ FLOOD = "flood"
 MODEL = "sim-llama"
 MAX_TOKENS = 64
 SLOTS, HEADROOM = 8, 2
-MODES = ("alone", "none", "fifo", "fair", "smg")
+MODES = ("alone", "none", "fifo", "fair", "fair-prefill", "fair-headroom3", "smg")
+MAX_PREFILL = 256  # fair-prefill: fairness.max_queued_prefill_tokens
 LAG_TICK_S = 0.005
 ADMIN_TOKEN = "fairness-bench-admin-0123456789"
 
@@ -90,7 +99,7 @@ def _words(rng: random.Random, n: int) -> str:
     return " ".join(f"w{rng.randrange(100_000)}" for _ in range(n))
 
 
-def policy(mode: str, urls: list[str]) -> dict[str, Any]:
+def policy(mode: str, urls: list[str], max_prefill: int = MAX_PREFILL) -> dict[str, Any]:
     tenants = [*CALM, FLOOD]
     out: dict[str, Any] = {
         "server": {"host": "127.0.0.1", "port": 0, "access_log": False},
@@ -107,7 +116,7 @@ def policy(mode: str, urls: list[str]) -> dict[str, Any]:
     }
     if mode == "fifo":
         out["limits"].update(max_concurrent_per_replica=SLOTS, queue_timeout_s=5.0, max_queued_requests=1024)
-    if mode in ("fair", "alone"):
+    if mode in ("fair", "fair-prefill", "fair-headroom3", "alone"):
         out["fairness"] = {
             "enabled": True,
             "slots_per_replica": SLOTS,
@@ -115,11 +124,22 @@ def policy(mode: str, urls: list[str]) -> dict[str, Any]:
             "tenants": [{"id": t, "max_priority": "interactive"} for t in CALM]
             + [{"id": FLOOD, "max_priority": "standard"}],
         }
+    if mode == "fair-prefill":
+        out["fairness"]["max_queued_prefill_tokens"] = max_prefill
+    if mode == "fair-headroom3":  # the same engine batch of 10: one slot more kept for the interactive class
+        out["fairness"].update(slots_per_replica=SLOTS - 1, headroom_slots=HEADROOM + 1)
     return out
 
 
 @contextlib.contextmanager
-def serving(mode: str, urls: list[str], workdir: Path, log: Path) -> Iterator[tuple[str, str | None]]:
+def serving(
+    mode: str,
+    urls: list[str],
+    workdir: Path,
+    log: Path,
+    checkout: str | None = None,
+    max_prefill: int = MAX_PREFILL,
+) -> Iterator[tuple[str, str | None]]:
     """The base URL of the router under test (``/v1`` below it), and the gateway's metrics URL."""
     if mode == "smg":
         prio = workdir / "smg-priority.yaml"
@@ -138,11 +158,12 @@ def serving(mode: str, urls: list[str], workdir: Path, log: Path) -> Iterator[tu
             yield p.proc.url, p.metrics_url
         return
     path = workdir / f"policy-{mode}.yaml"
-    path.write_text(yaml.safe_dump(policy(mode, urls)))
+    path.write_text(yaml.safe_dump(policy(mode, urls, max_prefill)))
     gw = start_gateway(
         ["--config", str(path)],
         env={"PREFIX_GATEWAY_SECRET": "fairness-bench-0123456789", "PREFIX_GATEWAY_ADMIN_TOKEN": ADMIN_TOKEN},
         log_path=str(log),
+        checkout=checkout,
     )
     with running(gw):
         yield gw.url, gw.metrics_url
@@ -226,6 +247,11 @@ def where(res: dict[str, Any], base: str, sim_urls: list[str], gateway: bool) ->
                 if "queue" in row and row["queue"] > 0.01:
                     row["busy"] = _busy_at(gens, rec["at"] - row["queue"], calm_ids)
                 rows.append(row)
+    res["generations"] = [
+        {k: g.get(k) for k in ("replica", "received_at", "first_write_at", "finished_at")}
+        | {"calm": i in calm_ids}
+        for i, g in gens.items()
+    ]
     return rows
 
 
@@ -243,7 +269,7 @@ def _busy_at(gens: dict[str, dict[str, Any]], at: float, calm_ids: set[str]) -> 
 PARTS = ("pre", "queue", "hop", "engine", "engine_queue", "engine_ttft", "back", "lag", "held")
 
 
-def where_lines(mode: str, rows: list[dict[str, Any]], slowest: int = 4) -> list[str]:
+def where_lines(mode: str, rows: list[dict[str, Any]], slowest: int = 3) -> list[str]:
     """The p50 / p99 of each part, and the slowest requests part by part."""
     out = [
         f"{mode}: where the well-behaved TTFT went (s), p50 / p95 / p99 of each part over {len(rows)} requests:"
@@ -399,6 +425,7 @@ def summarize(res: dict[str, Any], seconds: float) -> dict[str, Any]:
     flood_errors.pop(200, None)
     return {
         "p50": percentile(pooled, 50) if pooled else float("nan"),
+        "p95": percentile(pooled, 95) if pooled else float("nan"),
         "p99": percentile(pooled, 99) if pooled else float("nan"),
         "per": {
             t: (percentile(c["ttfts"], 50), percentile(c["ttfts"], 99)) if c["ttfts"] else (float("nan"),) * 2
@@ -420,6 +447,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--flood-concurrency", type=int, default=48)
     ap.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
+    ap.add_argument("--max-prefill", type=int, default=MAX_PREFILL, help="fair-prefill's bound (tokens)")
+    ap.add_argument(
+        "--before",
+        metavar="CHECKOUT",
+        help="also run the fair mode with this checkout's gateway (a worktree of an earlier commit) right "
+        "after this tree's: mode fair@before",
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--write", action="store_true")
     ap.add_argument("--dump", help="write every request's parts (where) and the results as JSON here")
@@ -430,36 +464,43 @@ def main(argv: list[str] | None = None) -> None:
     loads: dict[str, str] = {}
     smg_admits: dict[str, str] = {}
     wheres: dict[str, list[dict[str, Any]]] = {}
+    generations: dict[str, list[dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory(prefix="fairp-") as tmp:
         workdir = Path(tmp)
-        for mode in args.modes:
+        runs = [(m, m, None) for m in args.modes]
+        if args.before:
+            runs = [r for m in args.modes for r in [(m, m, None)] + ([(f"{m}@before", m, args.before)] if m == "fair" else [])]  # fmt: skip
+        for label, mode, checkout in runs:
             sim, urls = start_sim(
                 2,
                 extra=["--mode", "engine", "--max-num-seqs", str(SLOTS + HEADROOM)],
                 log_path=str(workdir / "sim.log"),
             )
-            with running(sim), serving(mode, urls, workdir, workdir / f"{mode}.log") as (base, metrics):
+            serve = serving(mode, urls, workdir, workdir / f"{mode}.log", checkout, args.max_prefill)
+            with running(sim), serve as (base, metrics):
                 res = asyncio.run(load(base, mode, args.seconds, args.flood_concurrency, args.seed))
                 if mode == "smg":
                     smg_admits[mode] = smg_admitted(metrics)
                 else:
                     res["gateway_wait"] = interactive_wait(metrics)
                 rows = where(res, base, urls, gateway=mode != "smg")
-                wheres[mode] = rows
-                print("\n".join(where_lines(mode, rows)), flush=True)
+                wheres[label] = rows
+                generations[label] = res["generations"]
+                print("\n".join(where_lines(label, rows)), flush=True)
             with open("/proc/loadavg") as f:
-                loads[mode] = f.read().split()[0]
-            results[mode] = summarize(res, args.seconds)
-            s = results[mode]
-            print(f"{mode}: p50 {s['p50']:.3f} p99 {s['p99']:.3f} calm {s['calm_ok']}/{s['calm_sent']} {s['calm_errors']} flood {s['flood_ok']} {s['flood_errors']} load {loads[mode]}", flush=True)  # fmt: skip
-    alone = results.get("alone", {}).get("p99")
+                loads[label] = f.read().split()[0]
+            results[label] = summarize(res, args.seconds)
+            s = results[label]
+            print(f"{label}: p50 {s['p50']:.3f} p95 {s['p95']:.3f} p99 {s['p99']:.3f} calm {s['calm_ok']}/{s['calm_sent']} {s['calm_errors']} flood {s['flood_ok']} {s['flood_errors']} load {loads[label]}", flush=True)  # fmt: skip
+    alone, alone95 = results.get("alone", {}).get("p99"), results.get("alone", {}).get("p95")
     base_rps = results.get("fifo", {}).get("req_s")
-    headers = ["mode", "p50 TTFT", "p99 TTFT", "p99 x alone", "mean fair-queue wait (interactive)", "answered / sent (well-behaved)", "errors (well-behaved)",
+    headers = ["mode", "p50 TTFT", "p95 TTFT", "p99 TTFT", "p95 / p99 x alone", "mean fair-queue wait (interactive)", "answered / sent (well-behaved)", "errors (well-behaved)",
                "flood answered", "flood errors", "flood share", "req/s", "x today", "load"]  # fmt: skip
     rows = []
     for mode, s in results.items():
         rows.append([
-            mode, f"{s['p50']:.3f}", f"{s['p99']:.3f}", f"{s['p99'] / alone:.2f}" if alone else "-",
+            mode, f"{s['p50']:.3f}", f"{s['p95']:.3f}", f"{s['p99']:.3f}",
+            f"{s['p95'] / alone95:.2f} / {s['p99'] / alone:.2f}" if alone else "-",
             "-" if s["gateway_wait"] != s["gateway_wait"] else f"{s['gateway_wait']:.4f}",
             f"{s['calm_ok']} / {s['calm_sent']}", ", ".join(f"{k}: {v}" for k, v in s["calm_errors"].items()) or "0",
             s["flood_ok"], ", ".join(f"{k}: {v}" for k, v in s["flood_errors"].items()) or "0",
@@ -488,7 +529,9 @@ def main(argv: list[str] | None = None) -> None:
     print(md)
     if args.dump:
         Path(args.dump).write_text(
-            json.dumps({"results": results, "where": wheres, "loads": loads}, default=str)
+            json.dumps(
+                {"results": results, "where": wheres, "generations": generations, "loads": loads}, default=str
+            )
         )
     if args.write:
         write_section("fairness-procs", md)

@@ -110,6 +110,21 @@ def test_shares_follow_weights_by_work_while_both_tenants_are_backlogged():
     assert served["small"] == pytest.approx(80, abs=2)
 
 
+def test_among_the_flows_heads_the_one_with_less_work_per_weight_goes_first():
+    # Two tenants' requests tagged at the same clock: a cold 4,000-token prompt that arrived first, a
+    # conversation's next turn whose prefix is cached (200 tokens of work). Finish order releases the
+    # turn first (start order, rounds 1-3, released by arrival: the cold prompt); the shares still
+    # follow the weights, and neither flow's own order changes.
+    q = FairQueue(bands=1, max_queued=100)
+    q.push(Waiter("light", 0, 4000.0, 1.0, 0.0, 1e9, payload="cold"), 100)
+    q.push(Waiter("heavy", 0, 200.0, 3.0, 0.0, 1e9, payload="turn"), 100)
+    assert [q.pop(0.0).payload for _ in range(2)] == ["turn", "cold"]
+    q = FairQueue(bands=1, max_queued=100)
+    for i in range(5):
+        q.push(Waiter("a", 0, 100.0 * (5 - i), 1.0, 0.0, 1e9, payload=i), 100)  # shrinking work
+    assert [q.pop(0.0).payload for _ in range(5)] == [0, 1, 2, 3, 4]  # a flow's own order: arrival
+
+
 def test_a_higher_band_goes_first_and_batch_lines_last():
     q = FairQueue(bands=4, max_queued=100)
     q.push(_w(None, band=3, tag="batch"), 100)
@@ -169,7 +184,7 @@ def test_lookahead_prefers_a_waiter_whose_prefix_lives_on_the_freed_replica_with
     assert pick.flow == "t2"
     pick = q.pop(0.0, prefer=lambda w: w.payload == "home-b", lookahead=2)
     assert pick.flow == "t0"  # t5 is beyond the window: fair order
-    assert q.ahead(Waiter("x", 0, 1, 1, 0, 1, start=1e9, seq=10**6)) == 4
+    assert q.ahead(Waiter("x", 0, 1, 1, 0, 1, start=1e9, finish=1e9, seq=10**6)) == 4
 
 
 def test_requeue_keeps_the_waiters_place():

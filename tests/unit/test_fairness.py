@@ -110,19 +110,21 @@ def test_shares_follow_weights_by_work_while_both_tenants_are_backlogged():
     assert served["small"] == pytest.approx(80, abs=2)
 
 
-def test_among_the_flows_heads_the_one_with_less_work_per_weight_goes_first():
+def test_below_the_highest_band_the_flows_head_with_less_work_per_weight_goes_first():
     # Two tenants' requests tagged at the same clock: a cold 4,000-token prompt that arrived first, a
-    # conversation's next turn whose prefix is cached (200 tokens of work). Finish order releases the
-    # turn first (start order, rounds 1-3, released by arrival: the cold prompt); the shares still
-    # follow the weights, and neither flow's own order changes.
-    q = FairQueue(bands=1, max_queued=100)
-    q.push(Waiter("light", 0, 4000.0, 1.0, 0.0, 1e9, payload="cold"), 100)
-    q.push(Waiter("heavy", 0, 200.0, 3.0, 0.0, 1e9, payload="turn"), 100)
-    assert [q.pop(0.0).payload for _ in range(2)] == ["turn", "cold"]
-    q = FairQueue(bands=1, max_queued=100)
+    # conversation's next turn whose prefix is cached (200 tokens of work). Below the highest band,
+    # finish order releases the turn first (start order, rounds 1-3, released by arrival: the cold
+    # prompt); in the highest band start order stays (an interactive tenant is not held back by its
+    # own request's size); a flow's own order is its arrival order either way.
+    for band, first in ((1, "turn"), (0, "cold")):
+        q = FairQueue(bands=2, max_queued=100)
+        q.push(Waiter("light", band, 4000.0, 1.0, 0.0, 1e9, payload="cold"), 100)
+        q.push(Waiter("heavy", band, 200.0, 3.0, 0.0, 1e9, payload="turn"), 100)
+        assert q.pop(0.0).payload == first
+    q = FairQueue(bands=2, max_queued=100)
     for i in range(5):
-        q.push(Waiter("a", 0, 100.0 * (5 - i), 1.0, 0.0, 1e9, payload=i), 100)  # shrinking work
-    assert [q.pop(0.0).payload for _ in range(5)] == [0, 1, 2, 3, 4]  # a flow's own order: arrival
+        q.push(Waiter("a", 1, 100.0 * (5 - i), 1.0, 0.0, 1e9, payload=i), 100)  # shrinking work
+    assert [q.pop(0.0).payload for _ in range(5)] == [0, 1, 2, 3, 4]
 
 
 def test_a_higher_band_goes_first_and_batch_lines_last():

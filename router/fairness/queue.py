@@ -4,28 +4,17 @@
 batch band last. A release takes from the highest band that has a waiter: an interactive request
 never waits behind a background one, and no online request behind a batch line.
 
-**Fair shares inside a band: weighted fair queuing by predicted work.** Each tenant is a flow with a
-weight; a request's start tag is the later of the band's virtual time and its flow's previous finish
-tag, its finish tag that plus ``work / weight`` (``router.fairness.work``: uncached prefill + a decode
-estimate); the band's virtual time moves to the start tag of each request it releases (start-time fair
-queuing's clock: Goyal, Vin and Cheng, SIGCOMM 1996). A tenant flooding the band queues requests whose
-tags run far ahead of the band's clock, so each other tenant's next request, tagged at the clock, goes
-before the flood's backlog: over any interval in which both are backlogged, each tenant receives work
-in proportion to its weight, within one request's work, however many requests the flood queued.
-
-*Which tag orders the band.* The highest band (``start_order_bands``, 1) releases the smallest start
-tag: a newly active tenant is served within one release of the others, which is what an interactive
-tenant's TTFT needs (finish tags hold it back by its own request's work / weight: in
-``python -m bench.fairness`` without headroom the well-behaved p99 went 3.34 -> 3.64 x alone, seed 1
-4.38 -> 5.88). The bands below release the smallest finish tag: among the flows' heads the one with
-less work per weight goes first, so a conversation's next turn, whose prefix its home holds (little
-uncached prefill), is not held behind another tenant's long cold prompt tagged at the same clock.
-Measured on the Mooncake conversation trace at 2 x, two tenants 3 : 1 in one class
-(``python -m bench.fairness_trace``, the first 1,200 requests, docs/benchmarks.md "Issue 28, round
-4"): 8 replicas x 32 slots, hit rate 0.145 -> 0.162 (no gateway queue 0.161), the light tenant's p99
-TTFT 68.1 -> 57.5 s, the heavy's 63.6 -> 51.4 s; 12 x 16, 0.198 -> 0.202, p99 22.8 -> 19.4 / 28.6 ->
-26.5 s. Moving the clock to the finish tag instead (self-clocked fair queuing) left the light tenant
-at 74.1 s. Requests, not tokens, are the unit of a release: one is released per free slot.
+**Fair shares inside a band: start-time fair queuing (Goyal, Vin and Cheng, SIGCOMM 1996) by
+predicted work.** Each tenant is a flow with a weight; a request's start tag is the later of the
+band's virtual time and its flow's previous finish tag, its finish tag that plus ``work / weight``
+(``router.fairness.work``: uncached prefill + a decode estimate); the band releases the smallest start
+tag and its virtual time moves to it. A tenant flooding the band queues requests whose tags run far
+ahead of the band's clock, so each other tenant's next request, tagged at the clock, goes before the
+flood's backlog: over any interval in which both are backlogged, each tenant receives work in
+proportion to its weight, within one request's work (SFQ's bound), however many requests the flood
+queued. Start tags, not finish tags: a newly active tenant is served within one release of the
+others, which is what an interactive tenant's TTFT needs (WFQ's finish tags hold it back by its own
+request's size). Requests, not tokens, are the unit of a release: one is released per free slot.
 
 **Prefix affinity at release.** A release may look at the first ``lookahead`` requests of the band in
 fair order and take the first one that ``prefer`` says fits the freed replica (its prefix lives
@@ -85,11 +74,10 @@ class QueueFull(Exception):
 
 
 class FairQueue:
-    def __init__(self, bands: int, max_queued: int, start_order_bands: int = 1) -> None:
+    def __init__(self, bands: int, max_queued: int) -> None:
         if bands < 1 or max_queued < 1:
             raise ValueError("a fair queue needs at least one band and one place")
         self.max_queued = max_queued
-        self.start_order_bands = start_order_bands  # the highest bands, released by start tag
         self._heaps: list[list[tuple[float, int, Waiter]]] = [[] for _ in range(bands)]
         self._fifo: list[deque[Waiter]] = [deque() for _ in range(bands)]
         self._vtime = [0.0] * bands
@@ -139,7 +127,7 @@ class FairQueue:
 
     def _enter(self, w: Waiter, front: bool = False) -> None:
         w.queued = True
-        heapq.heappush(self._heaps[w.band], (*self._order(w), w))
+        heapq.heappush(self._heaps[w.band], (w.start, w.seq, w))
         if front:
             self._fifo[w.band].appendleft(w)
         else:
@@ -187,13 +175,9 @@ class FairQueue:
         n = 0
         for b in range(w.band):
             n += sum(1 for _, _, x in self._heaps[b] if x.queued)
-        key = self._order(w)
-        n += sum(1 for f, q, x in self._heaps[w.band] if x.queued and (f, q) < key)
+        key = (w.start, w.seq)
+        n += sum(1 for s, q, x in self._heaps[w.band] if x.queued and (s, q) < key)
         return n
-
-    def _order(self, w: Waiter) -> tuple[float, int]:
-        """Its place in its band: the start tag in the highest ``start_order_bands``, else the finish tag."""
-        return (w.start if w.band < self.start_order_bands else w.finish, w.seq)
 
     def _finish_pop(self, w: Waiter) -> None:
         w.queued = False

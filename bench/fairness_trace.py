@@ -1,7 +1,7 @@
 """The Mooncake conversation trace, faster than recorded, shared by two tenants of different weights.
 
     python -m bench.fairness_trace --trace /tmp/traces/conversation_trace.jsonl [--requests 1500] [--skip 0]
-        [--rate 2] [--replicas 2] [--slots 16] [--weights 3 1] [--token-scale 8] [--write]
+        [--rate 2] [--replicas 2] [--slots 16] [--weights 3 1] [--token-scale 8] [--max-prefill N ...] [--write]
 
 Model time, as ``bench.fairness``: ``router.pool.PoolRouter`` decides, ``sim.engine.Engine``
 replicas (costs scaled by ``--token-scale``, as ``bench.routing_offline`` replays traces) serve, and
@@ -87,6 +87,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--kv-blocks", type=int, default=4096, help="KV blocks of 16 tokens a replica")
     ap.add_argument("--weights", type=float, nargs=2, default=[3.0, 1.0], metavar=("HEAVY", "LIGHT"))
     ap.add_argument("--token-scale", type=float, default=8.0)
+    ap.add_argument(
+        "--max-prefill",
+        type=int,
+        nargs="*",
+        default=[],
+        help="also the fair queue with fairness.max_queued_prefill_tokens N (a row each)",
+    )
     ap.add_argument("--write", action="store_true", help="write the section of docs/benchmarks.md")
     ap.add_argument("--section", default="fairness-mooncake", help="the section's name in docs/benchmarks.md")
     args = ap.parse_args(argv)
@@ -106,12 +113,16 @@ def main(argv: list[str] | None = None) -> None:
     weights = dict(zip(TENANTS, args.weights, strict=True))
     results: dict[str, dict[str, Any]] = {}
     seconds = 0.0
-    for mode, name in (("none", "no gateway queue"), ("fifo", "today (slot FIFO)"), ("fair", "fair queue")):
+    modes: list[tuple[str, str, int | None]] = [
+        ("none", "no gateway queue", None), ("fifo", "today (slot FIFO)", None), ("fair", "fair queue", None),
+        *(("fair", f"fair queue, queued prefill <= {n}", n) for n in args.max_prefill),
+    ]  # fmt: skip
+    for mode, name, max_prefill in modes:
         reqs = trace_reqs(records, scale, args.rate)
         seconds = reqs[-1].at
         run = simulate(
             mode, reqs, args.replicas, args.slots, seconds, kv_blocks=args.kv_blocks, weights=weights,
-            watch=frozenset(TENANTS), costs=costs,
+            watch=frozenset(TENANTS), costs=costs, max_prefill=max_prefill,
         )  # fmt: skip
         results[name] = summarize(run.reqs, seconds, run.hits / run.queries if run.queries else 0.0)
         results[name]["decode_tokens"] = run.extra["decode_tokens"]

@@ -3,8 +3,10 @@
 A request of an enabled pool goes to a replica at once while a replica has a slot free and nobody
 waits; otherwise it waits here, in the pool's ``router.fairness.queue.FairQueue`` (priority band,
 then start-time fair order by predicted work between tenants). A slot freeing (an attempt's end:
-``released``), a request arriving, and a tick while anyone waits (reports and health change without
-a release) each release waiters while a replica has room: the releaser routes the waiter itself
+``released``), a request arriving, a request's queued prefill released under
+``max_queued_prefill_tokens`` (its first byte: ``released(why="prefill")``, which the tick alone saw
+up to 50 ms late), and a tick while anyone waits (reports and health change without a release) each
+release waiters while a replica has room: the releaser routes the waiter itself
 (``PoolRouter.route``, prefix affinity among the replicas with room), so the slot is counted before
 anyone else can take it, and hands it the decision. Among the first ``fairness.lookahead`` waiters
 it prefers one whose longest prefix match is on a replica with room: a released request lands where
@@ -16,7 +18,9 @@ slot, from the requests the queue would release before it, then the best replica
 and answered at once with 429 and ``Retry-After`` when the prediction exceeds the objective
 (``on_objective_miss: reject``), never queued to fail later. A tenant past its queue cap gets 429, a
 full queue 503 unless the request preempts a lower band's newest waiter (which gets the 503), and a
-request that waited ``fairness.queue_timeout_s`` 503. Every answer is OpenAI's error shape.
+request that waited ``fairness.queue_timeout_s`` 503. Every answer is OpenAI's error shape. How
+each request went through (seconds waited, the event that released it) is kept in the ticket for the
+decision log (``/admin/routing/explain``'s ``fair_queue``).
 
 One process's view: slots count this process's requests, like the slot filter; with ``--workers N``
 each worker queues its own (replicas' reported KV usage and engine queue carry the others' load).

@@ -360,8 +360,10 @@ def simulate(
                 nxt = engines[k].step(now)
                 stepping[k], step_out[k] = True, nxt
                 push(now + nxt.duration_s, _STEP, k)
-            if out.finished:
-                pump(now)
+            if out.finished or (out.first_tokens and lim.max_prefill_tokens is not None):
+                pump(
+                    now
+                )  # an end frees a slot; a first token frees queued prefill (the gateway's prefill_room)
     for r in reqs:  # still waiting at the end: the gateway would have answered 503 at its deadline
         if r.decision is None and r.shed is None:
             r.shed = "timeout"

@@ -1,7 +1,7 @@
 """The flood case through sockets: real ``serve`` and simulator processes, smg's priority scheduler beside.
 
     python -m bench.fairness_procs [--seconds 20] [--flood-concurrency 48] [--modes alone none fifo fair smg]
-        [--write]
+        [--max-prefill 256] [--before CHECKOUT] [--dump FILE] [--write]
 
 ``bench.fairness`` measures the gateway's queue in model time; this runs the same case for real, one
 short run per mode: ``python -m sim`` (2 replicas, ``--mode engine``: vLLM V1's scheduler in real
@@ -19,7 +19,15 @@ FIFO), ``fifo`` (today: ``limits.max_concurrent_per_replica`` 8, its FIFO queue,
 ``--max-concurrent-requests`` 16 = the fleet's slots, queue 1024 with 5 s, every tenant allowed
 ``interactive``; tenants by ``x-smg-tenant-id`` with ``--trust-tenant-header``; ``cache_aware``).
 
-TTFT is the client's: request sent to the first streamed chunk. Throughput: requests answered in the
+``fair-prefill``: ``fair`` with ``max_queued_prefill_tokens`` ``--max-prefill``; ``fair-headroom3``: 7
+slots and 3 headroom (the same engine batch of 10); ``--before CHECKOUT``: ``fair`` again with that
+checkout's gateway, right after this tree's (``fair@before``). The flood runs in a process of its own.
+
+TTFT is the client's: request sent to the first streamed chunk. After each mode, where each
+well-behaved request's TTFT went (``where``): the three processes' wall clocks (the client's, the
+gateway's decision log with its ``fair_queue``, the simulator's ``/sim/generations``) split it into the
+client-to-queue time, the gateway queue (and what released it), the hop, the engine and the relay back,
+beside the load generator's loop lag. Throughput: requests answered in the
 window (all of 64 tokens). Bounded: at most 60 s a mode, 10,000 flood requests.
 """
 
@@ -30,12 +38,15 @@ import asyncio
 import contextlib
 import dataclasses
 import hashlib
+import json
+import multiprocessing
 import random
 import re
 import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +54,7 @@ import httpx
 import openai
 import yaml
 
-from bench.loadgen import run_load
+from bench.loadgen import LoadResult, run_load
 from bench.peers import PEERS, start_peer
 from bench.procs import running, start_gateway, start_sim
 from bench.report import percentile, table, write_section
@@ -53,7 +64,10 @@ FLOOD = "flood"
 MODEL = "sim-llama"
 MAX_TOKENS = 64
 SLOTS, HEADROOM = 8, 2
-MODES = ("alone", "none", "fifo", "fair", "smg")
+MODES = ("alone", "none", "fifo", "fair", "fair-prefill", "fair-headroom3", "smg")
+MAX_PREFILL = 256  # fair-prefill: fairness.max_queued_prefill_tokens
+LAG_TICK_S = 0.005
+ADMIN_TOKEN = "fairness-bench-admin-0123456789"
 
 
 # smg's built-in classes reserve 34 slots in all: with a capacity of 16 its scheduler does not start
@@ -85,7 +99,7 @@ def _words(rng: random.Random, n: int) -> str:
     return " ".join(f"w{rng.randrange(100_000)}" for _ in range(n))
 
 
-def policy(mode: str, urls: list[str]) -> dict[str, Any]:
+def policy(mode: str, urls: list[str], max_prefill: int = MAX_PREFILL) -> dict[str, Any]:
     tenants = [*CALM, FLOOD]
     out: dict[str, Any] = {
         "server": {"host": "127.0.0.1", "port": 0, "access_log": False},
@@ -102,7 +116,7 @@ def policy(mode: str, urls: list[str]) -> dict[str, Any]:
     }
     if mode == "fifo":
         out["limits"].update(max_concurrent_per_replica=SLOTS, queue_timeout_s=5.0, max_queued_requests=1024)
-    if mode in ("fair", "alone"):
+    if mode in ("fair", "fair-prefill", "fair-headroom3", "alone"):
         out["fairness"] = {
             "enabled": True,
             "slots_per_replica": SLOTS,
@@ -110,11 +124,22 @@ def policy(mode: str, urls: list[str]) -> dict[str, Any]:
             "tenants": [{"id": t, "max_priority": "interactive"} for t in CALM]
             + [{"id": FLOOD, "max_priority": "standard"}],
         }
+    if mode == "fair-prefill":
+        out["fairness"]["max_queued_prefill_tokens"] = max_prefill
+    if mode == "fair-headroom3":  # the same engine batch of 10: one slot more kept for the interactive class
+        out["fairness"].update(slots_per_replica=SLOTS - 1, headroom_slots=HEADROOM + 1)
     return out
 
 
 @contextlib.contextmanager
-def serving(mode: str, urls: list[str], workdir: Path, log: Path) -> Iterator[tuple[str, str | None]]:
+def serving(
+    mode: str,
+    urls: list[str],
+    workdir: Path,
+    log: Path,
+    checkout: str | None = None,
+    max_prefill: int = MAX_PREFILL,
+) -> Iterator[tuple[str, str | None]]:
     """The base URL of the router under test (``/v1`` below it), and the gateway's metrics URL."""
     if mode == "smg":
         prio = workdir / "smg-priority.yaml"
@@ -133,9 +158,12 @@ def serving(mode: str, urls: list[str], workdir: Path, log: Path) -> Iterator[tu
             yield p.proc.url, p.metrics_url
         return
     path = workdir / f"policy-{mode}.yaml"
-    path.write_text(yaml.safe_dump(policy(mode, urls)))
+    path.write_text(yaml.safe_dump(policy(mode, urls, max_prefill)))
     gw = start_gateway(
-        ["--config", str(path)], env={"PREFIX_GATEWAY_SECRET": "fairness-bench-0123456789"}, log_path=str(log)
+        ["--config", str(path)],
+        env={"PREFIX_GATEWAY_SECRET": "fairness-bench-0123456789", "PREFIX_GATEWAY_ADMIN_TOKEN": ADMIN_TOKEN},
+        log_path=str(log),
+        checkout=checkout,
     )
     with running(gw):
         yield gw.url, gw.metrics_url
@@ -166,6 +194,107 @@ def interactive_wait(metrics_url: str | None) -> float:
     return got["sum"] / got["count"] if got["count"] else float("nan")
 
 
+def where(res: dict[str, Any], base: str, sim_urls: list[str], gateway: bool) -> list[dict[str, Any]]:
+    """Where each answered well-behaved request's TTFT went, by wall clocks of the three processes (one
+    machine, one clock): ``pre`` client send to the gateway's queue (the client, the socket, the
+    gateway's stages before routing), ``queue`` the gateway's fair queue (``released_by``: the event that
+    released it; the decision log's ``fair_queue``), ``hop`` the gateway's decision to the simulator's
+    handler, ``engine`` the handler to its first chunk written (``engine_queue``/``engine_ttft``: the
+    engine's own, planned step ends), ``back`` that chunk to the client's first parsed chunk (the
+    gateway's relay, the client's parsing); ``lag``: the load generator's longest event-loop lag while
+    it was open. The gateway's parts only where it is the router under test (``gateway``)."""
+    gens: dict[str, dict[str, Any]] = {}
+    with httpx.Client(timeout=30) as http:
+        for i, url in enumerate(sim_urls):
+            for g in http.get(url + "/sim/generations").json():
+                if g.get("request_id"):
+                    gens[g["request_id"]] = {**g, "replica": i}
+        rows = []
+        lags = res.get("lags", [])
+        calm_ids = {t["id"] for c in res["calm"].values() for t in c["traced"] if t["id"]}
+        for c in res["calm"].values():
+            for t in c["traced"]:
+                row: dict[str, Any] = {"tenant": t["tenant"], "ttft": t["ttft"]}
+                window = [lag for at, lag in lags if t["sent_at"] <= at <= (t["first_at"] or at)]
+                row["lag"] = max(window, default=0.0)
+                g = gens.get(t["id"] or "")
+                fq = None
+                if gateway and t["id"]:
+                    got = http.get(
+                        base + "/admin/routing/explain",
+                        params={"request_id": t["id"]},
+                        headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
+                    )
+                    if got.status_code == 200:
+                        rec = got.json()["decisions"][0]
+                        fq = rec["attempts"][-1].get("fair_queue")
+                        row["replica"] = rec["replica"]
+                        if fq is not None:
+                            row["queue"], row["released_by"] = fq["waited_s"], fq["released_by"]
+                            row["pre"] = rec["at"] - fq["waited_s"] - t["sent_at"]
+                            if g is not None:
+                                row["hop"] = g["received_at"] - rec["at"]
+                if g is not None and "first_write_at" in g:
+                    row["engine"] = g["first_write_at"] - g["received_at"]
+                    row["engine_queue"] = g.get("engine_queue_s")
+                    row["engine_ttft"] = g.get("engine_ttft_s")
+                    if t["first_at"] is not None:
+                        row["back"] = t["first_at"] - g["first_write_at"]
+                    if "finished_at" in g:
+                        row["held"] = g["finished_at"] - g["received_at"]  # its stream open at the replica
+                    if fq is None:
+                        row["pre"] = g["received_at"] - t["sent_at"]  # client to the replica, all of it
+                if "queue" in row and row["queue"] > 0.01:
+                    row["busy"] = _busy_at(gens, rec["at"] - row["queue"], calm_ids)
+                rows.append(row)
+    res["generations"] = [
+        {k: g.get(k) for k in ("replica", "received_at", "first_write_at", "finished_at")}
+        | {"calm": i in calm_ids}
+        for i, g in gens.items()
+    ]
+    return rows
+
+
+def _busy_at(gens: dict[str, dict[str, Any]], at: float, calm_ids: set[str]) -> str:
+    """Streams each replica's simulator had open at ``at`` (received, not ended): all / well-behaved."""
+    per: dict[int, list[int]] = {}
+    for rid, g in gens.items():
+        if g["received_at"] <= at < g.get("finished_at", float("inf")):
+            n = per.setdefault(g.get("replica", 0), [0, 0])
+            n[0] += 1
+            n[1] += rid in calm_ids
+    return " ".join(f"{k}:{a}/{c}" for k, (a, c) in sorted(per.items()))
+
+
+PARTS = ("pre", "queue", "hop", "engine", "engine_queue", "engine_ttft", "back", "lag", "held")
+
+
+def where_lines(mode: str, rows: list[dict[str, Any]], slowest: int = 3) -> list[str]:
+    """The p50 / p99 of each part, and the slowest requests part by part."""
+    out = [
+        f"{mode}: where the well-behaved TTFT went (s), p50 / p95 / p99 of each part over {len(rows)} requests:"
+    ]
+    for part in ("ttft", *PARTS):
+        xs = [r[part] for r in rows if r.get(part) is not None]
+        if xs:
+            ps = " / ".join(f"{percentile(xs, q):.4f}" for q in (50, 95, 99))
+            out.append(f"  {part}: {ps} (max {max(xs):.4f})")
+    reasons: dict[str, int] = {}
+    for r in rows:
+        if "released_by" in r:
+            reasons[r["released_by"]] = reasons.get(r["released_by"], 0) + 1
+    if reasons:
+        out.append(f"  released by: {reasons}")
+    for r in sorted(rows, key=lambda r: -r["ttft"])[:slowest]:
+        parts = ", ".join(
+            f"{k} {r[k]:.4f}" if isinstance(r.get(k), float) else f"{k} {r.get(k)}"
+            for k in ("ttft", *PARTS, "released_by", "replica", "busy")
+            if r.get(k) is not None
+        )
+        out.append(f"  slow: {r['tenant']}: {parts}")
+    return out
+
+
 def _headers(mode: str, tenant: str, interactive: bool) -> dict[str, str]:
     if mode == "smg":
         h = {"x-smg-tenant-id": tenant}
@@ -180,21 +309,27 @@ async def _calm(base: str, mode: str, tenant: str, system: str, seconds: float, 
     client = openai.AsyncOpenAI(base_url=base + "/v1", api_key=_key(tenant), max_retries=0, timeout=60.0)
     ttfts: list[float] = []
     errors: dict[str, int] = {}
+    traced: list[dict[str, Any]] = []  # per answered request: wall clock sent / first chunk, the gateway's id
     tasks = []
 
     async def one(text: str) -> None:
         t0 = time.perf_counter()
+        sent_at = time.time()
         try:
             stream = await client.chat.completions.create(
                 model=MODEL,
                 messages=[{"role": "system", "content": system}, {"role": "user", "content": text}],
                 max_tokens=MAX_TOKENS, stream=True, extra_headers=_headers(mode, tenant, True),
             )  # fmt: skip
-            first = None
+            first = first_at = None
             async for _ in stream:
                 if first is None:
-                    first = time.perf_counter()
+                    first, first_at = time.perf_counter(), time.time()
             ttfts.append((first or time.perf_counter()) - t0)
+            traced.append({
+                "tenant": tenant, "ttft": ttfts[-1], "sent_at": sent_at, "first_at": first_at,
+                "id": stream.response.headers.get("x-gateway-request-id"),
+            })  # fmt: skip
         except openai.APIStatusError as e:
             errors[str(e.status_code)] = errors.get(str(e.status_code), 0) + 1
         except openai.APIError as e:
@@ -210,13 +345,27 @@ async def _calm(base: str, mode: str, tenant: str, system: str, seconds: float, 
         at += rng.expovariate(1.0)
     await asyncio.gather(*tasks)
     await client.close()
-    return {"ttfts": ttfts, "errors": errors, "sent": len(tasks)}
+    return {"ttfts": ttfts, "errors": errors, "sent": len(tasks), "traced": traced}
 
 
-async def load(base: str, mode: str, seconds: float, flood_concurrency: int, seed: int) -> dict[str, Any]:
+async def _lag_monitor(lags: list[tuple[float, float]], stop: asyncio.Event) -> None:
+    """The load generator's own event-loop lag: how late each 5 ms sleep woke (wall clock, seconds late)."""
+    loop = asyncio.get_running_loop()
+    while not stop.is_set():
+        t = loop.time()
+        await asyncio.sleep(LAG_TICK_S)
+        lags.append((time.time(), loop.time() - t - LAG_TICK_S))
+
+
+def _texts(seed: int) -> tuple[dict[str, str], list[str]]:
     rng = random.Random(seed)
     systems = {t: _words(rng, 400) for t in (*CALM, FLOOD)}
-    flood_texts = [_words(rng, 100) for _ in range(256)]
+    return systems, [_words(rng, 100) for _ in range(256)]
+
+
+def _flood(base: str, mode: str, seconds: float, flood_concurrency: int, seed: int) -> LoadResult:
+    """The flood's closed loop, in a process of its own (``load``)."""
+    systems, flood_texts = _texts(seed)
 
     def flood_body(i: int) -> dict[str, Any]:
         return {
@@ -229,18 +378,39 @@ async def load(base: str, mode: str, seconds: float, flood_concurrency: int, see
         }
 
     flood_headers = {"Authorization": f"Bearer {_key(FLOOD)}", **_headers(mode, FLOOD, False)}
-    t0 = time.perf_counter()
-    jobs = [_calm(base, mode, t, systems[t], seconds, seed + 1 + k) for k, t in enumerate(CALM)]
-    if mode != "alone":
-        flood = run_load(
-            base + "/v1/chat/completions", flood_body, requests=10_000, concurrency=flood_concurrency,
-            stream=True, headers=flood_headers, max_seconds=seconds,
-        )  # fmt: skip
-        *calm, fl = await asyncio.gather(*jobs, flood)
-    else:
-        calm, fl = await asyncio.gather(*jobs), None
+    url = base + "/v1/chat/completions"
+    run = run_load(
+        url, flood_body, requests=10_000, concurrency=flood_concurrency, stream=True, headers=flood_headers,
+        max_seconds=seconds,
+    )  # fmt: skip
+    return asyncio.run(run)
+
+
+def _ready() -> None:
+    """A first call, so that the flood's process exists before the clock starts."""
+
+
+async def load(base: str, mode: str, seconds: float, flood_concurrency: int, seed: int) -> dict[str, Any]:
+    """The well-behaved tenants on this process's loop; the flood on another process's (its 48 streams
+    on the same loop lagged it by up to 0.4 s at load 11, time every well-behaved TTFT counted)."""
+    systems, _ = _texts(seed)
+    lags: list[tuple[float, float]] = []
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        await loop.run_in_executor(pool, _ready)
+        monitor = asyncio.create_task(_lag_monitor(lags, stop))
+        t0 = time.perf_counter()
+        jobs = [_calm(base, mode, t, systems[t], seconds, seed + 1 + k) for k, t in enumerate(CALM)]
+        if mode != "alone":
+            flood = loop.run_in_executor(pool, _flood, base, mode, seconds, flood_concurrency, seed)
+            *calm, fl = await asyncio.gather(*jobs, flood)
+        else:
+            calm, fl = await asyncio.gather(*jobs), None
     wall = time.perf_counter() - t0
-    return {"calm": dict(zip(CALM, calm, strict=True)), "flood": fl, "wall": wall}
+    stop.set()
+    await monitor
+    return {"calm": dict(zip(CALM, calm, strict=True)), "flood": fl, "wall": wall, "lags": lags}
 
 
 def summarize(res: dict[str, Any], seconds: float) -> dict[str, Any]:
@@ -255,6 +425,7 @@ def summarize(res: dict[str, Any], seconds: float) -> dict[str, Any]:
     flood_errors.pop(200, None)
     return {
         "p50": percentile(pooled, 50) if pooled else float("nan"),
+        "p95": percentile(pooled, 95) if pooled else float("nan"),
         "p99": percentile(pooled, 99) if pooled else float("nan"),
         "per": {
             t: (percentile(c["ttfts"], 50), percentile(c["ttfts"], 99)) if c["ttfts"] else (float("nan"),) * 2
@@ -276,41 +447,60 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--flood-concurrency", type=int, default=48)
     ap.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
+    ap.add_argument("--max-prefill", type=int, default=MAX_PREFILL, help="fair-prefill's bound (tokens)")
+    ap.add_argument(
+        "--before",
+        metavar="CHECKOUT",
+        help="also run the fair mode with this checkout's gateway (a worktree of an earlier commit) right "
+        "after this tree's: mode fair@before",
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--write", action="store_true")
+    ap.add_argument("--dump", help="write every request's parts (where) and the results as JSON here")
     args = ap.parse_args(argv)
     if not (1 <= args.seconds <= 60 and 1 <= args.flood_concurrency <= 256):
         ap.error("bounded: at most 60 s a mode, 256 flood streams")
     results: dict[str, dict[str, Any]] = {}
     loads: dict[str, str] = {}
     smg_admits: dict[str, str] = {}
+    wheres: dict[str, list[dict[str, Any]]] = {}
+    generations: dict[str, list[dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory(prefix="fairp-") as tmp:
         workdir = Path(tmp)
-        for mode in args.modes:
+        runs = [(m, m, None) for m in args.modes]
+        if args.before:
+            runs = [r for m in args.modes for r in [(m, m, None)] + ([(f"{m}@before", m, args.before)] if m == "fair" else [])]  # fmt: skip
+        for label, mode, checkout in runs:
             sim, urls = start_sim(
                 2,
                 extra=["--mode", "engine", "--max-num-seqs", str(SLOTS + HEADROOM)],
                 log_path=str(workdir / "sim.log"),
             )
-            with running(sim), serving(mode, urls, workdir, workdir / f"{mode}.log") as (base, metrics):
+            serve = serving(mode, urls, workdir, workdir / f"{mode}.log", checkout, args.max_prefill)
+            with running(sim), serve as (base, metrics):
                 res = asyncio.run(load(base, mode, args.seconds, args.flood_concurrency, args.seed))
                 if mode == "smg":
                     smg_admits[mode] = smg_admitted(metrics)
                 else:
                     res["gateway_wait"] = interactive_wait(metrics)
+                rows = where(res, base, urls, gateway=mode != "smg")
+                wheres[label] = rows
+                generations[label] = res["generations"]
+                print("\n".join(where_lines(label, rows)), flush=True)
             with open("/proc/loadavg") as f:
-                loads[mode] = f.read().split()[0]
-            results[mode] = summarize(res, args.seconds)
-            s = results[mode]
-            print(f"{mode}: p50 {s['p50']:.3f} p99 {s['p99']:.3f} calm {s['calm_ok']}/{s['calm_sent']} {s['calm_errors']} flood {s['flood_ok']} {s['flood_errors']} load {loads[mode]}", flush=True)  # fmt: skip
-    alone = results.get("alone", {}).get("p99")
+                loads[label] = f.read().split()[0]
+            results[label] = summarize(res, args.seconds)
+            s = results[label]
+            print(f"{label}: p50 {s['p50']:.3f} p95 {s['p95']:.3f} p99 {s['p99']:.3f} calm {s['calm_ok']}/{s['calm_sent']} {s['calm_errors']} flood {s['flood_ok']} {s['flood_errors']} load {loads[label]}", flush=True)  # fmt: skip
+    alone, alone95 = results.get("alone", {}).get("p99"), results.get("alone", {}).get("p95")
     base_rps = results.get("fifo", {}).get("req_s")
-    headers = ["mode", "p50 TTFT", "p99 TTFT", "p99 x alone", "mean fair-queue wait (interactive)", "answered / sent (well-behaved)", "errors (well-behaved)",
+    headers = ["mode", "p50 TTFT", "p95 TTFT", "p99 TTFT", "p95 / p99 x alone", "mean fair-queue wait (interactive)", "answered / sent (well-behaved)", "errors (well-behaved)",
                "flood answered", "flood errors", "flood share", "req/s", "x today", "load"]  # fmt: skip
     rows = []
     for mode, s in results.items():
         rows.append([
-            mode, f"{s['p50']:.3f}", f"{s['p99']:.3f}", f"{s['p99'] / alone:.2f}" if alone else "-",
+            mode, f"{s['p50']:.3f}", f"{s['p95']:.3f}", f"{s['p99']:.3f}",
+            f"{s['p95'] / alone95:.2f} / {s['p99'] / alone:.2f}" if alone else "-",
             "-" if s["gateway_wait"] != s["gateway_wait"] else f"{s['gateway_wait']:.4f}",
             f"{s['calm_ok']} / {s['calm_sent']}", ", ".join(f"{k}: {v}" for k, v in s["calm_errors"].items()) or "0",
             s["flood_ok"], ", ".join(f"{k}: {v}" for k, v in s["flood_errors"].items()) or "0",
@@ -337,6 +527,12 @@ def main(argv: list[str] | None = None) -> None:
         ]
     )
     print(md)
+    if args.dump:
+        Path(args.dump).write_text(
+            json.dumps(
+                {"results": results, "where": wheres, "generations": generations, "loads": loads}, default=str
+            )
+        )
     if args.write:
         write_section("fairness-procs", md)
 

@@ -1,7 +1,7 @@
 """The Mooncake conversation trace, faster than recorded, shared by two tenants of different weights.
 
-    python -m bench.fairness_trace --trace /tmp/traces/conversation_trace.jsonl [--requests 1500]
-        [--rate 2] [--replicas 2] [--slots 16] [--weights 3 1] [--token-scale 8] [--write]
+    python -m bench.fairness_trace --trace /tmp/traces/conversation_trace.jsonl [--requests 1500] [--skip 0]
+        [--rate 2] [--replicas 2] [--slots 16] [--weights 3 1] [--token-scale 8] [--max-prefill N ...] [--write]
 
 Model time, as ``bench.fairness``: ``router.pool.PoolRouter`` decides, ``sim.engine.Engine``
 replicas (costs scaled by ``--token-scale``, as ``bench.routing_offline`` replays traces) serve, and
@@ -23,6 +23,7 @@ and the prompt tokens that cost (the match there less the match where they went)
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from typing import Any
@@ -77,32 +78,51 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m bench.fairness_trace", description=__doc__.split("\n")[0])
     ap.add_argument("--trace", required=True, help="Mooncake conversation_trace.jsonl")
     ap.add_argument("--requests", type=int, default=1500)
+    ap.add_argument(
+        "--skip", type=int, default=0, help="start after this many of the trace's requests (a held-out slice)"
+    )
     ap.add_argument("--rate", type=float, default=2.0, help="arrival times are divided by this")
     ap.add_argument("--replicas", type=int, default=2)
     ap.add_argument("--slots", type=int, default=16)
     ap.add_argument("--kv-blocks", type=int, default=4096, help="KV blocks of 16 tokens a replica")
     ap.add_argument("--weights", type=float, nargs=2, default=[3.0, 1.0], metavar=("HEAVY", "LIGHT"))
     ap.add_argument("--token-scale", type=float, default=8.0)
+    ap.add_argument(
+        "--max-prefill",
+        type=int,
+        nargs="*",
+        default=[],
+        help="also the fair queue with fairness.max_queued_prefill_tokens N (a row each)",
+    )
     ap.add_argument("--write", action="store_true", help="write the section of docs/benchmarks.md")
     ap.add_argument("--section", default="fairness-mooncake", help="the section's name in docs/benchmarks.md")
     args = ap.parse_args(argv)
     if not (1 <= args.requests <= 12_000 and 1 <= args.replicas <= 16 and 1 <= args.slots <= 256):
         ap.error("bounded: 1-12000 requests, 1-16 replicas, 1-256 slots")
+    if not 0 <= args.skip <= 12_000 - args.requests:
+        ap.error("--skip: 0 to 12000 - --requests")
     if not all(w > 0 for w in args.weights) or args.rate <= 0:
         ap.error("--weights and --rate must be > 0")
     started = time.perf_counter()
     scale = traces.Scale(traces.MOONCAKE, args.token_scale)
-    records = traces.read_trace(args.trace, traces.MOONCAKE, args.requests)
+    records = traces.read_trace(args.trace, traces.MOONCAKE, args.skip + args.requests)[args.skip :]
+    if records and args.skip:
+        t0 = records[0].at_s
+        records = [dataclasses.replace(r, at_s=r.at_s - t0) for r in records]  # the slice starts at 0
     costs = EngineCosts().scaled(args.token_scale)
     weights = dict(zip(TENANTS, args.weights, strict=True))
     results: dict[str, dict[str, Any]] = {}
     seconds = 0.0
-    for mode, name in (("none", "no gateway queue"), ("fifo", "today (slot FIFO)"), ("fair", "fair queue")):
+    modes: list[tuple[str, str, int | None]] = [
+        ("none", "no gateway queue", None), ("fifo", "today (slot FIFO)", None), ("fair", "fair queue", None),
+        *(("fair", f"fair queue, queued prefill <= {n}", n) for n in args.max_prefill),
+    ]  # fmt: skip
+    for mode, name, max_prefill in modes:
         reqs = trace_reqs(records, scale, args.rate)
         seconds = reqs[-1].at
         run = simulate(
             mode, reqs, args.replicas, args.slots, seconds, kv_blocks=args.kv_blocks, weights=weights,
-            watch=frozenset(TENANTS), costs=costs,
+            watch=frozenset(TENANTS), costs=costs, max_prefill=max_prefill,
         )  # fmt: skip
         results[name] = summarize(run.reqs, seconds, run.hits / run.queries if run.queries else 0.0)
         results[name]["decode_tokens"] = run.extra["decode_tokens"]
@@ -129,12 +149,13 @@ def main(argv: list[str] | None = None) -> None:
     given = argv if argv is not None else sys.argv[1:]
     cmd = "python -m bench.fairness_trace" + "".join(f" {a}" for a in given if a != "--write")
     offered = {t: results["fair queue"]["per"][t]["offered"] for t in TENANTS}
+    which = f"after its first {args.skip}, the next" if args.skip else "the first"
     md = "\n".join(
         [
             f"### The Mooncake conversation trace at {args.rate:g} x its rate, two tenants of different weights "
             f"({args.replicas} replicas x {args.slots} slots)",
             "",
-            f"`{cmd}` (the first {len(records)} requests of the trace, arrival times / {args.rate:g} over "
+            f"`{cmd}` ({which} {len(records)} requests of the trace, arrival times / {args.rate:g} over "
             f"{seconds:.0f} model seconds; {args.replicas} engine-model replicas, {args.slots} slots and "
             f"{args.kv_blocks} KV blocks each, token scale {args.token_scale:g}; tenants by conversation: "
             f"heavy (weight {args.weights[0]:g}) {offered['heavy']} requests, light (weight "

@@ -348,6 +348,9 @@ async def _generate(
         job.record = record = rep.start_generation(
             request.headers.get("X-Request-Id"), request.path, job.stream, job.prompt_tokens
         )
+        record["received_at"] = time.time() - (
+            time.perf_counter() - t0
+        )  # wall clock, as other processes read it
         if faults.malformed:
             record["outcome"] = "malformed"
             job.admitted(rep, 0)  # it took the prompt: the counter and the record agree
@@ -434,6 +437,16 @@ async def _run_engine(request: web.Request, rep: Replica, job: _Job, t0: float) 
             rep.loop.abort(ereq)
 
 
+def _engine_times(record: dict[str, Any], ereq: EngineRequest) -> None:
+    """Where a streamed generation's first token came from: the wall clock it is written at, its wait in
+    the engine's queue and its engine TTFT (the step that produced it ended), in seconds
+    (``finished_at``: the wall clock its stream ended)."""
+    record["first_write_at"] = time.time()
+    if ereq.first_scheduled is not None and ereq.first_token is not None:
+        record["engine_queue_s"] = ereq.first_scheduled - ereq.arrival
+        record["engine_ttft_s"] = ereq.first_token - ereq.arrival
+
+
 async def _stream_engine(
     request: web.Request, rep: Replica, job: _Job, toks: list[str], progress: Progress, t0: float
 ) -> web.StreamResponse:
@@ -443,6 +456,7 @@ async def _stream_engine(
     n = await progress.next()
     ereq = progress.request
     rep.ttft.observe(time.perf_counter() - t0)
+    _engine_times(job.record, ereq)
     job.admitted(rep, ereq.cached_tokens)
     events = job.events(int(time.time()), toks, ereq.cached_tokens)
     drop_after = rep.faults.drop_mid_stream_after
@@ -460,6 +474,7 @@ async def _stream_engine(
             break
         n = await progress.next()
     await resp.write_eof()
+    job.record["finished_at"] = time.time()
     return resp
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from collections.abc import Callable
 
 import aiohttp
 from aiohttp import web
@@ -33,6 +34,7 @@ from aiohttp import web
 from gateway.errors import GatewayError
 from gateway.fleet.pools import Pool
 from gateway.pipeline.context import Attempt, RequestContext
+from gateway.pipeline.hooks.routing_feedback import prefill_room
 from gateway.pipeline.hooks.trace import propagation
 from gateway.pipeline.lifecycle import Event
 from gateway.pipeline.parse import ENDPOINTS
@@ -167,7 +169,7 @@ async def attempt_once(
     gauge = metrics.child(metrics.in_flight, rid)
     gauge.inc()
     resp: aiohttp.ClientResponse | None = None
-    timer = None if ctx.parsed.stream else _prefill_timer(pool, decision)
+    timer = None if ctx.parsed.stream else _prefill_timer(pool, decision, lambda: prefill_room(ctx))
     try:
         try:
             await _with_adapter(ctx, decision)
@@ -204,17 +206,26 @@ async def attempt_once(
         gauge.dec()
 
 
-def _prefill_timer(pool: Pool, decision: Decision) -> asyncio.TimerHandle | None:
+def _prefill_timer(
+    pool: Pool, decision: Decision, then: Callable[[], None] | None = None
+) -> asyncio.TimerHandle | None:
     """A non-streamed answer says nothing until its end: release its queued prefill when the router
-    predicts the replica prefilled it (``router.prefill``). Cancelled in ``attempt_once``'s ``finally``,
-    whose ``release`` releases it if the timer did not; ``release_prefill`` acts once whoever calls."""
+    predicts the replica prefilled it (``router.prefill``), then call ``then`` (a fair-queue waiter
+    may take that room: ``prefill_room``). Cancelled in ``attempt_once``'s ``finally``, whose ``release`` releases it if
+    the timer did not; ``release_prefill`` acts once whoever calls."""
     router = pool.router
     if router.cfg.nonstream_prefill_release != "predicted":
         return None
     due = router.prefill_due_s(decision)
     if due is None:
         return None
-    return asyncio.get_running_loop().call_later(due, router.release_prefill, decision)
+
+    def prefilled() -> None:
+        router.release_prefill(decision)
+        if then is not None:
+            then()
+
+    return asyncio.get_running_loop().call_later(due, prefilled)
 
 
 def _adapter_path(ctx: RequestContext) -> str | None:

@@ -33,6 +33,9 @@ class Ticket:
     max_queued: int  # its tenant's waiters at once
     objective_s: float | None  # TTFT objective
     capped: bool = False
+    # its last routing through the fair queue (``gateway.process.fair_admission``), for the decision log
+    waited_s: float = 0.0  # seconds in the queue (0: sent at once)
+    released_by: str = "direct"  # what released it: direct, arrival, end, prefill, tick, give_back
 
 
 def class_specs(cfg: FairnessConfig) -> tuple[ClassSpec, ...]:

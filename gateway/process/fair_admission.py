@@ -3,8 +3,10 @@
 A request of an enabled pool goes to a replica at once while a replica has a slot free and nobody
 waits; otherwise it waits here, in the pool's ``router.fairness.queue.FairQueue`` (priority band,
 then start-time fair order by predicted work between tenants). A slot freeing (an attempt's end:
-``released``), a request arriving, and a tick while anyone waits (reports and health change without
-a release) each release waiters while a replica has room: the releaser routes the waiter itself
+``released``), a request arriving, a request's queued prefill released under
+``max_queued_prefill_tokens`` (its first byte: ``released(why="prefill")``, which the tick alone saw
+up to 50 ms late), and a tick while anyone waits (reports and health change without a release) each
+release waiters while a replica has room: the releaser routes the waiter itself
 (``PoolRouter.route``, prefix affinity among the replicas with room), so the slot is counted before
 anyone else can take it, and hands it the decision. Among the first ``fairness.lookahead`` waiters
 it prefers one whose longest prefix match is on a replica with room: a released request lands where
@@ -16,7 +18,9 @@ slot, from the requests the queue would release before it, then the best replica
 and answered at once with 429 and ``Retry-After`` when the prediction exceeds the objective
 (``on_objective_miss: reject``), never queued to fail later. A tenant past its queue cap gets 429, a
 full queue 503 unless the request preempts a lower band's newest waiter (which gets the 503), and a
-request that waited ``fairness.queue_timeout_s`` 503. Every answer is OpenAI's error shape.
+request that waited ``fairness.queue_timeout_s`` 503. Every answer is OpenAI's error shape. How
+each request went through (seconds waited, the event that released it) is kept in the ticket for the
+decision log (``/admin/routing/explain``'s ``fair_queue``).
 
 One process's view: slots count this process's requests, like the slot filter; with ``--workers N``
 each worker queues its own (replicas' reported KV usage and engine queue carry the others' load).
@@ -68,6 +72,7 @@ class _Entry:
     gauge_labels: tuple[str, str, str]
     matched: Mapping[str, int]  # prefix tokens each replica holds, at arrival
     left: bool = False
+    released_by: str = ""  # the event whose pump released it (``_pump``'s ``why``)
 
     @property
     def gone(self) -> bool:
@@ -144,6 +149,7 @@ class FairAdmission:
             try:
                 decision = router.route(request, exclude=not_to(tried, full_now))
                 m.child(m.fair_wait, *labels).observe(0.0)
+                ticket.waited_s, ticket.released_by = 0.0, "direct"
                 return decision
             except NoReplicaAvailable as exc:
                 if not isinstance(exc, ReplicasBusy) and not could_take(router, tried):
@@ -188,7 +194,7 @@ class FairAdmission:
             pq.queue.remove(waiter)
             self._leave(entry)
             raise
-        self._pump(pq)
+        self._pump(pq, "arrival")
         self._arm(pq)
         try:
             async with asyncio.timeout(cfg.queue_timeout_s):
@@ -209,7 +215,8 @@ class FairAdmission:
             raise
         finally:
             self._leave(entry)
-            m.child(m.fair_wait, *labels).observe(loop.time() - arrived)
+            ticket.waited_s, ticket.released_by = loop.time() - arrived, entry.released_by
+            m.child(m.fair_wait, *labels).observe(ticket.waited_s)
         return decision
 
     def _give_back(self, pq: _PoolQueue, entry: _Entry) -> bool:
@@ -220,7 +227,7 @@ class FairAdmission:
         decision = f.result()
         pq.router.forget_failed(decision)
         pq.router.release(decision)
-        self._pump(pq)
+        self._pump(pq, "give_back")
         return True
 
     def _leave(self, entry: _Entry) -> None:
@@ -269,20 +276,22 @@ class FairAdmission:
         )
 
     # -- releases ---------------------------------------------------------------------------------------
-    def released(self, pool: str, held_s: float | None = None) -> None:
-        """A request of ``pool`` left its replica (after ``held_s`` there): a waiter may go."""
+    def released(self, pool: str, held_s: float | None = None, why: str = "end") -> None:
+        """A request of ``pool`` left its replica (after ``held_s`` there), or ``why`` else freed room
+        there: a waiter may go."""
         pq = self._pools.get(pool)
         if pq is None:
             return
         if held_s is not None:
             pq.service.observe(held_s)
-        self._pump(pq)
+        self._pump(pq, why)
 
-    def _pump(self, pq: _PoolQueue) -> None:
+    def _pump(self, pq: _PoolQueue, why: str) -> None:
         router = pq.router
         lim = saturation_limits(pq.cfg, pq.limits)
         for waiter, got in release(pq.queue, router, lim, router.clock(), pq.cfg.lookahead):
             entry: _Entry = waiter.payload
+            entry.released_by = why
             if isinstance(got, Decision):
                 entry.future.set_result(got)
             else:
@@ -295,7 +304,7 @@ class FairAdmission:
         loop = asyncio.get_running_loop()
 
         def tick() -> None:
-            self._pump(pq)
+            self._pump(pq, "tick")
             if len(pq.queue):
                 loop.call_later(TICK_S, tick)
             else:

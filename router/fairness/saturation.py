@@ -36,7 +36,10 @@ batches the rest of the interactive requests' time is the engine step they share
 prefills: at 32 slots and 2 headroom their engine p99 was 0.151 s (2.0 x alone, the gateway wait 0);
 with at most 1,024 lower-class prefill tokens queued per replica, 0.093 s (1.23 x), at 0.975 x the
 output of a slot FIFO at 34 slots (``python -m bench.fairness --slots 32 --headroom 2 --max-prefill
-1024``). The engines' scraped signals are no substitute for either bound: scraped once a second,
+1024``). That model held the lower classes until an end; released at the first byte that frees the
+room, as the gateway does since round 4, the same run gives 1.48 x at 1,024 and 1.22 x at 256
+(docs/benchmarks.md, Issue 28 round 4). On the Mooncake trace at 2 x (8 x 32, two tenants of one
+class) a bound of 4,096 halved both tenants' p99 TTFT for 0.003-0.021 of hit rate. The engines' scraped signals are no substitute for either bound: scraped once a second,
 "waiting > 0" let 1.7 s of backlog form between scrapes (p99 6.0 s, ``--scraped``).
 """
 

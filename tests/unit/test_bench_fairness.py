@@ -54,7 +54,11 @@ def test_the_sockets_benchmark_builds_valid_policies_and_an_smg_config_that_fits
     assert fair.enabled and (fair.slots_per_replica, fair.headroom_slots) == (SLOTS, HEADROOM)
     assert Policy.model_validate(policy("fifo", urls)).limits.max_concurrent_per_replica == SLOTS
     assert not Policy.model_validate(policy("none", urls)).fairness.enabled
-    assert set(MODES) == {"alone", "none", "fifo", "fair", "smg"}
+    assert set(MODES) == {"alone", "none", "fifo", "fair", "fair-prefill", "fair-headroom3", "smg"}
+    bounded = Policy.model_validate(policy("fair-prefill", urls, 512)).fairness
+    assert (bounded.max_queued_prefill_tokens, bounded.headroom_slots) == (512, HEADROOM)
+    wider = Policy.model_validate(policy("fair-headroom3", urls)).fairness
+    assert wider.slots_per_replica + wider.headroom_slots == SLOTS + HEADROOM  # the same engine batch
     classes = SMG_PRIORITY["classes"]
     assert set(classes) == {"system", "interactive", "default", "bulk"}  # smg's four, all required
     assert sum(c["reserved_floor"] for c in classes.values()) <= SLOTS * len(urls)  # else it falls back

@@ -130,3 +130,23 @@ def test_the_log_keeps_its_limit_and_tells_evicted_from_unknown() -> None:
     assert log.find("g0") is None
     log.record("off", None, "m", e, 0)  # explain_decisions: 0 keeps nothing
     assert log.find("off") is None
+
+
+def test_each_attempt_says_how_it_went_through_the_fair_queue_when_it_took_one() -> None:
+    router = PoolRouter(fleet(2), RoutingConfig(policy="round_robin"))
+    router.explain = True
+    log = DecisionLog()
+    first, second = (router.route(chat(f"p{i}")).explanation for i in range(2))
+    assert first is not None and second is not None
+    log.record("g", None, "m", first, 10, ("standard", 0.25, "end"))
+    log.outcome("g", "failed: connect")
+    log.record("g", None, "m", second, 10, ("standard", 0.0, "direct"))
+    log.record("h", None, "m", first, 10)  # fairness off: nothing said
+    (rec,) = log.find("g") or []
+    got = [a["fair_queue"] for a in rec.as_json()["attempts"]]
+    assert got == [
+        {"class": "standard", "waited_s": 0.25, "released_by": "end"},
+        {"class": "standard", "waited_s": 0.0, "released_by": "direct"},
+    ]
+    (plain,) = log.find("h") or []
+    assert "fair_queue" not in plain.as_json()["attempts"][0]

@@ -3,7 +3,7 @@
 ``routed``: the decision is counted (by policy and reason, with its predicted match) and kept for
 ``GET /admin/routing/explain``. ``first_byte``: the replica's prefill for this request is done (a
 stream's first byte; a whole answer's comes at its end), so the router releases the prefill it had
-queued there. ``completed``: the replica's ``cached_tokens`` against what the index predicted (the
+queued there (and, under a queued-prefill bound, a fair-queue waiter may take the room). ``completed``: the replica's ``cached_tokens`` against what the index predicted (the
 capacity learning's evidence, and the achieved/available counters).
 """
 
@@ -20,17 +20,31 @@ def prefill_done(ctx: RequestContext) -> None:
         return
     if ctx.parsed.stream:
         pool.router.first_byte(d)
+        prefill_room(ctx)
         return
     if ctx.generation_started:
         pool.router.answered_whole(d)
     pool.router.release_prefill(d)
 
 
+def prefill_room(ctx: RequestContext) -> None:
+    """The request's queued prefill was released: under ``fairness.max_queued_prefill_tokens`` that is
+    room for a waiter of a lower class, released now rather than at the fair queue's next tick (50 ms
+    later) or the next end (``gateway.process.fair_admission``)."""
+    bounded = ctx.state.policy.fairness.max_queued_prefill_tokens is not None
+    if bounded and ctx.fair is not None and ctx.pool is not None:
+        ctx.process.fair.released(ctx.pool.name, why="prefill")
+
+
 def record_decision(ctx: RequestContext) -> None:
     d = ctx.decision
     if d is not None and d.explanation is not None:
         limit = ctx.state.policy.limits.explain_decisions
-        ctx.process.decisions.record(ctx.request_id, ctx.client_request_id, ctx.model, d.explanation, limit)
+        f = ctx.fair
+        queued = (f.spec.name, f.waited_s, f.released_by) if f is not None else None
+        ctx.process.decisions.record(
+            ctx.request_id, ctx.client_request_id, ctx.model, d.explanation, limit, queued
+        )
 
 
 def count_decision(ctx: RequestContext) -> None:

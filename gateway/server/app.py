@@ -23,6 +23,7 @@ from typing import Any
 
 from aiohttp import web
 from aiohttp.http_exceptions import BadHttpMessage
+from redis.exceptions import RedisError
 
 from config.policy import Policy
 from gateway.admin.routes import add_admin_routes
@@ -68,6 +69,16 @@ async def gateway_middleware(request: web.Request, handler):  # type: ignore[no-
         return error_response(GatewayError(exc.status, message, code=code, headers=headers))
     except BadHttpMessage:  # a malformed body a handler read (its message holds the client's bytes)
         return error_response(GatewayError(400, "malformed request body", code="invalid_request"))
+    except RedisError:  # the shared store (batch jobs, a Redis ledger's reads) is not answering now
+        process.metrics.child(process.metrics.redis_errors, "request", "unavailable").inc()
+        return error_response(
+            GatewayError(
+                503,
+                "the gateway's shared state store is not answering; retry shortly",
+                code="store_unavailable",
+                headers={"Retry-After": "1"},
+            )
+        )
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # by type and frames: a message may hold the client's text

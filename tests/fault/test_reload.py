@@ -9,7 +9,7 @@ from pathlib import Path
 import aiohttp
 import yaml
 
-from tests.fault.support import ADMIN, ADMIN_TOKEN, chat, gateway_with, post, wait_for
+from tests.fault.support import ADMIN, ADMIN_TOKEN, WAIT_S, chat, gateway_with, post, wait_for
 from tests.support.stack import policy_for, sim_fleet
 
 
@@ -132,7 +132,7 @@ async def test_file_watch_reloads_and_survives_a_broken_file(tmp_path: Path) -> 
             path.write_text("models: [this is: not valid")
             invalid = 'prefix_gateway_config_reloads_total{result="invalid"}'
             async with aiohttp.ClientSession() as s:
-                deadline = asyncio.get_running_loop().time() + 10
+                deadline = asyncio.get_running_loop().time() + WAIT_S
                 while await _metric(s, gw.metrics_url, invalid) < 1:  # the watch read the broken file
                     assert asyncio.get_running_loop().time() < deadline, "the watch never read the file"
                     await asyncio.sleep(0.02)

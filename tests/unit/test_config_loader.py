@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from bench.procs import START_TIMEOUT_S
 from config import PolicyError, load_policy, parse_policy
 from config.loader import EXAMPLES_DIR
+from gateway.cli import main as cli_main
 from tests.support.cli import Ran, run_cli
 from tests.support.ports import free_port
 
@@ -74,7 +73,9 @@ def test_check_config_on_the_examples_warns_about_anonymous_access_off_loopback(
     assert unset.returncode == 1 and "TEAM_SEARCH_KEY_SHA256 is not set" in unset.stderr
 
 
-def test_check_config_warns_and_serve_refuses_pods_sharing_redis_without_a_secret(tmp_path: Path) -> None:
+def test_check_config_warns_and_serve_refuses_pods_sharing_redis_without_a_secret(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Pods sharing Redis hash prompts with their secret: without one each would draw its own and the
     shared index and response cache would never match. check-config warns; serve (and ``--workers``,
     before any worker starts) refuses with the variable's name, never a traceback."""
@@ -86,31 +87,30 @@ def test_check_config_warns_and_serve_refuses_pods_sharing_redis_without_a_secre
     assert "warning: tenancy.secret_env: PREFIX_GATEWAY_SECRET is not set" in result.stderr
     assert "the response cache and the shared prefix index" in result.stderr
     assert "warning" not in _check_config(path, {"PREFIX_GATEWAY_SECRET": "s3cret"}).stderr
-    base = {k: v for k, v in os.environ.items() if k not in EXAMPLE_ENV}
-    # Both at once, with a process start's deadline (START_TIMEOUT_S): a refusal costs a gateway start's
-    # imports (1.1 s of CPU), and on a two-core machine at load 19 each took 38 s of the 60 s timeout it
-    # had, one after the other. The deadline only ever stops a serve that did not refuse.
-    serve = [sys.executable, "-m", "gateway", "serve", "--config", str(path)]
-    serves = {
-        workers: subprocess.Popen(
-            [*serve, "--port", str(free_port()), "--workers", workers],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=base,
+
+    # serve in this process: a refusal comes before anything starts, and a real process was a gateway
+    # start's imports (1.1 s of CPU), 38 s each on a two-core machine at load 19, against the 60 s its
+    # subprocess had (the flake). A serve that went on to start fails here instead of serving; the
+    # process boundary of a refusing serve is test_metrics_listener's (its exit status and stderr).
+    def started(*_: object, **__: object) -> int:
+        raise AssertionError("serve went on to start a gateway")
+
+    monkeypatch.setattr(cli_main, "run_async", started)
+    monkeypatch.setattr(cli_main, "supervise", started)  # --workers: no worker may start
+    for workers in ("1", "2"):
+        served = run_cli(
+            "serve",
+            "--config",
+            str(path),
+            "--port",
+            str(free_port()),
+            "--workers",
+            workers,
+            unset=EXAMPLE_ENV,
         )
-        for workers in ("1", "2")
-    }
-    try:
-        ended = {workers: proc.communicate(timeout=START_TIMEOUT_S)[1] for workers, proc in serves.items()}
-    finally:
-        for proc in serves.values():  # a serve that did not refuse (nothing, once it has exited)
-            proc.kill()
-            proc.wait()
-    for workers, stderr in ended.items():
-        assert serves[workers].returncode == 1, (workers, stderr)
-        assert "error: tenancy.secret_env: PREFIX_GATEWAY_SECRET is not set" in stderr
-        assert "Traceback" not in stderr and "workers started" not in stderr
+        assert served.returncode == 1, (workers, served.stderr)
+        assert "error: tenancy.secret_env: PREFIX_GATEWAY_SECRET is not set" in served.stderr
+        assert "Traceback" not in served.stderr and "workers started" not in served.stderr
     # Without Redis nothing is shared between pods: no warning (--workers draws one for its workers).
     path.write_text(MINIMAL)
     assert "warning" not in _check_config(path).stderr

@@ -50,8 +50,9 @@ hogs=()
 run_pid=""
 stop_hogs() { for p in "${hogs[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done; }
 # Interrupted (Ctrl-C, kill): stop the run in progress and the hogs, and end the sweep (a trap that only
-# stopped the hogs let the loop start the next run).
-stop_all() { [ -n "$run_pid" ] && kill "$run_pid" 2>/dev/null; stop_hogs; exit 130; }
+# stopped the hogs let the loop start the next run). The run is a process group of its own (setsid), and
+# the whole group is stopped: a TERM to pytest alone left its xdist workers running, orphaned.
+stop_all() { [ -n "$run_pid" ] && kill -TERM -- "-$run_pid" 2>/dev/null; stop_hogs; exit 130; }
 trap stop_hogs EXIT
 trap stop_all INT TERM
 if [ "$hog" = 1 ]; then
@@ -68,7 +69,7 @@ echo "flake sweep: $runs runs of ${args[*]} ($load); logs in $dir"
 for i in $(seq "$runs"); do
     start=$(date +%s)
     set +e
-    "${run[@]}" -q -p no:cacheprovider -rfE "${args[@]}" > "$dir/run-$i.log" 2>&1 &
+    setsid "${run[@]}" -q -p no:cacheprovider -rfE "${args[@]}" > "$dir/run-$i.log" 2>&1 &
     run_pid=$!
     wait "$run_pid"
     rc=$?

@@ -150,8 +150,7 @@ def test_kill9_mid_batch_then_another_gateway_finishes_it_exactly_once(
             wait_for(lambda: jobs.recorded() >= 30, 30, "30 answered lines")
             holder.stop(signal.SIGKILL)
             assert holder.popen.returncode == -signal.SIGKILL
-            time.sleep(0.2)  # let the replicas receive what the killed gateway had already written
-            at_kill, sent_at_kill = jobs.recorded(), sim_requests(urls)
+            at_kill = jobs.recorded()
             assert 30 <= at_kill < LINES, "the kill must land mid-batch"
             survivor = other if holder is first else first
             if store == "sqlite":  # the restart of the killed gateway, on the same files
@@ -173,11 +172,15 @@ def test_kill9_mid_batch_then_another_gateway_finishes_it_exactly_once(
             ]
             assert Counter(x["custom_id"] for x in out) == Counter(line["custom_id"] for line in wl.lines)
             assert all(x["response"]["status_code"] == 200 for x in out)
-            in_flight_at_kill = sent_at_kill - at_kill
-            assert 0 <= in_flight_at_kill <= SLOTS
-            assert (
-                sim_requests(urls) == LINES + in_flight_at_kill
-            )  # only the lines cut off by the kill ran twice
+            # Only lines cut off by the kill ran twice: by the replicas' own record of each generation
+            # (its X-Request-Id is the line's). The count the replicas had 0.2 s after the kill was
+            # compared before, which a replica a loaded machine had not yet let read what the killed
+            # gateway wrote undercounted.
+            runs = Counter(g["request_id"] for u in urls for g in httpx.get(u + "/sim/generations").json())
+            twice = [rid for rid, n in runs.items() if n > 1]
+            assert len(runs) == LINES and set(runs.values()) <= {1, 2}, runs
+            assert len(twice) <= min(SLOTS, LINES - at_kill), (twice, at_kill)
+            assert sum(runs.values()) == sim_requests(urls) == LINES + len(twice)
             (row,) = asyncio.run(ledger_rows(tmp_path, redis_url))
             assert (row.source, row.requests) == ("batch", LINES)  # one row per line, re-runs included
         finally:

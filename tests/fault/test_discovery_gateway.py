@@ -16,7 +16,9 @@ def discovery_policy(port: int, interval_s: float = 0.05, static: list[str] | No
     return Policy.model_validate(
         {
             "server": {"host": "127.0.0.1", "port": 0, "metrics_port": 0, "access_log": False},
-            "health": {"interval_s": 0.1, "fails_to_eject": 1},
+            # one failed probe ejects (and drops the index the test compares): a refused one, never a
+            # late one of a loaded machine (policy_for's 5 s)
+            "health": {"interval_s": 0.1, "timeout_s": 5.0, "fails_to_eject": 1},
             "cache": {"enabled": False},
             "billing": {"ledger": {"path": ":memory:"}},
             "models": [

@@ -14,6 +14,7 @@ import httpx
 import yaml
 
 from bench.procs import free_port, free_ports, running, start_gateway, start_sim
+from tests.fault.support import WAIT_S
 
 ADMIN_TOKEN = "lifecycle-token"
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
@@ -129,7 +130,7 @@ def test_sighup_reloads_the_file_and_refuses_a_broken_one(tmp_path: Path) -> Non
         with running(gw):
             path.write_text("models: [broken")
             gw.popen.send_signal(signal.SIGHUP)
-            deadline = time.monotonic() + 10
+            deadline = time.monotonic() + WAIT_S  # both reloads: a policy's build, seconds when starved
             while metric(gw.metrics_url, 'prefix_gateway_config_reloads_total{result="invalid"}') < 1:
                 assert time.monotonic() < deadline
                 time.sleep(0.05)

@@ -9,14 +9,14 @@ from pathlib import Path
 import aiohttp
 import yaml
 
-from tests.fault.support import ADMIN, ADMIN_TOKEN, chat, gateway_with, post, wait_for
+from tests.fault.support import ADMIN, ADMIN_TOKEN, WAIT_S, chat, gateway_with, post, wait_for
 from tests.support.stack import policy_for, sim_fleet
 
 
 def policy_yaml(urls: list[str], routing: str = "prefix_affinity", **sections: object) -> str:
     raw: dict[str, object] = {
         "server": {"host": "127.0.0.1", "port": 0, "metrics_port": 0, "access_log": False},
-        "health": {"interval_s": 0.2},
+        "health": {"interval_s": 0.2, "timeout_s": 5.0},  # as policy_for's: a loaded loop is no failure
         "cache": {"enabled": False},
         "billing": {"ledger": {"path": ":memory:"}},
         "models": [
@@ -39,6 +39,19 @@ async def _metric(s: aiohttp.ClientSession, url: str, needle: str) -> float:
     return 0.0
 
 
+# "Under load": the load workers always have a request in flight, so the first IN_FLIGHT answers after
+# a reload are requests the reload happened under, and the rest were routed by the new state. A count of
+# answers, not a rate: the first 50 answers of 8 workers took more than the 5 s the wait then allowed at
+# load 15 (and at load 14 with 12 test workers on one core, 12 runs of 12), which failed the test.
+IN_FLIGHT = 8
+
+
+async def _answers(statuses: list[int], more: int) -> None:
+    """Until ``more`` requests beyond those answered now have been answered."""
+    n = len(statuses)
+    await wait_for(lambda: len(statuses) >= n + more)
+
+
 async def test_invalid_then_valid_reload_under_load(monkeypatch) -> None:
     monkeypatch.setenv("PREFIX_GATEWAY_ADMIN_TOKEN", ADMIN_TOKEN)
     async with sim_fleet(2) as fleet:
@@ -54,8 +67,8 @@ async def test_invalid_then_valid_reload_under_load(monkeypatch) -> None:
                     status, _, _ = await post(s, gw.url, chat(f"w{worker} turn {i % 7} " * 8))
                     statuses.append(status)
 
-            workers = [asyncio.create_task(load(w)) for w in range(8)]
-            await wait_for(lambda: len(statuses) > 50)
+            workers = [asyncio.create_task(load(w)) for w in range(IN_FLIGHT)]
+            await _answers(statuses, 3 * IN_FLIGHT)
             old_state, old_fleet = gw.state, gw.process.fleet
             old_router = old_state.pools["sim-llama"].router
             blocks_before = sum(old_router.index.stats().per_replica.values())
@@ -71,7 +84,7 @@ async def test_invalid_then_valid_reload_under_load(monkeypatch) -> None:
                 await _metric(s, gw.metrics_url, 'prefix_gateway_config_reloads_total{result="invalid"}') == 1
             )
 
-            await wait_for(lambda: len(statuses) > 150)
+            await _answers(statuses, 3 * IN_FLIGHT)
             good = policy_yaml(fleet.urls, retries={"max_attempts": 2, "backoff_base_s": 0.0})
             async with s.post(gw.url + "/admin/reload", data=good, headers=ADMIN) as r:
                 assert r.status == 200, await r.text()
@@ -83,14 +96,12 @@ async def test_invalid_then_valid_reload_under_load(monkeypatch) -> None:
             assert sum(old_router.index.stats().per_replica.values()) >= min(blocks_before, 1)
             assert gw.process.fleet is old_fleet
 
-            n = len(statuses)
-            await wait_for(lambda: len(statuses) > n + 100)
+            await _answers(statuses, 3 * IN_FLIGHT)
             changed = policy_yaml(fleet.urls, routing="least_load")
             async with s.post(gw.url + "/admin/reload", data=changed, headers=ADMIN) as r:
                 assert r.status == 200
             assert gw.state.pools["sim-llama"].router is not old_router
-            n = len(statuses)
-            await wait_for(lambda: len(statuses) > n + 100)
+            await _answers(statuses, 3 * IN_FLIGHT)
             stop.set()
             await asyncio.gather(*workers)
             assert await _metric(s, gw.metrics_url, 'prefix_gateway_config_reloads_total{result="ok"}') == 2
@@ -121,13 +132,13 @@ async def test_file_watch_reloads_and_survives_a_broken_file(tmp_path: Path) -> 
             path.write_text("models: [this is: not valid")
             invalid = 'prefix_gateway_config_reloads_total{result="invalid"}'
             async with aiohttp.ClientSession() as s:
-                deadline = asyncio.get_running_loop().time() + 10
+                deadline = asyncio.get_running_loop().time() + WAIT_S
                 while await _metric(s, gw.metrics_url, invalid) < 1:  # the watch read the broken file
                     assert asyncio.get_running_loop().time() < deadline, "the watch never read the file"
                     await asyncio.sleep(0.02)
             assert [r.id for r in gw.state.pools["sim-llama"].router.replicas] == ["r0"]  # old one serves
             path.write_text(policy_yaml(fleet.urls, reload=watch))
-            await wait_for(lambda: len(gw.state.pools["sim-llama"].router.replicas) == 2, 3.0)
+            await wait_for(lambda: len(gw.state.pools["sim-llama"].router.replicas) == 2)
             async with aiohttp.ClientSession() as s:
                 seen = {(await post(s, gw.url, chat(f"f{i}")))[1]["x-gateway-replica"] for i in range(12)}
             assert seen == {"r0", "r1"}

@@ -136,16 +136,19 @@ async def test_leases_one_holder_renewal_expiry_release(pods: Callable) -> None:
     await a.create(rec("batch_2"))
     await a.create(rec("batch_1"))
     assert await a.runnable() == ["batch_2", "batch_1"]  # oldest first
-    assert await a.claim("batch_1", "pod-a", 0.4)
-    assert not await b.claim("batch_1", "pod-b", 0.4)
+    # Each "still held" below is asserted under a lease that cannot run out meanwhile, and each lease
+    # meant to run out is waited out: the old 0.4 s leases, renewed 0.25 s apart, left 0.15 s for two
+    # calls, which a test worker descheduled on a loaded machine can exceed.
+    assert await a.claim("batch_1", "pod-a", 0.3)
+    assert await a.claim("batch_1", "pod-a", 30)  # a renewal: the holder's claim sets a new expiry
+    assert not await b.claim("batch_1", "pod-b", 30)
     assert await b.runnable() == ["batch_2"]
-    await asyncio.sleep(0.25)
-    assert await a.claim("batch_1", "pod-a", 0.4)  # a renewal
-    await asyncio.sleep(0.25)
-    assert not await b.claim("batch_1", "pod-b", 0.4)  # the renewal kept it
+    await asyncio.sleep(0.5)  # past the first lease
+    assert not await b.claim("batch_1", "pod-b", 30)  # the renewal kept it
     await b.release("batch_1", "pod-b")  # not b's to release: nothing happens
-    assert not await b.claim("batch_1", "pod-b", 0.4)
-    await asyncio.sleep(0.5)  # pod-a died: its lease runs out
+    assert not await b.claim("batch_1", "pod-b", 30)
+    assert await a.claim("batch_1", "pod-a", 0.3)  # a's last renewal, then pod-a dies
+    await asyncio.sleep(0.5)  # its lease runs out
     assert await b.runnable() == ["batch_2", "batch_1"]
     assert await b.claim("batch_1", "pod-b", 30)
     assert not await a.claim("batch_1", "pod-a", 30)
@@ -163,9 +166,10 @@ async def test_running_models_are_those_of_leased_batches_in_progress(pods: Call
     assert await a.move("batch_1", "in_progress", 101) is not None
     assert await a.move("batch_2", "in_progress", 101) is not None  # in progress, no lease: nobody runs it
     assert await b.running_models() == {"m1"}
-    assert await a.claim("batch_2", "pod-a", 0.3)
+    assert await a.claim("batch_2", "pod-a", 30)
     assert await b.running_models() == {"m1", "m2"}
-    await asyncio.sleep(0.5)  # batch_2's holder died: its lease ran out
+    assert await a.claim("batch_2", "pod-a", 0.3)  # its holder's last renewal, then it dies
+    await asyncio.sleep(0.5)  # its lease ran out
     assert await b.running_models() == {"m1"}
     assert await a.move("batch_1", "finalizing", 102) is not None
     assert await b.running_models() == set()

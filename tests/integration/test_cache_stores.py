@@ -68,10 +68,12 @@ async def test_overwrite(store: ResponseStore) -> None:
 
 
 async def test_ttl_expires(store: ResponseStore) -> None:
-    await store.set(key(1), Entry(response("short")), ttl_s=0.15)
+    # The short TTL outlasts the two calls between its set and its first get on a loaded machine (at
+    # 0.15 s, a test worker descheduled that long, a few scheduler turns at load 15, read it as expired).
+    await store.set(key(1), Entry(response("short")), ttl_s=0.5)
     await store.set(key(2), Entry(response("long")), ttl_s=60)
     assert await store.get(key(1)) is not None
-    await asyncio.sleep(0.3)
+    await asyncio.sleep(0.7)
     assert await store.get(key(1)) is None
     assert await store.get(key(2)) is not None
 

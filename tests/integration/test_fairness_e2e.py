@@ -138,15 +138,26 @@ async def test_a_priority_above_the_tenants_ceiling_is_capped_and_an_unknown_one
 
 
 async def test_an_interactive_request_goes_before_queued_standard_ones():
+    # The one slot is held by a stream the test ends itself, once everything is queued: a 50 ms answer
+    # held it before, and a loaded machine's interactive request arrived after it had ended and the
+    # next flood had taken the slot (1 of 6 starved runs: interactive third, not second).
     async with sim_fleet(1, speed=1.0, decode_s_per_token=0.01) as fleet, gateway(_policy(fleet.urls)) as gw:
         flood, calm = _client(gw, "flood"), _client(gw, "calm")
         try:
-            floods = [asyncio.create_task(_ask(flood, f"flood {i}")) for i in range(6)]
+            holder = await flood.chat.completions.create(
+                model=MODEL, messages=[{"role": "user", "content": "flood 0"}], max_tokens=2000, stream=True
+            )
+            await anext(aiter(holder))  # flood 0 runs: 20 s of tokens, until the test closes it
+            floods = [asyncio.create_task(_ask(flood, f"flood {i}")) for i in range(1, 6)]
             await _until(lambda: gw.process.fair.depth(MODEL) >= 5)
             std = asyncio.create_task(_ask(calm, "calm standard"))
             await _until(lambda: gw.process.fair.depth(MODEL) >= 6)
-            await _ask(calm, "calm interactive", extra_headers={"x-gateway-priority": "interactive"})
-            await asyncio.gather(std, *floods)
+            interactive = asyncio.create_task(
+                _ask(calm, "calm interactive", extra_headers={"x-gateway-priority": "interactive"})
+            )
+            await _until(lambda: gw.process.fair.depth(MODEL) >= 7)
+            await holder.close()  # the client goes away: its slot is released to the queue
+            await asyncio.gather(interactive, std, *floods)
         finally:
             await flood.close()
             await calm.close()

@@ -20,7 +20,7 @@ import psutil
 import pytest
 import yaml
 
-from bench.procs import Proc, running, start_gateway, start_sim
+from bench.procs import START_TIMEOUT_S, Proc, running, start_gateway, start_sim
 from tests.support.ports import free_port
 
 ADMIN_TOKEN = "metrics-test-admin-token"
@@ -176,7 +176,7 @@ def test_serve_refuses_a_metrics_token_variable_that_is_not_set(tmp_path: Path) 
         capture_output=True,
         text=True,
         env=env,
-        timeout=60,
+        timeout=START_TIMEOUT_S,  # a gateway start's imports: 38 s on a loaded machine
     )
     assert served.returncode != 0
     assert "error: server.metrics_token_env: METRICS_TOKEN_UNSET_31 is not set" in served.stderr

@@ -15,7 +15,7 @@ import aiohttp
 import httpx
 import yaml
 
-from bench.procs import free_port, running, start_gateway, start_sim
+from bench.procs import START_TIMEOUT_S, free_port, running, start_gateway, start_sim
 from tests.fault.support import ADMIN, ADMIN_TOKEN, gateway_with
 from tests.support.cli import run_cli
 from tests.support.stack import policy_for, sim_fleet
@@ -23,9 +23,10 @@ from tests.support.stack import policy_for, sim_fleet
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "kv_events"
 
 
-def gateway_cmd(*args: str, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def gateway_cmd(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     """A real process, from another directory (``serve``); the other commands run in this process
-    (``run_cli``, with the same ``cwd``)."""
+    (``run_cli``, with the same ``cwd``). It has a process start's deadline: the imports alone took 38 s
+    on a loaded machine (docs/testing.md)."""
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
     return subprocess.run(
         [sys.executable, "-m", "gateway", *args],
@@ -33,7 +34,7 @@ def gateway_cmd(*args: str, cwd: Path, timeout: float = 60) -> subprocess.Comple
         env=env,
         capture_output=True,
         text=True,
-        timeout=timeout,
+        timeout=START_TIMEOUT_S,
     )
 
 
@@ -64,9 +65,7 @@ def test_a_missing_tokenizer_fails_check_config_and_serve_naming_policy_and_file
     assert check.returncode == 1
     for needle in (str(policy), "models[0].routing.tokenizer.path", missing):
         assert needle in check.stderr, check.stderr
-    serve = gateway_cmd(
-        "serve", "--config", str(policy), "--port", str(free_port()), cwd=tmp_path, timeout=30
-    )
+    serve = gateway_cmd("serve", "--config", str(policy), "--port", str(free_port()), cwd=tmp_path)
     assert serve.returncode == 1  # it never listened, so /ready was never 200
     assert "models[0].routing.tokenizer.path" in serve.stderr and missing in serve.stderr
 

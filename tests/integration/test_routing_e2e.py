@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import aiohttp
@@ -10,6 +9,7 @@ import httpx
 import yaml
 
 from bench.procs import running, start_gateway, start_sim
+from tests.fault.support import wait_for
 from tests.support.stack import gateway, policy_for, sim_fleet
 
 SYSTEM = "You are a meticulous assistant for a travel agency. " * 40  # ~2k bytes ≈ 500 tokens
@@ -104,40 +104,36 @@ def test_two_gateway_processes_place_cold_prefixes_alike(tmp_path: Path) -> None
         assert len({a for a, _ in placements}) >= 3  # cold prefixes spread over the fleet
 
 
+# Scrapes are given a loaded machine's time (5 s, not 0.5 s: a scrape slower than its timeout is skipped),
+# and what they must see lasts until the test has seen it: the replica's three requests are streams the
+# test ends (they were 2 s answers, which a loaded machine's late scrapes could miss entirely).
+SCRAPE = {"interval_s": 0.1, "timeout_s": 5.0}
+
+
 async def test_scraped_replica_load_reaches_the_router() -> None:
     async with (
         sim_fleet(2, speed=1.0, decode_s_per_token=0.05, overhead_s=0.0) as fleet,
-        gateway(policy_for(fleet.urls, scrape={"interval_s": 0.1, "timeout_s": 0.5})) as gw,
+        gateway(policy_for(fleet.urls, scrape=SCRAPE)) as gw,
         aiohttp.ClientSession() as s,
     ):
         # Load replica 0 directly (another gateway pod's traffic, say), bypassing this gateway.
-        body = {**chat("busy"), "max_tokens": 40}
-        tasks = [
-            asyncio.create_task(s.post(fleet.urls[0] + "/v1/chat/completions", json=body)) for _ in range(3)
-        ]
+        body = {**chat("busy"), "max_tokens": 400, "stream": True}  # 20 s each, ended below
+        busy = [await s.post(fleet.urls[0] + "/v1/chat/completions", json=body) for _ in range(3)]
         router = gw.state.pools["sim-llama"].router
-        for _ in range(40):
-            await asyncio.sleep(0.05)
-            if (router.replicas[0].reported_running or 0) >= 3:
-                break
+        await wait_for(lambda: (router.replicas[0].reported_running or 0) >= 3)
         assert router.replicas[0].reported_running == 3
         assert router.replicas[0].load() >= 3
-        for t in tasks:
-            (await t).close()
+        for r in busy:
+            r.close()
 
 
 async def test_kv_capacity_is_learnt_from_replica_metrics_unless_the_policy_sets_it() -> None:
     async with sim_fleet(2, kv_capacity_blocks=300) as fleet:
-        policy = policy_for(
-            fleet.urls, routing={"policy": "prefix_affinity"}, scrape={"interval_s": 0.1, "timeout_s": 0.5}
-        )
+        policy = policy_for(fleet.urls, routing={"policy": "prefix_affinity"}, scrape=SCRAPE)
         policy.models[0].replicas[1].kv_capacity_blocks = 77  # the policy's word wins for r1
         async with gateway(policy) as gw:
             router = gw.state.pools["sim-llama"].router
-            for _ in range(50):
-                if router.replicas[0].kv_capacity_blocks == 300:
-                    break
-                await asyncio.sleep(0.05)
+            await wait_for(lambda: router.replicas[0].kv_capacity_blocks == 300)
             # The simulator's blocks are 16 tokens, as the router's: 300 blocks either way.
             assert router.replicas[0].kv_capacity_blocks == 300
             assert router.replicas[1].kv_capacity_blocks == 77

@@ -27,6 +27,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from bench import reconcile as bench_reconcile
+from bench.procs import START_TIMEOUT_S
 from cache.billing.ledger import replica_totals_of
 from cache.billing.ledger_redis import RedisLedger
 from cache.billing.ledger_sqlite import SqliteLedger
@@ -211,6 +212,6 @@ async def test_the_endpoint_and_the_command_answer_in_the_api_shape(
     cmd = [sys.executable, "-m", "gateway", "usage", "--reconcile", "--config", str(policy), "--url",
            "http://127.0.0.1:9"]  # fmt: skip
     done = subprocess.run(
-        cmd, capture_output=True, timeout=60, check=False, env={**os.environ, "PYTHONPATH": "."}
+        cmd, capture_output=True, timeout=START_TIMEOUT_S, check=False, env={**os.environ, "PYTHONPATH": "."}
     )
     assert done.returncode == 1 and b"error: http://127.0.0.1:9/admin/usage/reconcile" in done.stderr

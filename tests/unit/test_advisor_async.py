@@ -76,7 +76,9 @@ async def test_first_advice_waits_then_cached_answers_while_a_new_pricing_runs(m
     feed(adv, "t", bodies[100:150], t0=T0 + 100)
     started = time.perf_counter()
     stale = await adv.advice_async("t")
-    assert time.perf_counter() - started < 1.0
+    # at once, not after the pricing, which the closed gate holds for 10 s: the bound is halfway (1 s is
+    # a few hundred milliseconds of CPU to a test worker that a loaded machine gives 5 % of a core)
+    assert time.perf_counter() - started < 5.0
     (model,) = stale["tenants"][0]["models"]
     assert model["priced"]["requests"] == 100 and model["priced"]["computing"] is True
     assert model["observed"]["requests"] == 150

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +10,7 @@ import pytest
 
 from config import PolicyError, load_policy, parse_policy
 from config.loader import EXAMPLES_DIR
+from gateway.cli import main as cli_main
 from tests.support.cli import Ran, run_cli
 from tests.support.ports import free_port
 
@@ -73,7 +73,9 @@ def test_check_config_on_the_examples_warns_about_anonymous_access_off_loopback(
     assert unset.returncode == 1 and "TEAM_SEARCH_KEY_SHA256 is not set" in unset.stderr
 
 
-def test_check_config_warns_and_serve_refuses_pods_sharing_redis_without_a_secret(tmp_path: Path) -> None:
+def test_check_config_warns_and_serve_refuses_pods_sharing_redis_without_a_secret(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Pods sharing Redis hash prompts with their secret: without one each would draw its own and the
     shared index and response cache would never match. check-config warns; serve (and ``--workers``,
     before any worker starts) refuses with the variable's name, never a traceback."""
@@ -85,28 +87,28 @@ def test_check_config_warns_and_serve_refuses_pods_sharing_redis_without_a_secre
     assert "warning: tenancy.secret_env: PREFIX_GATEWAY_SECRET is not set" in result.stderr
     assert "the response cache and the shared prefix index" in result.stderr
     assert "warning" not in _check_config(path, {"PREFIX_GATEWAY_SECRET": "s3cret"}).stderr
-    base = {k: v for k, v in os.environ.items() if k not in EXAMPLE_ENV}
+
+    # serve in this process: a refusal comes before anything starts, and a real process was a gateway
+    # start's imports (1.1 s of CPU), 38 s each on a two-core machine at load 19, against the 60 s its
+    # subprocess had (the flake). A serve that went on to start fails here instead of serving; the
+    # process boundary of a refusing serve is test_metrics_listener's (its exit status and stderr).
+    def started(*_: object, **__: object) -> int:
+        raise AssertionError("serve went on to start a gateway")
+
+    monkeypatch.setattr(cli_main, "run_async", started)
+    monkeypatch.setattr(cli_main, "supervise", started)  # --workers: no worker may start
     for workers in ("1", "2"):
-        port = str(free_port())
-        served = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "gateway",
-                "serve",
-                "--config",
-                str(path),
-                "--port",
-                port,
-                "--workers",
-                workers,
-            ],
-            capture_output=True,
-            text=True,
-            env=base,
-            timeout=60,
+        served = run_cli(
+            "serve",
+            "--config",
+            str(path),
+            "--port",
+            str(free_port()),
+            "--workers",
+            workers,
+            unset=EXAMPLE_ENV,
         )
-        assert served.returncode == 1, served.stderr
+        assert served.returncode == 1, (workers, served.stderr)
         assert "error: tenancy.secret_env: PREFIX_GATEWAY_SECRET is not set" in served.stderr
         assert "Traceback" not in served.stderr and "workers started" not in served.stderr
     # Without Redis nothing is shared between pods: no warning (--workers draws one for its workers).

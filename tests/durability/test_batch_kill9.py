@@ -25,7 +25,8 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 import yaml
-from openai import OpenAI
+from openai import APIStatusError, OpenAI
+from openai.types import Batch
 
 from bench.batch_workload import URL, make_batch
 from bench.procs import Proc, running, start_gateway, start_sim
@@ -60,6 +61,19 @@ def write_policy(path: Path, urls: list[str], tmp: Path, redis_url: str | None) 
     if redis_url:
         policy["redis"] = {"url": redis_url, "key_prefix": "kill9"}
     path.write_text(yaml.safe_dump(policy))
+
+
+def retrieve(client: OpenAI, batch_id: str, deadline: float) -> Batch:
+    """The batch, through 503s: the survivor's Redis breaker opens when a loaded machine delays Redis
+    past its deadlines, and the API then answers 503 with Retry-After (tests/integration/
+    test_store_outage_api.py), which a client retries. Any other error fails the test."""
+    while True:
+        try:
+            return client.batches.retrieve(batch_id)
+        except APIStatusError as err:
+            if err.status_code != 503 or time.monotonic() > deadline:
+                raise
+        time.sleep(0.1)
 
 
 class Jobs:
@@ -157,9 +171,9 @@ def test_kill9_mid_batch_then_another_gateway_finishes_it_exactly_once(
                 survivor = serve("a-restarted")
             assert survivor is not None
             client = OpenAI(base_url=survivor.url + "/v1", api_key="none", max_retries=0)
-            assert client.batches.retrieve(batch.id).status == "in_progress"
             deadline = time.monotonic() + 60
-            while (done := client.batches.retrieve(batch.id)).status != "completed":
+            assert retrieve(client, batch.id, deadline).status == "in_progress"
+            while (done := retrieve(client, batch.id, deadline)).status != "completed":
                 assert time.monotonic() < deadline and done.status in ("in_progress", "finalizing"), (
                     done.status
                 )

@@ -32,6 +32,10 @@ runner adds:
   client went away), ``run`` returns the reason. Lines not recorded are the caller's to settle (re-run
   by the next holder, or answered ``batch_cancelled`` / ``batch_expired``); recording is exactly once
   per ``custom_id`` in the store, so a line cut off after its answer was recorded is never duplicated.
+  A stop cuts sends only: a line whose answer is in hand (its slot already given back, so the next line
+  may be in flight beside it) is recorded before ``run`` returns. Cutting it too answered a line the
+  replica had generated, and the ledger billed, as ``batch_cancelled`` (a full-suite run: 18 sent for 9
+  completed and 8 in flight at the cancel).
   A send cut by a stop whose lines are re-run (any but ``FINAL_STOPS``) is cancelled with
   ``pipeline.context.RESENT``: the generation it started is billed once, by the run that answers it.
 """
@@ -231,6 +235,7 @@ class Runner:
         self._left = len(plan)
         self._attempts: dict[int, int] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self._sending: set[asyncio.Task[None]] = set()  # before their answer: what a stop may cut
         self._timers: dict[int, asyncio.TimerHandle] = {}  # retries waiting, by line key
         self._wake = asyncio.Event()
         self._stop: str | None = None
@@ -255,7 +260,7 @@ class Runner:
             for timer in self._timers.values():
                 timer.cancel()
             resend = None if self._stop in FINAL_STOPS else RESENT
-            for task in self._tasks:
+            for task in list(self._sending):  # an answer in hand is recorded, never cut
                 task.cancel(resend)
             await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._error is not None:
@@ -330,7 +335,9 @@ class Runner:
     def _start(self, lane: _Lane, pos: int, slot: Slot) -> None:
         task = asyncio.get_running_loop().create_task(self._one(lane, pos, slot))
         self._tasks.add(task)
+        self._sending.add(task)
         task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._sending.discard)
 
     async def _one(self, lane: _Lane, pos: int, slot: Slot) -> None:
         key = self._key[pos]
@@ -356,6 +363,7 @@ class Runner:
         finally:
             self.slots.give(slot.replica)
             self._wake.set()
+        self._sending.discard(asyncio.current_task())  # type: ignore[arg-type]
         if retryable(status, body) and attempt < self.max_attempts and self._stop is None:
             self.stats.retried += 1
             delay = min(self.backoff_max_s, self.backoff_s * 2 ** (attempt - 1)) * (0.5 + self.rng() / 2)
@@ -370,7 +378,8 @@ class Runner:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            self._fail(exc)
+            if self._stop is None:  # after a stop the line stays unrecorded: the caller settles it
+                self._fail(exc)
             return
         if result.ok:
             self.stats.completed += 1

@@ -8,6 +8,7 @@ import itertools
 import random
 from array import array
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -240,6 +241,47 @@ async def test_stop_cuts_off_what_is_in_flight_and_sends_nothing_more() -> None:
     sent = len(fleet.calls)
     await asyncio.sleep(0.05)
     assert len(fleet.calls) == sent
+
+
+async def test_a_stop_never_cuts_an_answer_being_recorded() -> None:
+    """An answer in hand is recorded even when the stop comes while its record is written (its slot is
+    already free, so the next line is in flight beside it): only sends are cut."""
+    p, fleet, results = make_plan(["a"], templates=6, per=1), Fleet(), []
+    recording, release = asyncio.Event(), asyncio.Event()
+
+    async def slow_record(res: LineResult) -> None:
+        recording.set()
+        await release.wait()
+        results.append(res)
+
+    async def until(cond: Callable[[], bool]) -> None:
+        async with asyncio.timeout(5):
+            while not cond():
+                await asyncio.sleep(0.001)
+
+    r = Runner(
+        p,
+        read=read,
+        send=fleet,
+        load=lambda _: None,
+        params=BatchConfig(share=0.25, replica_slots=4).pool("m"),
+        slots=SlotPool(),
+        record=slow_record,
+        poll_s=0.01,
+    )
+    task = asyncio.create_task(r.run())
+    try:
+        await asyncio.wait_for(recording.wait(), 5)
+        fleet.gate = asyncio.Event()  # the next line's send (its slot free already) waits in flight
+        await until(lambda: len(fleet.calls) == 2)
+        r.stop("cancelled")
+        await until(lambda: fleet.cancelled == 1)  # the stop has cut the send in flight...
+        await asyncio.sleep(0.01)  # ...and had every chance to cut the record too
+        release.set()
+        assert await asyncio.wait_for(task, 5) == "cancelled"
+    finally:
+        task.cancel()
+    assert [x.ok for x in results] == [True]  # the answer in hand was recorded, not cut
 
 
 async def test_a_failing_store_stops_the_run_with_its_error() -> None:

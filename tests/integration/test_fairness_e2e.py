@@ -40,9 +40,6 @@ def _policy(urls: list[str], routing: dict | None = None, **fairness):
     return policy_for(urls, routing=routing, tenancy=tenancy, fairness=fair)
 
 
-ROUGH_RATE = {"prefill_tokens_per_s": 1000}  # a whole answer's prefill predicted done about when it is
-
-
 def _client(gw, tenant: str) -> openai.AsyncOpenAI:
     return openai.AsyncOpenAI(base_url=gw.url + "/v1", api_key=KEYS[tenant], max_retries=0)
 
@@ -285,14 +282,21 @@ async def test_a_conversation_waits_for_the_full_replica_holding_its_prefix_inst
 @pytest.mark.parametrize("stream", [True, False])
 async def test_a_waiter_held_by_the_prefill_bound_goes_when_the_prefill_is_done_not_at_a_tick(stream):
     # One replica, a queued-prefill bound of one token below the highest class: the flood's first
-    # request (0.3 s of prefill, then 60 output tokens at 10 ms) makes the replica full for its class
-    # until its prefill is done; its second waits. The end of that prefill (a stream's first byte; a
-    # whole answer's predicted prefill time) is what frees the room: the waiter is released by it,
+    # request (about 1.1 s of prefill, then 60 output tokens at 10 ms) makes the replica full for its
+    # class until its prefill is done; its second waits. The end of that prefill (a stream's first byte;
+    # a whole answer's predicted prefill time) is what frees the room: the waiter is released by it,
     # not by the queue's 50 ms tick (issue 28 round 4: on the code before, released_by was "tick").
+    # The prefill is long so that the second request arrives inside it however slow the machine is
+    # (with 0.3 s, a second request the test was late to send went at once: waited_s 0.0).
     async with (
-        sim_fleet(1, speed=1.0, decode_s_per_token=0.01, prefill_s_per_token=0.0012) as fleet,
+        sim_fleet(1, speed=1.0, decode_s_per_token=0.01, prefill_s_per_token=0.004) as fleet,
         gateway(
-            _policy(fleet.urls, routing=ROUGH_RATE, slots_per_replica=4, max_queued_prefill_tokens=1)
+            _policy(
+                fleet.urls,
+                routing={"prefill_tokens_per_s": 250},  # the whole answer's prediction: the same ~1.1 s
+                slots_per_replica=4,
+                max_queued_prefill_tokens=1,
+            )
         ) as gw,
     ):
         flood = _client(gw, "flood")

@@ -48,3 +48,12 @@ def redis_server() -> Iterator[RedisServer]:
 def redis_url(redis_server: RedisServer) -> str:
     redis_server.flushall()
     return redis_server.url
+
+
+@pytest.fixture
+def own_redis() -> Iterator[RedisServer]:
+    """A private server: a test that stops it must not disturb the shared session server."""
+    server = RedisServer()
+    server.start()
+    yield server
+    server.stop()

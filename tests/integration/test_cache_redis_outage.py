@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
-
-import pytest
 
 from cache.buckets import RedisBuckets, TenantLimiter
 from cache.coalesce import Coalescer
@@ -13,15 +10,6 @@ from cache.entry import Entry
 from cache.store_redis import RedisStore, connect
 from tests.fault.support import wait_for
 from tests.support.redis_server import RedisServer
-
-
-@pytest.fixture
-def own_redis() -> Iterator[RedisServer]:
-    """A private server: this test stops it, which must not disturb the shared session server."""
-    server = RedisServer()
-    server.start()
-    yield server
-    server.stop()
 
 
 def response(text: str) -> dict[str, Any]:

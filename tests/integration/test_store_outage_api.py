@@ -3,24 +3,13 @@ a 500, and answers again once Redis is back (a real redis-server, stopped and st
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import aiohttp
-import pytest
 
 from tests.fault.support import wait_for
 from tests.support.redis_server import RedisServer
 from tests.support.stack import gateway, policy_for, sim_fleet
-
-
-@pytest.fixture
-def own_redis() -> Iterator[RedisServer]:
-    """A private server: this test stops it, which must not disturb the shared session server."""
-    server = RedisServer()
-    server.start()
-    yield server
-    server.stop()
 
 
 async def test_the_batches_api_answers_503_while_its_redis_store_is_down(

@@ -56,7 +56,7 @@ class MemoryConversations:
         if self.clock() >= expires:
             self._drop((tenant, response_id))
             return None
-        return orjson.loads(data)  # type: ignore[no-any-return]
+        return orjson.loads(data)
 
     async def put(self, tenant: str, response_id: str, record: Record) -> bool:
         data = orjson.dumps(record)

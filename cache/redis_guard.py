@@ -52,6 +52,7 @@ class RedisUnavailable(RedisConnectionError):
 
 # What a call may raise that says Redis is not answering (as opposed to an answer that is an error).
 _UNREACHABLE: tuple[type[BaseException], ...] = (RedisConnectionError, RedisTimeoutError, OSError)
+_UNANSWERED: tuple[type[BaseException], ...] = (TimeoutError, *_UNREACHABLE)  # a probe that got no answer
 
 
 @dataclass(slots=True)
@@ -196,7 +197,7 @@ class RedisGuard:
             try:
                 async with asyncio.timeout(self.deadline_s):
                     await ping()
-            except (TimeoutError, *_UNREACHABLE):
+            except _UNANSWERED:
                 continue
             except Exception:  # an error answer is an answer
                 pass

@@ -31,7 +31,8 @@ class StoreStats:
 
 @runtime_checkable
 class ResponseStore(Protocol):
-    stats: StoreStats
+    @property
+    def stats(self) -> StoreStats: ...
 
     async def get(self, key: str) -> Entry | None: ...
 

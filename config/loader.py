@@ -18,10 +18,13 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from pydantic import ValidationError
+
+if TYPE_CHECKING:
+    from pydantic_core import ErrorDetails
 
 from config.keys import KeysFileError, merge_keys, read_keys
 from config.policy import Policy
@@ -124,7 +127,7 @@ def _loc_to_path(loc: tuple[Any, ...]) -> str:
     return out
 
 
-def _explain(err: dict[str, Any]) -> str:
+def _explain(err: ErrorDetails) -> str:
     msg = err["msg"]
     if err["type"] == "extra_forbidden":
         return "unknown field (check the spelling; see docs/configuration.md)"

@@ -260,7 +260,7 @@ class GuardConfig(_Strict):
         "unexplained words that are harmless (articles, pronouns, politeness, asking verbs) and in order",
     )
     languages: list[Literal["en", "zh"]] = Field(
-        default_factory=lambda: ["en"],
+        ["en"],
         description="languages the embedding model covers (en, zh): the compatible rule serves no other",
     )
     negation_terms: list[str] = Field(

@@ -57,7 +57,7 @@ import heapq
 from array import array
 from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, overload
+from typing import Any, TypeGuard, overload
 
 from xxhash import xxh3_64_intdigest
 
@@ -186,7 +186,7 @@ def expected_output_tokens(endpoint: str, body: Mapping[str, Any], default: int)
     return (limit if _positive_int(limit) else default) * (n if _positive_int(n) else 1)
 
 
-def _positive_int(v: Any) -> bool:
+def _positive_int(v: Any) -> TypeGuard[int]:
     return isinstance(v, int) and not isinstance(v, bool) and v > 0
 
 

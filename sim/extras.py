@@ -96,7 +96,7 @@ def rerank(rep: Replica, body: dict[str, Any], model: str) -> dict[str, Any]:
     ]
     if not docs:
         raise BadRequest(400, "'documents' must be a non-empty list", "documents")
-    results = [
+    results: list[dict[str, Any]] = [
         {"index": i, "document": {"text": d}, "relevance_score": _similarity(query, d)}
         for i, d in enumerate(docs)
     ]

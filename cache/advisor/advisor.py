@@ -217,9 +217,9 @@ class Advisor:
         for key in keys:
             if tenant is not None and key[0] != tenant:
                 continue
-            sketch = self._sketches.get(key)
-            if sketch is not None and (sketch.requests >= self.cfg.min_requests or key not in self._windows):
-                out.append(sketch.snapshot(self.cfg.min_share, now))
+            live = self._sketches.get(key)
+            if live is not None and (live.requests >= self.cfg.min_requests or key not in self._windows):
+                out.append(live.snapshot(self.cfg.min_share, now))
             else:
                 out.append(self._windows[key])
         return out

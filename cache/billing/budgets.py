@@ -305,7 +305,7 @@ class BudgetCounters:
             return [self._degraded(b, w, now, pct) for b, w in zip(budgets, windows, strict=True)]
         out, i = [], 0
         for b, w in zip(budgets, windows, strict=True):
-            values = []
+            counts: list[int] = []
             for s in w:
                 v = int(raw[i]) if raw[i] is not None else 0
                 i += 1
@@ -314,8 +314,8 @@ class BudgetCounters:
                     if key not in self._known:
                         self._prune(self._known)
                     self._known[key] = (v, s.expire_ms)
-                values.append(v + self._pending(self._unsynced, key, now))
-            out.append(self._spent(b, w, values, now))
+                counts.append(v + self._pending(self._unsynced, key, now))
+            out.append(self._spent(b, w, counts, now))
         return out
 
     def _spent(self, b: Budget, window: Sequence[Span], values: Sequence[int], now: int, **kw: bool) -> Spent:

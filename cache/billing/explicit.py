@@ -21,7 +21,7 @@ import heapq
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Literal, Protocol, cast
 
 import orjson
 import redis.asyncio as aioredis
@@ -245,7 +245,7 @@ class RedisExplicitRegistry:
             args=[value, self.ttl_ms if ttl_s is None else max(1, round(ttl_s * 1000))],
         )
         kind = kind.decode() if isinstance(kind, bytes) else kind
-        return kind, _decode_entry(raw)
+        return cast(LookupKind, kind), _decode_entry(raw)
 
     async def get(
         self, tenant: str, model: str, prefix_hash: int | str, now: float | None = None

@@ -347,7 +347,7 @@ class SqliteLedger:
                 self._resolve([(loop, fut, None, exc)])
                 return
             # One bad item must not fail its neighbours: retry each in its own transaction.
-            outcomes = []
+            outcomes: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[Any], Any, Any]] = []
             for _, item, loop, fut in batch:
                 try:
                     outcomes.append((loop, fut, self._insert_many(conn, [item])[0], None))
@@ -437,7 +437,8 @@ class SqliteLedger:
 
     async def replica_totals(self, since_ms: int | None, until_ms: int | None) -> list[ReplicaTotals]:
         """Fleet rows written in ``[since_ms, until_ms)`` (epoch ms) by (model, replica), read through the time index."""
-        where, args = [f"source IN ({', '.join('?' * len(FLEET_SOURCES))})"], list(FLEET_SOURCES)
+        where = [f"source IN ({', '.join('?' * len(FLEET_SOURCES))})"]
+        args: list[object] = list(FLEET_SOURCES)
         for op, value in ((">=", since_ms), ("<", until_ms)):
             if value is not None:
                 where.append(f"ts_ms {op} ?")

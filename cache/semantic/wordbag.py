@@ -106,8 +106,8 @@ def intent_words(cfg: SemanticConfig) -> IntentWords:
     groups = {g.canonical: g.terms for g in cfg.synonyms}
     raw: dict[str, set[str]] = {}
     for rule in cfg.intents:
-        phrases = [p for t in rule.terms for p in groups.get(t, [t])]
-        raw[rule.name] = {w for p in phrases if not has_cjk(p) for w in _words(p)}
+        wordings = [p for t in rule.terms for p in groups.get(t, [t])]
+        raw[rule.name] = {w for p in wordings if not has_cjk(p) for w in _words(p)}
     used = set().union(*raw.values()) if raw else set()
     closed = (SIMILARITY_SAFE & FUNCTION_WORDS) | _POLITE
     ignorable = frozenset((closed | (SIMILARITY_SAFE - used)) - MODALS)

@@ -31,7 +31,7 @@ async def purge(request: web.Request) -> web.Response:
         if not isinstance(key, str) or not key.startswith("v1:"):
             raise GatewayError(400, "'key' must be a cache key (v1:...)", param="key", code="invalid_request")
         await state.cache.store.delete(key)
-        result = {"purged": "key", "key": key}
+        result: dict[str, object] = {"purged": "key", "key": key}
     else:
         tenant = body["tenant"]
         if not isinstance(tenant, str) or not tenant:

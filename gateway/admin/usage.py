@@ -47,6 +47,7 @@ async def usage_endpoint(request: web.Request) -> web.Response:
         group_by = parse_group_by(q.get("group_by"))
     except ValueError as exc:
         raise GatewayError(400, str(exc), code="invalid_request") from None
+    assert process.metering is not None  # _billing: the ledger is on
     try:
         rep = await report(
             process.metering.ledger,

@@ -363,7 +363,7 @@ class Runner:
         finally:
             self.slots.give(slot.replica)
             self._wake.set()
-        self._sending.discard(asyncio.current_task())  # type: ignore[arg-type]
+        self._sending.discard(asyncio.current_task())
         if retryable(status, body) and attempt < self.max_attempts and self._stop is None:
             self.stats.retried += 1
             delay = min(self.backoff_max_s, self.backoff_s * 2 ** (attempt - 1)) * (0.5 + self.rng() / 2)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import builtins
 import contextlib
 import functools
 import logging
@@ -454,7 +455,7 @@ class BatchService:
         path: Path,
         index: LineIndex,
         todo: Sequence[int],
-        replicas: list[str],
+        replicas: builtins.list[str],
         pace: Pacer,
     ) -> Plan:
         """The plan of the lines ``todo`` (positions in ``index``), on the loop in slices (``pace``). Each

@@ -19,6 +19,7 @@ Implementations: ``store_sqlite.SqliteJobStore`` (embedded; processes of one hos
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -41,7 +42,7 @@ class JobStore(Protocol):
         """The tenant's batches, newest first, after the batch ``after``; and whether more follow."""
         ...
 
-    async def active(self, tenant: str) -> list[BatchRecord]:
+    async def active(self, tenant: str) -> builtins.list[BatchRecord]:
         """The tenant's batches that have not ended."""
         ...
 
@@ -76,7 +77,7 @@ class JobStore(Protocol):
 
     async def release(self, batch_id: str, owner: str) -> None: ...
 
-    async def runnable(self) -> list[str]:
+    async def runnable(self) -> builtins.list[str]:
         """Ids of batches that have not ended and that no live lease holds, oldest first."""
         ...
 

@@ -20,6 +20,7 @@ No prompt text is written besides what a batch's own results hold: ids, statuses
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -117,7 +118,7 @@ class RedisJobStore:
         recs = await self._many([i.decode() for i in ids])
         return recs[:limit], len(recs) > limit
 
-    async def active(self, tenant: str) -> list[BatchRecord]:
+    async def active(self, tenant: str) -> builtins.list[BatchRecord]:
         ids = [i.decode() for i in await self.client.zrange(self._active, 0, -1)]
         return [r for r in await self._many(ids) if r.tenant == tenant]
 
@@ -188,7 +189,7 @@ class RedisJobStore:
     async def release(self, batch_id: str, owner: str) -> None:
         await self._release(keys=[self._k(batch_id, "l")], args=[owner])
 
-    async def _active_leased(self) -> list[tuple[str, bool]]:
+    async def _active_leased(self) -> builtins.list[tuple[str, bool]]:
         """The batches that have not ended, oldest first, and whether a live lease holds each."""
         ids = [i.decode() for i in await self.client.zrange(self._active, 0, -1)]
         if not ids:
@@ -199,7 +200,7 @@ class RedisJobStore:
             held = await pipe.execute()
         return [(i, bool(h)) for i, h in zip(ids, held, strict=True)]
 
-    async def runnable(self) -> list[str]:
+    async def runnable(self) -> builtins.list[str]:
         return [i for i, held in await self._active_leased() if not held]
 
     async def running_models(self) -> set[str]:

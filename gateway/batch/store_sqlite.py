@@ -12,6 +12,7 @@ let one of them run each batch.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -113,7 +114,7 @@ class SqliteJobStore:
         recs = [BatchRecord.from_dict(orjson.loads(r[0])) for r in rows]
         return recs[:limit], len(recs) > limit
 
-    async def active(self, tenant: str) -> list[BatchRecord]:
+    async def active(self, tenant: str) -> builtins.list[BatchRecord]:
         rows = await self._q(
             f"SELECT obj FROM batches WHERE tenant = ? AND status IN {_ACTIVE_SQL} ORDER BY seq", (tenant,)
         )
@@ -206,7 +207,7 @@ class SqliteJobStore:
             (batch_id, owner),
         )
 
-    async def runnable(self) -> list[str]:
+    async def runnable(self) -> builtins.list[str]:
         rows = await self._q(
             f"SELECT id FROM batches WHERE status IN {_ACTIVE_SQL} AND (owner IS NULL OR lease_until_ms < ?) "
             "ORDER BY seq",

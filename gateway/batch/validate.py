@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 from array import array
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -93,7 +93,7 @@ class _LineError(Exception):
         self.code, self.message, self.param = code, message, param
 
 
-def _scan(path: Path, max_line_bytes: int) -> Iterator[tuple[int, int, bytes | None, int]]:
+def _scan(path: Path, max_line_bytes: int) -> Generator[tuple[int, int, bytes | None, int]]:
     """(line number, offset, line without its newline or None when longer than ``max_line_bytes``, its
     length) of every non-blank line. Reads at most ``max_line_bytes`` of a line into memory."""
     offset = number = 0

@@ -7,7 +7,8 @@ import asyncio
 import gc
 import logging
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from config.policy import Policy
 from gateway.observability.logs import ACCESS_LOG
@@ -28,7 +29,7 @@ log = logging.getLogger("prefix_gateway")
 GC_YOUNG_THRESHOLD = 10_000
 
 
-def run_async(main: Callable[[], Awaitable[int]]) -> int:
+def run_async(main: Callable[[], Coroutine[Any, Any, int]]) -> int:
     """Run on uvloop (a dependency everywhere but Windows; it is faster), else on asyncio's own loop."""
     try:
         import uvloop

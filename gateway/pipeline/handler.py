@@ -144,6 +144,7 @@ async def _run(ctx: RequestContext, read: Awaitable[None]) -> web.StreamResponse
         prepared = await ctx.frontend.prepare(ctx)
         if prepared is not None:  # the client's API mapped onto the request the stages read
             ctx.parsed, ctx.exchange = prepared
+        assert ctx.tenant is not None
         if not allows(ctx.tenant, ctx.parsed.model):
             raise not_accessible(ctx.parsed.model)
         ctx.pool, ctx.adapter = find_pool(state.pools, ctx.parsed.model)

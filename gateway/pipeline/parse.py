@@ -285,7 +285,7 @@ class Endpoint:
     frontend: str = "openai"
 
 
-_PASS_THROUGH = {"streams": False, "cacheable": False}
+_PASS_THROUGH: dict[str, Any] = {"streams": False, "cacheable": False}
 
 # The one list of inference endpoints: routes, admission and the upstream path all derive from it.
 ENDPOINTS: dict[str, Endpoint] = {

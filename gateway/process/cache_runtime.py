@@ -63,7 +63,7 @@ class RedisErrorLog:
         self.interval_s = interval_s
         self._last: dict[str, float] = {}
 
-    def hook(self, component: str):  # type: ignore[no-untyped-def]
+    def hook(self, component: str):
         def on_error(op: str, exc: BaseException) -> None:
             self.metrics.child(self.metrics.redis_errors, component, op).inc()
             now = time.monotonic()

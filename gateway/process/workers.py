@@ -151,10 +151,10 @@ def _supervise(argv: list[str], workers: int, env: dict[str, str]) -> int:
     log.info("workers started", extra={"event": "workers", "pids": [p.pid for p in procs]})
     while True:
         while pending:
-            sig = pending.pop(0)
+            got = pending.pop(0)
             for p in procs:
                 if p.poll() is None:
-                    p.send_signal(sig)
+                    p.send_signal(got)
         if all(p.poll() is not None for p in procs):
             break
         if not stopping:

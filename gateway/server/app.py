@@ -38,7 +38,7 @@ from gateway.server.endpoints import FRONTEND_BY_PATH, INFERENCE_PATHS, add_publ
 
 
 @web.middleware
-async def gateway_middleware(request: web.Request, handler):  # type: ignore[no-untyped-def]
+async def gateway_middleware(request: web.Request, handler):
     process = request.app[PROCESS]
     error_response = FRONTEND_BY_PATH.get(request.path, OPENAI).error
     try:

@@ -87,10 +87,10 @@ class FleetHealth:
                 members.setdefault(replica.url, []).append((router, replica))
                 ids.setdefault(replica.url, replica.id)
         for url in set(self._by_url) - set(members):
-            rec = self._by_url.pop(url)
-            if rec.timer is not None:
-                rec.timer.cancel()
-            self._forget_labels(rec.replica_id)
+            gone = self._by_url.pop(url)
+            if gone.timer is not None:
+                gone.timer.cancel()
+            self._forget_labels(gone.replica_id)
         for url, group in members.items():
             rec = self._by_url.get(url)
             if rec is None:

@@ -130,9 +130,9 @@ async def _write_row(ctx: RequestContext, metering: Meter, source: str) -> None:
         await budgets.count(ctx, item)
     m = ctx.process.metrics
     label = tenant.metric_label
-    for kind, n in item.tokens.as_dict().items():
+    for token_kind, n in item.tokens.as_dict().items():
         if n:
-            m.billed_tokens.inc(label, kind, by=n)
+            m.billed_tokens.inc(label, token_kind, by=n)
     m.billed_cost.inc(label, by=item.total_micros)
     ctx.line_item = item
 

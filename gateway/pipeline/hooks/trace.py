@@ -34,7 +34,7 @@ try:  # the otel extra (tracing on needs it: ``gateway.observability.tracing`` r
     from opentelemetry import trace as otel_trace
     from opentelemetry.trace import SpanKind, Status, StatusCode
 except ImportError:  # pragma: no cover
-    otel_trace = None
+    otel_trace = None  # type: ignore[assignment]
 
 
 @dataclass(slots=True)
@@ -65,7 +65,7 @@ def _spans(ctx: RequestContext, tracing: Tracing) -> Spans:
             attributes={"http.request.method": "POST", "url.path": ENDPOINTS[ctx.endpoint].path},
         )
         ctx.trace = Spans(span, otel_trace.set_span_in_context(span, parent))
-    return ctx.trace  # type: ignore[no-any-return]
+    return ctx.trace
 
 
 def _child(ctx: RequestContext, tracing: Tracing, name: str, **kw: Any) -> Any:
@@ -112,18 +112,14 @@ def routed(ctx: RequestContext) -> None:
         return
     d = ctx.decision
     assert d is not None
-    _end(
-        ctx,
-        tracing,
-        "route",
-        **{
-            "prefix_gateway.replica": d.replica.id,
-            "prefix_gateway.route_policy": d.policy,
-            "prefix_gateway.route_reason": d.reason,
-            "prefix_gateway.prompt_tokens_estimate": d.prompt_tokens,
-            "prefix_gateway.matched_tokens": d.matched_tokens,
-        },
-    )
+    attributes: dict[str, Any] = {
+        "prefix_gateway.replica": d.replica.id,
+        "prefix_gateway.route_policy": d.policy,
+        "prefix_gateway.route_reason": d.reason,
+        "prefix_gateway.prompt_tokens_estimate": d.prompt_tokens,
+        "prefix_gateway.matched_tokens": d.matched_tokens,
+    }
+    _end(ctx, tracing, "route", **attributes)
     url = urlsplit(d.replica.url)
     attempt = _child(
         ctx,

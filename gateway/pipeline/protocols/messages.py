@@ -166,7 +166,7 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
         chat["tool_choice"] = (
             {"type": "function", "function": {"name": choice.get("name")}}
             if kind == "tool"
-            else {"auto": "auto", "any": "required", "none": "none"}.get(kind, "auto")
+            else {"auto": "auto", "any": "required", "none": "none"}.get(str(kind), "auto")
         )
     return chat
 
@@ -296,7 +296,12 @@ class MessagesEncoder:
             key = f"call{call.get('index', 0)}"
             fn = call.get("function") or {}
             if self.open != key:
-                block = {"type": "tool_use", "id": call.get("id"), "name": fn.get("name"), "input": {}}
+                block: dict[str, Any] = {
+                    "type": "tool_use",
+                    "id": call.get("id"),
+                    "name": fn.get("name"),
+                    "input": {},
+                }
                 out += self._switch(key, block)
             piece = fn.get("arguments")
             if isinstance(piece, str) and piece:

@@ -80,6 +80,8 @@ ZH_POLITENESS = (
     "帮我看一下", "帮我看看", "请告诉我", "告诉我", "能告诉我", "可以告诉我", "你好请问", "您好请问", "劳驾",
     "谢谢你", "谢谢您", "啊", "呀", "呢", "哦", "嘛", "啦",
 )  # fmt: skip
+# Hesitations ("So, um, how heavy is the Mate 60?"; issue 25, sixth pass): sounds, not words, anywhere.
+HESITATIONS = ("um", "umm", "uh", "uhh", "uhm", "erm", "hmm", "hmmm")
 # Tense and mood of the question's verb: "Will flight BA38 be delayed?" asks what "Is flight BA38
 # delayed?" asks, "How long will the battery last" what "How long does the battery last" does. Not the
 # modals that change what is asked (can/must/should: permission or obligation) nor any negated form
@@ -196,10 +198,10 @@ _CONTENT = "a built-in content word: a question that differs only by it asks som
 
 
 def safe_fillers(cfg: SemanticConfig) -> list[str]:
-    """The fillers a route may ignore: the policy's, less the dangerous ones, plus ``GREETINGS`` and
-    ``AUXILIARIES`` (with ``ASKING_WHETHER`` and ``ZH_POLITENESS``)."""
+    """The fillers a route may ignore: the policy's, less the dangerous ones, plus ``GREETINGS``,
+    ``AUXILIARIES`` and ``HESITATIONS`` (with ``ASKING_WHETHER`` and ``ZH_POLITENESS``)."""
     bad = {d.index for d in dangerous_fillers(cfg)}
-    builtin = [*GREETINGS, *ASKING_WHETHER, *ZH_POLITENESS, *AUXILIARIES]
+    builtin = [*GREETINGS, *ASKING_WHETHER, *ZH_POLITENESS, *AUXILIARIES, *HESITATIONS]
     return [f for i, f in enumerate(cfg.fillers) if i not in bad] + builtin
 
 
@@ -213,9 +215,35 @@ def name_targets(cfg: SemanticConfig) -> list[str]:
     return [a for e in cfg.slots for value, aliases in e.values.items() for a in (value, *aliases)]
 
 
+def same_meaning_words(cfg: SemanticConfig) -> dict[str, str]:
+    """word -> synonym group, for each ASCII word that is by itself a term of one group and a word of no
+    term of another group (or of an intent term): a typo one edit from two such words of one group is
+    still one correction (``cache.semantic.typos``)."""
+    owners: dict[str, set[str]] = {}
+    for g in cfg.synonyms:
+        for t in g.terms:
+            for w in base_normalize(t).split():
+                owners.setdefault(w, set()).add(g.canonical)
+    for i in cfg.intents:
+        for t in i.terms:
+            for w in base_normalize(t).split():
+                owners.setdefault(w, set()).add(f"intent {i.name}")
+    single = {base_normalize(t): g.canonical for g in cfg.synonyms for t in g.terms}
+    return {w: c for w, c in single.items() if w.isascii() and w.isalpha() and owners.get(w) == {c}}
+
+
+def taken_terms(cfg: SemanticConfig) -> list[str]:
+    """What no derived synonym term may be (``cache.semantic.inflect``): intent terms, fillers, and slot
+    and constraint values and aliases."""
+    return [*(t for i in cfg.intents for t in i.terms), *cfg.fillers, *name_targets(cfg)] + [
+        a for e in cfg.constraints for value, aliases in e.values.items() for a in (value, *aliases)
+    ]
+
+
 def known_words(cfg: SemanticConfig) -> list[str]:
     """Words never taken for a typo: the fillers and every built-in list (a real word is not a typo)."""
     return [
-        *cfg.fillers, *FUNCTION_WORDS, *GREETINGS, *ASKING_WHETHER, *ZH_POLITENESS, *AUXILIARIES, *NEGATIONS, *NUMBER_WORDS,
+        *cfg.fillers, *FUNCTION_WORDS, *GREETINGS, *ASKING_WHETHER, *ZH_POLITENESS, *AUXILIARIES, *HESITATIONS,
+        *NEGATIONS, *NUMBER_WORDS,
         *CONTENT_WORDS, *SIMILARITY_SAFE, *COMMON_WORDS,
     ]  # fmt: skip

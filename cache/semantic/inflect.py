@@ -1,4 +1,5 @@
-"""The singular and plural of the policy's own synonym terms (pure; issue 25, sixth pass).
+"""Forms of the policy's own synonym terms it did not list (pure; issue 25, sixth pass): the other
+number of a noun phrase's last word, and the other auxiliary inside a question phrase.
 
 A policy lists the wordings it has seen: the telecom example's ``roaming_rate`` has ``roaming
 rates`` but not ``roaming rate``, so "roaming rate for Thailand" left ``rate`` unexplained and had no
@@ -17,6 +18,16 @@ other number asks what the term asks ("roaming charge" / "roaming charges", "ret
 * the new term is not already a term of any synonym group (the policy's own mapping wins) nor an
   intent term, filler, slot or constraint alias of the policy, and no other group would get the same
   new term (a form claimed twice is added to neither).
+
+The other auxiliary: a question phrase ``when does online check in open`` is also ``when is online
+check in open`` ("When's online check-in open?" had no key next to it, ``tune4``) and ``when will …``:
+``does``, ``do``, ``is``, ``are``, ``will`` stand for one another inside a term, where a word the
+auxiliary belongs to follows it (``how long does the battery last``), never as a term's last word
+(``how much is`` stays ``how much is``: ``how much does`` would swallow "how much does it weigh"'s
+start). These five are built-in fillers of every route already (``vocab.AUXILIARIES``): a question
+that differs from another only by one of them shares its key, so writing one for another inside a
+term adds no meaning. ``can``, ``should`` and the negated forms are not among them. The same rules
+of unclaimed and claimed-once apply.
 
 The typo corrector never corrects an inflection (``cache.semantic.typos``): a word with an ``s`` more
 or less may be another word in general. Here it is the policy's own term in the other number, which
@@ -42,6 +53,21 @@ def other_number(word: str) -> str | None:
     return word + "s"
 
 
+SWAPPABLE = ("does", "do", "is", "are", "will")
+
+
+def _forms(words: list[str]) -> list[str]:
+    out = []
+    if len(words) >= 2 and not any(w in FUNCTION_WORDS for w in words):
+        other = other_number(words[-1])  # a noun phrase only: "roaming rate", not "charges"
+        if other is not None:
+            out.append(" ".join([*words[:-1], other]))
+    for i, w in enumerate(words[:-1]):
+        if w in SWAPPABLE and any(v not in FUNCTION_WORDS for v in words[i + 1 :]):
+            out += [" ".join([*words[:i], a, *words[i + 1 :]]) for a in SWAPPABLE if a != w]
+    return out
+
+
 def variants(
     synonyms: Iterable[tuple[str, Iterable[str]]], taken: Iterable[str]
 ) -> dict[str, tuple[str, ...]]:
@@ -53,15 +79,9 @@ def variants(
     claims: dict[str, set[str]] = {}
     for canonical, terms in groups:
         for term in terms:
-            words = term.split()
-            if len(words) < 2 or any(w in FUNCTION_WORDS for w in words):
-                continue  # a noun phrase only: "roaming rate", not "charges", "how fast does it charge"
-            other = other_number(words[-1])
-            if other is None:
-                continue
-            new = " ".join([*words[:-1], other])
-            if new not in blocked:
-                claims.setdefault(new, set()).add(canonical)
+            for new in _forms(term.split()):
+                if new not in blocked:
+                    claims.setdefault(new, set()).add(canonical)
     out: dict[str, list[str]] = {}
     for new, owners in sorted(claims.items()):
         if len(owners) == 1:

@@ -63,6 +63,13 @@ GREETINGS = (
     "i have a question", "i would like to", "i want to", "tell me whether", "tell me if",
     "你好", "您好", "嗨", "哈喽", "谢谢", "多谢", "麻烦了", "问一下", "请问一下", "想问一下", "问下", "打扰一下",
     "麻烦问一下", "想咨询一下", "咨询一下",
+    # issue 25, sixth pass: more of the same class, written from how people open and close a chat
+    "quick one", "one quick question", "one more question", "another question", "a question",
+    "hi again", "hello again", "hey again", "good day", "greetings", "pls", "plz", "thanks a lot",
+    "many thanks", "thank you so much", "thanks so much", "much appreciated", "appreciate it",
+    "i appreciate it", "by the way", "btw", "if possible", "if you can", "if you could",
+    "could you please", "can you please", "would you please", "could you", "can you", "would you",
+    "在吗", "你好在吗", "您好在吗", "谢谢啦", "谢谢了", "辛苦了", "麻烦你了", "麻烦您了", "打扰了",
 )  # fmt: skip
 # An asking phrase followed by "whether"/"if" ("could you tell me whether flight MU5101 is on time"): the
 # phrase alone left ``whether`` unexplained (round 3's development split). Only after these phrases.

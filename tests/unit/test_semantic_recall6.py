@@ -85,7 +85,8 @@ def test_variants_are_noun_phrases_unclaimed_and_claimed_once() -> None:
         taken=["call rate"],  # e.g. an intent term: never a derived synonym
     )
     assert out["roaming_rate"] == ("roaming rate",)
-    assert "plan_price" not in out and "speed" not in out
+    assert "plan_price" not in out  # no plural of a one-word term
+    assert all(len(t.split()) == 5 for t in out["speed"])  # only the other auxiliary: no "charges"
     assert out["call_rate"] == ("call charges",)
     assert "a" not in out
     twice = variants([("x", ["fee rates"]), ("y", ["fee rate"])], [])
@@ -184,3 +185,46 @@ def test_the_fourth_set_is_its_generator_output_and_has_the_shape_the_brief_asks
     assert all(r["split"] == set4.split_of(r["cached"], r["probe"]) for r in rows)  # the declared split
     assert len({(r["cached"], r["probe"]) for r in rows}) == len(rows)
     assert semantic_independent.FILES["tune4"] == semantic_independent.FILES["heldout4"] == set4.OUT
+
+
+def test_the_other_auxiliary_inside_a_question_phrase_is_the_same_term() -> None:
+    out = variants(
+        [("checkin_time", ["when does online check in open"]), ("item_price", ["how much is"])], []
+    )
+    assert (
+        "when is online check in open" in out["checkin_time"]
+        and "when will online check in open" in out["checkin_time"]
+    )
+    assert "item_price" not in out  # never the term's last word: "how much does" would swallow "... weigh"
+    assert key(AIR, "When's online check-in open?") is not None
+    assert key(AIR, "When's online check-in open?") == key(AIR, "When does online check-in open?")
+    assert key(AIR, "When can I check in online?") != key(AIR, "When does online check-in close?")
+    assert key(SHOP, "How much does the Pixel 8 weigh?") == key(SHOP, "Pixel 8 weight")  # not the price
+
+
+@pytest.mark.parametrize(
+    ("route", "a", "b"),
+    [
+        (SHOP, "Hi again! Pixel 8 price, thanks a lot", "Pixel 8 price"),
+        (SHOP, "btw, what is your return policy? many thanks", "What is your return policy?"),
+        (SHOP, "在吗？小米14多少钱", "小米14多少钱"),
+    ],
+)
+def test_more_greetings_and_politeness_are_ignored(route: SemanticRoute, a: str, b: str) -> None:
+    assert key(route, a) is not None and key(route, a) == key(route, b)
+
+
+@pytest.mark.parametrize(
+    ("route", "a", "b"),
+    [
+        (SHOP, "Hi again! Pixel 8 Pro price, thanks a lot", "Pixel 8 price"),
+        (
+            AIR,
+            "Can you tell me if I can change my economy ticket?",
+            "Economy change fee",
+        ),  # whether, not what
+        (SHOP, "在吗？小米14维修多少钱", "小米14多少钱"),
+    ],
+)
+def test_politeness_never_hides_what_is_asked(route: SemanticRoute, a: str, b: str) -> None:
+    assert key(route, b) is not None and key(route, a) != key(route, b)

@@ -1,16 +1,19 @@
 """Normalisation of a question before anything looks at it (pure).
 
 Steps, in order: Unicode NFKC with case folding (full-width ``ＩＰＨＯＮＥ１５`` and half-width kana
-become their plain forms, ``ﬁ`` becomes ``fi``), a question word's ``'s`` written out (``where's`` and
-``wheres`` → ``where is``: "Where's my order" found no intent, issue 25) and a pronoun's (``I've`` →
-``i have``, ``I'd`` → ``i would``, ``it's`` → ``it is``), apostrophes inside words dropped (``don't`` → ``dont``),
-punctuation to spaces except between two digits (``6.1``, ``2024-05-01`` and ``10:30`` keep theirs), runs
-of white space to one space, no space between two CJK characters (Chinese and Japanese write none), the
-Chinese question words written one way (``ZH_QUESTION_WORDS`` below), then
-typos of the policy's own words corrected (``cache.semantic.typos``: ``xioami`` → ``xiaomi``, one edit,
-one candidate, never a number or a short word), question frames rewritten into the policy's own terms
-(``cache.semantic.frames``: ``cost to change`` → ``fee to change``), then the synonym table: each term becomes its
-``snake_case`` canonical (``运单号`` → ``order_no``).
+become their plain forms, ``ﬁ`` becomes ``fi``); a question phrase's ``'s`` (``how long's`` → ``how
+long is``) and an opener set off by a comma (``So,``; issue 25, sixth pass, below); a question word's
+``'s`` written out (``where's`` and ``wheres`` → ``where is``: "Where's my order" found no intent,
+issue 25) and a pronoun's (``I've`` → ``i have``, ``I'd`` → ``i would``, ``it's`` → ``it is``);
+apostrophes inside words dropped (``don't`` → ``dont``); punctuation to spaces except between two
+digits (``6.1``, ``2024-05-01`` and ``10:30`` keep theirs); runs of white space to one space; a run of
+openers at the start (``ok so``); no space between two CJK characters (Chinese and Japanese write
+none); the Chinese question words written one way (``ZH_QUESTION_WORDS`` below); then typos of the
+policy's own words corrected (``cache.semantic.typos``: ``xioami`` → ``xiaomi``, one edit, one
+candidate or several of one synonym group, never a number or a short word); question frames
+rewritten into the policy's own terms (``cache.semantic.frames``: ``cost to change`` → ``fee to
+change``); then the synonym table: each term becomes its ``snake_case`` canonical (``运单号`` →
+``order_no``).
 
 ``normalize(normalize(x)) == normalize(x)`` for every text (property-tested). The synonym step keeps it
 so because canonicals contain ``_`` and terms never do (config/semantic.py enforces both), and

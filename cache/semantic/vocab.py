@@ -15,8 +15,9 @@ never ignored (``SemanticRoute`` drops it from its filler list; ``check-config``
 
 Greetings and politeness (``GREETINGS``: "Hi there", "sorry to bother you", "could you tell me",
 "I was wondering"; ``ASKING_WHETHER``: those followed by "whether"/"if"; ``ZH_POLITENESS``: "麻烦问下",
-"我想问一下", "帮我查一下") and the auxiliaries of tense and mood (``AUXILIARIES``: ``will``, ``could``, ``be``)
-are fillers of every route: they never change an answer.
+"我想问一下", "帮我查一下") the auxiliaries of tense and mood (``AUXILIARIES``: ``will``, ``could``, ``be``) and hesitations
+(``HESITATIONS``: ``um``, ``erm``; issue 25, sixth pass) are fillers of every route: they never change
+an answer.
 
 ``SIMILARITY_SAFE`` is what the guarded embedding mode lets two questions differ by when no rule explains
 those words (``guards.veto``, rule ``compatible``): articles, pronouns, auxiliaries, politeness and

@@ -1,15 +1,19 @@
 """Normalisation of a question before anything looks at it (pure).
 
 Steps, in order: Unicode NFKC with case folding (full-width ``ＩＰＨＯＮＥ１５`` and half-width kana
-become their plain forms, ``ﬁ`` becomes ``fi``), a question word's ``'s`` written out (``where's`` and
-``wheres`` → ``where is``: "Where's my order" found no intent, issue 25) and a pronoun's (``I've`` →
-``i have``, ``I'd`` → ``i would``, ``it's`` → ``it is``), apostrophes inside words dropped (``don't`` → ``dont``),
-punctuation to spaces except between two digits (``6.1``, ``2024-05-01`` and ``10:30`` keep theirs), runs
-of white space to one space, no space between two CJK characters (Chinese and Japanese write none), the
-Chinese question words written one way (``ZH_QUESTION_WORDS`` below), then
-typos of the policy's own words corrected (``cache.semantic.typos``: ``xioami`` → ``xiaomi``, one edit,
-one candidate, never a number or a short word), then the synonym table: each term becomes its
-``snake_case`` canonical (``运单号`` → ``order_no``).
+become their plain forms, ``ﬁ`` becomes ``fi``); a question phrase's ``'s`` (``how long's`` → ``how
+long is``) and an opener set off by a comma (``So,``; issue 25, sixth pass, below); a question word's
+``'s`` written out (``where's`` and ``wheres`` → ``where is``: "Where's my order" found no intent,
+issue 25) and a pronoun's (``I've`` → ``i have``, ``I'd`` → ``i would``, ``it's`` → ``it is``);
+apostrophes inside words dropped (``don't`` → ``dont``); punctuation to spaces except between two
+digits (``6.1``, ``2024-05-01`` and ``10:30`` keep theirs); runs of white space to one space; a run of
+openers at the start (``ok so``); no space between two CJK characters (Chinese and Japanese write
+none); the Chinese question words written one way (``ZH_QUESTION_WORDS`` below); then typos of the
+policy's own words corrected (``cache.semantic.typos``: ``xioami`` → ``xiaomi``, one edit, one
+candidate or several of one synonym group, never a number or a short word); question frames
+rewritten into the policy's own terms (``cache.semantic.frames``: ``cost to change`` → ``fee to
+change``); then the synonym table: each term becomes its ``snake_case`` canonical (``运单号`` →
+``order_no``).
 
 ``normalize(normalize(x)) == normalize(x)`` for every text (property-tested). The synonym step keeps it
 so because canonicals contain ``_`` and terms never do (config/semantic.py enforces both), and
@@ -23,10 +27,28 @@ import re
 import unicodedata
 from collections.abc import Iterable
 
+from cache.semantic.frames import Frames
 from cache.semantic.terms import TermMatcher
 from cache.semantic.typos import TypoCorrector
 
 _CONTRACTION = re.compile(r"(?<![a-z0-9_])(where|what|how|who|when|which|that|there|here)['’]?s(?![a-z0-9_])")
+# A question phrase's ``'s`` with the apostrophe (issue 25, sixth pass: "How long's the iPhone 15
+# battery last?" kept ``longs``): ``how long's``/``how much's``/``how big's`` … are ``how long is`` ….
+# Only with the apostrophe: ``longs``, ``bigs`` may be words of their own.
+_HOW_CONTRACTION = re.compile(
+    r"(?<![a-z0-9_])(how (?:long|much|many|big|large|heavy|fast|far|old|often))['’]s(?![a-z0-9_])"
+)
+# A discourse marker that opens a question ("So, um, how heavy is the Mate 60?", "Well, what's the
+# price?", "OK so where is my order?"; issue 25, sixth pass) asks nothing. It is dropped only at the
+# very start: before the punctuation goes, when a comma, colon or dash sets it off; after, a run of two
+# or more (``ok so``), or one before a hesitation (``so um``: the hesitation is a built-in filler).
+# "Is it ok in the rain?", "why is it so heavy" keep theirs. Each rule's output starts with no opener
+# it would drop (``normalize`` stays idempotent).
+_OPENERS = "so|well|ok|okay|alright|right|anyway|anyways"
+_OPENER_COMMA = re.compile(rf"^\s*(?:(?:{_OPENERS})\s*[,:\-–—]\s*)+(?:(?:{_OPENERS})\s+)?")
+_OPENER_RUN = re.compile(
+    rf"^(?:(?:{_OPENERS}) )+(?:{_OPENERS})(?: |$)|^(?:{_OPENERS}) (?=(?:um|umm|uh|uhm|erm|hmm)(?: |$))"
+)
 # A pronoun's contracted auxiliary written out ("I've lost my card" is "I have lost my card", "I'd like"
 # is "I would like"); without the apostrophe only the forms that are no other word (``im``, ``ive``,
 # ``youre``: not ``id``, ``were``, ``its``, ``well``). Negated forms stay one word (``dont``, ``cant``:
@@ -64,11 +86,18 @@ _ZH_PARTICLE = "呢吗啊呀吧嘛哦啦了"
 _ZH_HOW_END = re.compile(f"(?:如何|怎样|咋样|咋)(?=$|[^{_CJK}]|[{_ZH_PARTICLE}])")
 _ZH_HOW = re.compile(f"(?:应该|需要|该|要)*(?:如何|怎样|怎么|咋)(?:才能|才可以)*(?!样)(?=[{_CJK}])")
 _ZH_NOT_YET = re.compile("(?:怎么|为什么|为啥|咋)+还没有?")
+# Asking for an amount (issue 25, sixth pass, ``tune4``): "流量有多少" is "流量多少" (not ``还有多少``, "how
+# much is left", another question), and after a fee (``费``) "多少钱" asks what "是多少" does ("金卡年费多少钱"
+# is "金卡年费是多少"; after anything else "多少钱" may ask a price the question did not name: "行李额多少钱").
+_ZH_HAVE_HOW_MANY = re.compile("(?<!还)有多少")
+_ZH_FEE_HOW_MUCH = re.compile("(?<=费)多少钱")
 
 
 def _zh_question_words(text: str) -> str:
     text = _ZH_HOW_END.sub("怎么样", text)
     text = _ZH_HOW.sub("怎么", text)
+    text = _ZH_HAVE_HOW_MANY.sub("多少", text)
+    text = _ZH_FEE_HOW_MUCH.sub("是多少", text)
     return _ZH_NOT_YET.sub("还没", text)
 
 
@@ -114,8 +143,9 @@ def _collapse(text: str) -> str:
 
 def base_normalize(text: str) -> str:
     """Everything but synonyms."""
-    text = _APOSTROPHE.sub("", _PRONOUN_AUX.sub(_pronoun_aux, _CONTRACTION.sub(r"\1 is", _fold(text))))
-    text = _collapse(_strip_punctuation(text))
+    text = _OPENER_COMMA.sub("", _HOW_CONTRACTION.sub(r"\1 is", _fold(text)))
+    text = _APOSTROPHE.sub("", _PRONOUN_AUX.sub(_pronoun_aux, _CONTRACTION.sub(r"\1 is", text)))
+    text = _OPENER_RUN.sub("", _collapse(_strip_punctuation(text)))
     text = _CJK_GAP.sub("", text)
     return _zh_question_words(text) if _CJK_CHAR.search(text) else text
 
@@ -127,7 +157,7 @@ def has_cjk(text: str) -> bool:
 class Normalizer:
     """``normalizer(text)``: the normalised form, synonyms applied."""
 
-    __slots__ = ("_matcher", "_to", "typos")
+    __slots__ = ("_frames", "_matcher", "_to", "typos")
 
     def __init__(
         self, synonyms: Iterable[tuple[str, Iterable[str]]] = (), typos: TypoCorrector | None = None
@@ -138,11 +168,13 @@ class Normalizer:
             for t in terms:
                 self._to[base_normalize(t)] = canonical
         self._matcher = TermMatcher(self._to)
+        self._frames = Frames(self._to)
 
     def __call__(self, text: str) -> str:
         text = base_normalize(text)
         if self.typos:
             text = self.typos(text)
+        text = self._frames(text)
         if self._matcher:
             text = _collapse(self._matcher.sub(text, self._to))
         return text

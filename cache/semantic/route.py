@@ -16,13 +16,21 @@ from cache.semantic.admission import Admission, Decision
 from cache.semantic.extractors import Extractor, build
 from cache.semantic.fingerprint import Fingerprint, IntentRules, fingerprint, fingerprint_key, partition_id
 from cache.semantic.guards import GuardFeatures, guard_features
+from cache.semantic.inflect import variants
 from cache.semantic.invalidation import EventError, Plan, plan_event
 from cache.semantic.normalize import Normalizer, base_normalize, has_cjk
 from cache.semantic.question import Question, split_question
 from cache.semantic.tags import TagRef, entry_refs
 from cache.semantic.terms import TermMatcher
 from cache.semantic.typos import TypoCorrector
-from cache.semantic.vocab import known_words, name_targets, safe_fillers, typo_targets
+from cache.semantic.vocab import (
+    known_words,
+    name_targets,
+    safe_fillers,
+    same_meaning_words,
+    taken_terms,
+    typo_targets,
+)
 from cache.semantic.wordbag import intent_words
 from config.semantic import SemanticConfig
 
@@ -56,8 +64,13 @@ class SemanticRoute:
             [base_normalize(t) for t in typo_targets(cfg)],
             [base_normalize(t) for t in known_words(cfg)],
             [base_normalize(t) for t in name_targets(cfg)],
+            same_meaning_words(cfg),
         )
-        self.normalize = Normalizer(((g.canonical, g.terms) for g in cfg.synonyms), typos)
+        # Each synonym term in the other number too, where the policy leaves it unclaimed (``inflect``).
+        extra = variants(((g.canonical, g.terms) for g in cfg.synonyms), taken_terms(cfg))
+        self.normalize = Normalizer(
+            ((g.canonical, (*g.terms, *extra.get(g.canonical, ()))) for g in cfg.synonyms), typos
+        )
         n = self.normalize
         self.slots: list[Extractor] = [build(e, n) for e in cfg.slots]
         self.constraints: list[Extractor] = [build(e, n) for e in cfg.constraints]

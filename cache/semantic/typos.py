@@ -28,6 +28,13 @@ candidate, and only when the word is not known. A swap keeps every letter, so it
 entity name into this one unless both are anagrams sharing a first letter, and then there are two
 candidates and nothing is corrected.
 
+One word may be one edit from two targets that mean the same (issue 25, sixth pass: "iphone 15 weigth"
+is one edit from both ``weight`` and ``weigh``, and stayed a miss). Two or more candidates are still
+one correction when every one of them is ``same``: a whole synonym term by itself, of one synonym
+group, and a word of no term of another group (``SemanticRoute`` derives that map from the policy), so
+whichever is written the synonym step writes the same canonical; the first in alphabetical order is
+written. Candidates of two groups, or one outside the map, are no correction.
+
 Targets are the words of the policy's synonym terms, intent terms and slot and constraint values and
 aliases (what the fingerprint matches on), never its fillers. A corrected word is a target, and a target
 is known, so correcting twice is correcting once (``normalize`` stays idempotent).
@@ -36,7 +43,7 @@ is known, so correcting twice is correcting once (``normalize`` stays idempotent
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 MIN_LEN = 5
 SHORT_LEN = 4  # swaps only, entity names only
@@ -79,9 +86,16 @@ def _inflection(a: str, b: str) -> bool:
 class TypoCorrector:
     """``corrector(text)``: normalised text with each typo of a target word replaced by that word."""
 
-    __slots__ = ("_known", "_short", "_targets")
+    __slots__ = ("_known", "_same", "_short", "_targets")
 
-    def __init__(self, targets: Iterable[str], known: Iterable[str], names: Iterable[str] = ()) -> None:
+    def __init__(
+        self,
+        targets: Iterable[str],
+        known: Iterable[str],
+        names: Iterable[str] = (),
+        same: Mapping[str, str] | None = None,
+    ) -> None:
+        self._same = dict(same or {})  # a target word -> the one synonym group it alone is a term of
         words = {w for t in targets for w in _WORD.findall(t) if len(w) >= MIN_LEN}
         short = {w for t in names for w in _WORD.findall(t) if len(w) == SHORT_LEN}
         every = {w for t in targets for w in _WORD.findall(t)} | short
@@ -108,7 +122,10 @@ class TypoCorrector:
             ]
         else:
             return None
-        return hits[0] if len(hits) == 1 else None
+        if len(hits) == 1:
+            return hits[0]
+        groups = {self._same.get(h) for h in hits}
+        return min(hits) if len(hits) > 1 and len(groups) == 1 and None not in groups else None
 
     def corrections(self, text: str) -> list[tuple[str, str]]:
         """(typo, word) for each corrected word of ``text``, in order (``semantic explain`` prints them)."""

@@ -15,8 +15,9 @@ never ignored (``SemanticRoute`` drops it from its filler list; ``check-config``
 
 Greetings and politeness (``GREETINGS``: "Hi there", "sorry to bother you", "could you tell me",
 "I was wondering"; ``ASKING_WHETHER``: those followed by "whether"/"if"; ``ZH_POLITENESS``: "麻烦问下",
-"我想问一下", "帮我查一下") and the auxiliaries of tense and mood (``AUXILIARIES``: ``will``, ``could``, ``be``)
-are fillers of every route: they never change an answer.
+"我想问一下", "帮我查一下") the auxiliaries of tense and mood (``AUXILIARIES``: ``will``, ``could``, ``be``) and hesitations
+(``HESITATIONS``: ``um``, ``erm``; issue 25, sixth pass) are fillers of every route: they never change
+an answer.
 
 ``SIMILARITY_SAFE`` is what the guarded embedding mode lets two questions differ by when no rule explains
 those words (``guards.veto``, rule ``compatible``): articles, pronouns, auxiliaries, politeness and
@@ -63,6 +64,13 @@ GREETINGS = (
     "i have a question", "i would like to", "i want to", "tell me whether", "tell me if",
     "你好", "您好", "嗨", "哈喽", "谢谢", "多谢", "麻烦了", "问一下", "请问一下", "想问一下", "问下", "打扰一下",
     "麻烦问一下", "想咨询一下", "咨询一下",
+    # issue 25, sixth pass: more of the same class, written from how people open and close a chat
+    "quick one", "one quick question", "one more question", "another question", "a question",
+    "hi again", "hello again", "hey again", "good day", "greetings", "pls", "plz", "thanks a lot",
+    "many thanks", "thank you so much", "thanks so much", "much appreciated", "appreciate it",
+    "i appreciate it", "by the way", "btw", "if possible", "if you can", "if you could",
+    "could you please", "can you please", "would you please", "could you", "can you", "would you",
+    "在吗", "你好在吗", "您好在吗", "谢谢啦", "谢谢了", "辛苦了", "麻烦你了", "麻烦您了", "打扰了",
 )  # fmt: skip
 # An asking phrase followed by "whether"/"if" ("could you tell me whether flight MU5101 is on time"): the
 # phrase alone left ``whether`` unexplained (round 3's development split). Only after these phrases.
@@ -80,6 +88,8 @@ ZH_POLITENESS = (
     "帮我看一下", "帮我看看", "请告诉我", "告诉我", "能告诉我", "可以告诉我", "你好请问", "您好请问", "劳驾",
     "谢谢你", "谢谢您", "啊", "呀", "呢", "哦", "嘛", "啦",
 )  # fmt: skip
+# Hesitations ("So, um, how heavy is the Mate 60?"; issue 25, sixth pass): sounds, not words, anywhere.
+HESITATIONS = ("um", "umm", "uh", "uhh", "uhm", "erm", "hmm", "hmmm")
 # Tense and mood of the question's verb: "Will flight BA38 be delayed?" asks what "Is flight BA38
 # delayed?" asks, "How long will the battery last" what "How long does the battery last" does. Not the
 # modals that change what is asked (can/must/should: permission or obligation) nor any negated form
@@ -196,10 +206,10 @@ _CONTENT = "a built-in content word: a question that differs only by it asks som
 
 
 def safe_fillers(cfg: SemanticConfig) -> list[str]:
-    """The fillers a route may ignore: the policy's, less the dangerous ones, plus ``GREETINGS`` and
-    ``AUXILIARIES`` (with ``ASKING_WHETHER`` and ``ZH_POLITENESS``)."""
+    """The fillers a route may ignore: the policy's, less the dangerous ones, plus ``GREETINGS``,
+    ``AUXILIARIES`` and ``HESITATIONS`` (with ``ASKING_WHETHER`` and ``ZH_POLITENESS``)."""
     bad = {d.index for d in dangerous_fillers(cfg)}
-    builtin = [*GREETINGS, *ASKING_WHETHER, *ZH_POLITENESS, *AUXILIARIES]
+    builtin = [*GREETINGS, *ASKING_WHETHER, *ZH_POLITENESS, *AUXILIARIES, *HESITATIONS]
     return [f for i, f in enumerate(cfg.fillers) if i not in bad] + builtin
 
 
@@ -213,9 +223,35 @@ def name_targets(cfg: SemanticConfig) -> list[str]:
     return [a for e in cfg.slots for value, aliases in e.values.items() for a in (value, *aliases)]
 
 
+def same_meaning_words(cfg: SemanticConfig) -> dict[str, str]:
+    """word -> synonym group, for each ASCII word that is by itself a term of one group and a word of no
+    term of another group (or of an intent term): a typo one edit from two such words of one group is
+    still one correction (``cache.semantic.typos``)."""
+    owners: dict[str, set[str]] = {}
+    for g in cfg.synonyms:
+        for t in g.terms:
+            for w in base_normalize(t).split():
+                owners.setdefault(w, set()).add(g.canonical)
+    for i in cfg.intents:
+        for t in i.terms:
+            for w in base_normalize(t).split():
+                owners.setdefault(w, set()).add(f"intent {i.name}")
+    single = {base_normalize(t): g.canonical for g in cfg.synonyms for t in g.terms}
+    return {w: c for w, c in single.items() if w.isascii() and w.isalpha() and owners.get(w) == {c}}
+
+
+def taken_terms(cfg: SemanticConfig) -> list[str]:
+    """What no derived synonym term may be (``cache.semantic.inflect``): intent terms, fillers, and slot
+    and constraint values and aliases."""
+    return [*(t for i in cfg.intents for t in i.terms), *cfg.fillers, *name_targets(cfg)] + [
+        a for e in cfg.constraints for value, aliases in e.values.items() for a in (value, *aliases)
+    ]
+
+
 def known_words(cfg: SemanticConfig) -> list[str]:
     """Words never taken for a typo: the fillers and every built-in list (a real word is not a typo)."""
     return [
-        *cfg.fillers, *FUNCTION_WORDS, *GREETINGS, *ASKING_WHETHER, *ZH_POLITENESS, *AUXILIARIES, *NEGATIONS, *NUMBER_WORDS,
+        *cfg.fillers, *FUNCTION_WORDS, *GREETINGS, *ASKING_WHETHER, *ZH_POLITENESS, *AUXILIARIES, *HESITATIONS,
+        *NEGATIONS, *NUMBER_WORDS,
         *CONTENT_WORDS, *SIMILARITY_SAFE, *COMMON_WORDS,
     ]  # fmt: skip

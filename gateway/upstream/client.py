@@ -1,10 +1,14 @@
-"""The upstream side: the hop to the replicas (aiohttp's session; ``hop``, when set, the lean pooled
-client of ``gateway.upstream.lean`` for ``http`` replicas), timeouts, error mapping.
+"""The upstream side: the hop to the replicas, timeouts, error mapping.
 
-``hop`` is the candidate ``python -m bench.upstream_hop`` measures beside aiohttp (issue 30, round 6):
-either answer is read through the same ``Upstream`` methods (``read``, ``content.readany``,
-``close``), with the same deadlines and error kinds; ``https`` replicas and the session's other users
-(health checks, scrapes, adapter loads) stay on the aiohttp session.
+A request to an ``http`` replica goes through ``hop``, the lean pooled client of
+``gateway.upstream.lean``: on the hop alone it spends 0.24-0.31x aiohttp's CPU a request (0.036-0.045
+ms against 0.123-0.186, whole answers and streams at concurrency 1, 8 and 32; ``python -m
+bench.upstream_hop --requests 3000 --rounds 3 --concurrency 1 8 32``, load 7.6-10.3, docs/benchmarks.md
+"Issue 30, round 6"), while aiohttp with what the gateway does not use turned off spent 0.81-1.25x:
+no consistent gain. Either answer is read through the same ``Upstream`` methods (``read``,
+``content.readany``, ``close``), with the same deadlines and error kinds. ``https`` replicas and the
+session's other users (health checks, scrapes, adapter loads, not per request) stay on the aiohttp
+session; ``hop = None`` sends every request through aiohttp (the benchmark's reference).
 
 Four timeouts, each from the policy: connect, first byte (headers and, for a stream, its first chunk),
 idle (longest silence between two chunks) and total. ``asyncio.timeout`` is rescheduled per chunk so
@@ -76,11 +80,14 @@ def make_session(timeouts: TimeoutsConfig, limit_per_host: int = 0) -> aiohttp.C
 @dataclass(slots=True)
 class Upstream:
     """``session`` for what the lean client does not serve; ``hop`` the lean client (None: aiohttp for
-    every request, as a test or a benchmark may set it)."""
+    every request, as the benchmark sets it for its reference)."""
 
     session: aiohttp.ClientSession
     timeouts: TimeoutsConfig
     hop: LeanClient | None = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        self.hop = LeanClient(self.timeouts.connect_s, self.timeouts.total_s)
 
     async def open(self, url: str, body: bytes, headers: dict[str, str]) -> Response:
         """POST and wait for the response headers within the first-byte timeout."""

@@ -293,3 +293,24 @@ async def test_https_goes_to_aiohttp_and_headers_cannot_inject() -> None:
             assert r.requests == []
         finally:
             await up.close()
+
+
+async def test_the_gateway_relays_through_the_lean_hop_and_reuses_its_connection() -> None:
+    from tests.support.stack import gateway, policy_for, sim_fleet
+
+    async with sim_fleet(1) as fleet, gateway(policy_for(fleet.urls)) as gw:
+        async with aiohttp.ClientSession() as s:
+            for stream in (False, True, False, True):
+                body = {
+                    "model": "sim-llama",
+                    "messages": [{"role": "user", "content": "hi"}],
+                    "stream": stream,
+                }
+                async with s.post(gw.url + "/v1/chat/completions", json=body) as resp:
+                    assert resp.status == 200
+                    text = await resp.text()
+                    assert ("data: [DONE]" in text) == stream
+        hop = gw.state.upstream.hop
+        assert hop is not None
+        [pool] = hop.pools.values()
+        assert len(pool.idle) == 1  # four answers, one keep-alive connection

@@ -1,11 +1,12 @@
 """The upstream side: the hop to the replicas, timeouts, error mapping.
 
 A request to an ``http`` replica goes through ``hop``, the lean pooled client of
-``gateway.upstream.lean``: on the hop alone it spends 0.24-0.31x aiohttp's CPU a request (0.036-0.045
-ms against 0.123-0.186, whole answers and streams at concurrency 1, 8 and 32; ``python -m
-bench.upstream_hop --requests 3000 --rounds 3 --concurrency 1 8 32``, load 7.6-10.3, docs/benchmarks.md
-"Issue 30, round 6"), while aiohttp with what the gateway does not use turned off spent 0.81-1.25x:
-no consistent gain. Either answer is read through the same ``Upstream`` methods (``read``,
+``gateway.upstream.lean``: on the hop alone it spends 0.24-0.39x aiohttp's CPU a request (0.029-0.048
+ms against 0.087-0.186, whole answers and streams at concurrency 1, 8 and 32, two runs; ``python -m
+bench.upstream_hop``, docs/benchmarks.md "Issue 30, round 6"), while aiohttp with what the gateway
+does not use turned off spent 0.81-1.25x: no consistent gain. In the whole gateway, CPU a request at
+concurrency 32 fell 7-34 % non-stream and 8-20 % stream against 98ecde5 in three ``bench.overhead``
+runs. Either answer is read through the same ``Upstream`` methods (``read``,
 ``content.readany``, ``close``), with the same deadlines and error kinds. ``https`` replicas and the
 session's other users (health checks, scrapes, adapter loads, not per request) stay on the aiohttp
 session; ``hop = None`` sends every request through aiohttp (the benchmark's reference).

@@ -1,9 +1,12 @@
 """The hot upstream hop: a pooled HTTP/1.1 client on an asyncio ``Protocol`` with ``httptools``.
 
-Every answer the gateway relays crosses this hop; the aiohttp client spent 0.08-0.14 ms of CPU a
-request on it, 29 % of the gateway's GIL samples (docs/benchmarks.md, "Issue 30, round 6":
-``python -m bench.upstream_hop``, the client's process CPU, side by side in one run). This client does
-only what the gateway's POST to a replica needs, and keeps what its tests hold:
+Every answer the gateway relays crosses this hop. Through the same ``Upstream`` code (deadlines
+included) this client spends 0.029-0.048 ms of CPU a request where aiohttp spent 0.087-0.186, 0.24-0.39x,
+over whole answers and streams at concurrency 1, 8 and 32, in two runs; aiohttp with what the gateway
+does not use turned off spent 0.81-1.25x, no consistent gain (``python -m bench.upstream_hop --requests
+3000 --rounds 3 --concurrency 1 8 32``, load 7.6-10.3, and ``--requests 2000 --rounds 2``, load 1.7;
+docs/benchmarks.md, "Issue 30, round 6"). It does only what the gateway's POST to a replica needs, and
+keeps what its tests hold (``tests/integration/test_upstream_lean.py``):
 
 * a keep-alive pool per replica (``host:port``), most recently used first, an idle connection closed
   after ``keepalive_s`` (aiohttp's 30 s) and dropped when the replica closes it; a connection goes

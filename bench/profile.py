@@ -7,8 +7,9 @@ The quick start's gateway (``serve --replica URL --model M``: default policy, re
 metrics and access log) in front of a zero-latency simulator, warmed up, then sampled by py-spy (500 Hz,
 every thread, non-blocking) while the load generator sends ``--requests`` unique requests. Each sample's
 stack is charged to the first component, from the top of the stack down, whose frames it contains (so
-"aiohttp client" is the HTTP client's own work under the dispatch stage, not the stage's). ``--checkout``
-profiles another checkout's gateway (before/after). py-spy comes with the ``bench`` extra.
+"upstream client" is the HTTP client's own work, aiohttp's or ``gateway.upstream.lean``'s, under the
+dispatch stage, not the stage's). ``--checkout`` profiles another checkout's gateway (before/after).
+py-spy comes with the ``bench`` extra.
 
 py-spy's samples are wall-clock: on a machine with more runnable processes than cores a thread that
 the kernel preempted stays "active" in the sample, so the lines that wake another thread or process
@@ -69,9 +70,10 @@ COMPONENTS: tuple[tuple[str, str], ...] = (
     ("access log", "gateway/observability/logs.py"),
     ("metrics and access log hook", "gateway/pipeline/hooks/observe.py"),
     ("scrapes and health checks", "gateway/fleet/"),
-    ("aiohttp client", "aiohttp/client"),
-    ("aiohttp client", "aiohttp/connector.py"),
-    ("aiohttp client", "gateway/upstream/client.py"),  # our deadlines around it, its reads
+    ("upstream client", "aiohttp/client"),
+    ("upstream client", "aiohttp/connector.py"),
+    ("upstream client", "gateway/upstream/client.py"),  # our deadlines around it, its reads
+    ("upstream client", "gateway/upstream/lean.py"),  # the lean hop (round 6): httptools is C, no frames
     ("parse and validate", "gateway/pipeline/parse.py"),
     ("tenant, limits, cache key", "gateway/pipeline/tenant.py"),
     ("tenant, limits, cache key", "gateway/pipeline/limits.py"),

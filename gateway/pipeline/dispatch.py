@@ -6,9 +6,9 @@ errors, timeouts before the first byte, and the policy's retryable statuses, wit
 try on one replica, from the routing decision to the relayed answer; what it holds (the replica's load
 in the router, a slot, the in-flight gauge, the upstream response) is released in its one ``finally``.
 A client that goes away cancels the handler wherever it waits: that ``finally`` closes the upstream
-connection at once (``ClientResponse.close``, not a release to the pool), so the replica sees the
+connection at once (``close`` of the answer, not a release to the pool), so the replica sees the
 disconnect and aborts the generation (vLLM and SGLang do), as a cancel while the request waits for
-the replica's headers closes it inside aiohttp.
+the replica's headers closes it in the client (``gateway.upstream.lean``, or aiohttp for https).
 
 Each try is its own ``Attempt`` in ``ctx.attempts`` (``ctx.decision`` is the last one's).
 ``Attempt.generation_started`` records what billing needs of it: set once its request is sent,
@@ -28,7 +28,6 @@ import random
 import time
 from collections.abc import Callable
 
-import aiohttp
 from aiohttp import web
 
 from gateway.errors import GatewayError
@@ -40,7 +39,7 @@ from gateway.pipeline.lifecycle import Event
 from gateway.pipeline.parse import ENDPOINTS
 from gateway.pipeline.protocols.base import replica_error
 from gateway.pipeline.relay import Relay, relay
-from gateway.upstream.client import UpstreamFailure
+from gateway.upstream.client import Response, UpstreamFailure
 from router.types import Decision, NoReplicaAvailable, OnlineReserve, ReplicasBusy, RouteRequest
 
 
@@ -168,7 +167,7 @@ async def attempt_once(
     await ctx.process.hooks.emit(Event.ROUTED, ctx)
     gauge = metrics.child(metrics.in_flight, rid)
     gauge.inc()
-    resp: aiohttp.ClientResponse | None = None
+    resp: Response | None = None
     timer = None if ctx.parsed.stream else _prefill_timer(pool, decision, lambda: prefill_room(ctx))
     try:
         try:
@@ -254,9 +253,7 @@ async def _with_adapter(ctx: RequestContext, decision: Decision) -> None:
         )
 
 
-async def _error_from_status(
-    ctx: RequestContext, decision: Decision, resp: aiohttp.ClientResponse
-) -> GatewayError:
+async def _error_from_status(ctx: RequestContext, decision: Decision, resp: Response) -> GatewayError:
     """A retryable status: what the client gets if no other replica does better."""
     try:
         data, _ = await ctx.state.upstream.read_answer(decision.replica, resp)

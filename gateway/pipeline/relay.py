@@ -23,7 +23,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
 from aiohttp import web
 
 from cache.entry import aborted
@@ -31,7 +30,7 @@ from gateway.pipeline import respond
 from gateway.pipeline.context import Attempt, RequestContext
 from gateway.pipeline.lifecycle import Event
 from gateway.pipeline.stream_tap import StreamTap
-from gateway.upstream.client import HOP_BY_HOP, UpstreamFailure
+from gateway.upstream.client import HOP_BY_HOP, Response, UpstreamFailure
 
 log = logging.getLogger("prefix_gateway")
 
@@ -59,7 +58,7 @@ class Relay:
     rewrite_whole: Callable[[dict[str, Any]], dict[str, Any]] | None = None
 
 
-def relayed_headers(resp: aiohttp.ClientResponse, ctx: RequestContext) -> dict[str, str]:
+def relayed_headers(resp: Response, ctx: RequestContext) -> dict[str, str]:
     headers = {k: v for k, v in resp.headers.items() if k.lower() not in HOP_BY_HOP}
     decision = ctx.decision
     assert decision is not None
@@ -70,7 +69,7 @@ def relayed_headers(resp: aiohttp.ClientResponse, ctx: RequestContext) -> dict[s
     return headers
 
 
-async def relay(ctx: RequestContext, resp: aiohttp.ClientResponse, how: Relay) -> web.StreamResponse:
+async def relay(ctx: RequestContext, resp: Response, how: Relay) -> web.StreamResponse:
     assert ctx.parsed is not None
     if ctx.parsed.stream and resp.status == 200:
         return await _stream(ctx, resp, how.tap)
@@ -79,7 +78,7 @@ async def relay(ctx: RequestContext, resp: aiohttp.ClientResponse, how: Relay) -
 
 async def _whole(
     ctx: RequestContext,
-    resp: aiohttp.ClientResponse,
+    resp: Response,
     rewrite: Callable[[dict[str, Any]], dict[str, Any]] | None,
 ) -> web.Response:
     attempt = ctx.attempt
@@ -92,9 +91,7 @@ async def _whole(
     return await respond.whole(ctx, resp.status, data, headers, parsed, rewrite)  # the outcome's answer
 
 
-async def _stream(
-    ctx: RequestContext, resp: aiohttp.ClientResponse, tap: StreamTap | None
-) -> web.StreamResponse:
+async def _stream(ctx: RequestContext, resp: Response, tap: StreamTap | None) -> web.StreamResponse:
     attempt = ctx.attempt
     assert attempt is not None
     chunks = ctx.state.upstream.stream(attempt.decision.replica, resp)

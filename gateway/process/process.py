@@ -271,7 +271,7 @@ class Process:
             log.info("Redis answers again: calls are sent", extra={"event": "redis_breaker_closed"})
 
     async def _close_state(self) -> None:
-        await self.state.upstream.session.close()
+        await self.state.upstream.close()
         if self.state.cache is not None:
             await self.state.cache.close()
 

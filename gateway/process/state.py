@@ -135,7 +135,7 @@ def replaced(old: State, new: State) -> list[Callable[[], Any]]:
     """What ``old`` owned that ``new`` does not carry over: to close once old requests finished."""
     closers: list[Callable[[], Any]] = []
     if new.upstream is not old.upstream:
-        closers.append(old.upstream.session.close)
+        closers.append(old.upstream.close)
     if old.cache is not None and new.cache is not old.cache:
         closers.append(old.cache.close)
     return closers

@@ -1,4 +1,15 @@
-"""The upstream side: one pooled aiohttp client session per process, timeouts, error mapping.
+"""The upstream side: the hop to the replicas, timeouts, error mapping.
+
+A request to an ``http`` replica goes through ``hop``, the lean pooled client of
+``gateway.upstream.lean``: on the hop alone it spends 0.24-0.39x aiohttp's CPU a request (0.029-0.048
+ms against 0.087-0.186, whole answers and streams at concurrency 1, 8 and 32, two runs; ``python -m
+bench.upstream_hop``, docs/benchmarks.md "Issue 30, round 6"), while aiohttp with what the gateway
+does not use turned off spent 0.81-1.25x: no consistent gain. In the whole gateway, CPU a request at
+concurrency 32 fell 7-34 % non-stream and 8-20 % stream against 98ecde5 in three ``bench.overhead``
+runs. Either answer is read through the same ``Upstream`` methods (``read``,
+``content.readany``, ``close``), with the same deadlines and error kinds. ``https`` replicas and the
+session's other users (health checks, scrapes, adapter loads, not per request) stay on the aiohttp
+session; ``hop = None`` sends every request through aiohttp (the benchmark's reference).
 
 Four timeouts, each from the policy: connect, first byte (headers and, for a stream, its first chunk),
 idle (longest silence between two chunks) and total. ``asyncio.timeout`` is rescheduled per chunk so
@@ -13,12 +24,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import aiohttp
 
 from config.policy import TimeoutsConfig
 from gateway.errors import GatewayError
+from gateway.upstream.lean import BadResponse, ConnectFailed, Disconnected, HopError, LeanClient, LeanResponse
+
+Response = aiohttp.ClientResponse | LeanResponse
 
 HOP_BY_HOP = frozenset(
     h.lower()
@@ -66,24 +80,41 @@ def make_session(timeouts: TimeoutsConfig, limit_per_host: int = 0) -> aiohttp.C
 
 @dataclass(slots=True)
 class Upstream:
+    """``session`` for what the lean client does not serve; ``hop`` the lean client (None: aiohttp for
+    every request, as the benchmark sets it for its reference)."""
+
     session: aiohttp.ClientSession
     timeouts: TimeoutsConfig
+    hop: LeanClient | None = field(init=False, default=None)
 
-    async def open(self, url: str, body: bytes, headers: dict[str, str]) -> aiohttp.ClientResponse:
+    def __post_init__(self) -> None:
+        self.hop = LeanClient(self.timeouts.connect_s, self.timeouts.total_s)
+
+    async def open(self, url: str, body: bytes, headers: dict[str, str]) -> Response:
         """POST and wait for the response headers within the first-byte timeout."""
+        hop = self.hop
+        route = hop.route(url) if hop is not None else None
         try:
             async with asyncio.timeout(self.timeouts.first_byte_s):
+                if route is not None:
+                    return await route[0].post(route[1], body, headers)
                 return await self.session.post(url, data=body, headers=headers)
         except TimeoutError:
             raise UpstreamFailure("timeout", f"no response within {self.timeouts.first_byte_s}s") from None
-        except aiohttp.ClientConnectorError:
+        except (aiohttp.ClientConnectorError, ConnectFailed):
             raise UpstreamFailure("connect", "cannot connect to the replica") from None
-        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError, Disconnected):
             raise UpstreamFailure("disconnect", "the replica closed the connection") from None
-        except aiohttp.ClientError:
+        except (aiohttp.ClientError, BadResponse):
             raise UpstreamFailure("protocol", "the replica's answer is not valid HTTP") from None
 
-    async def read_all(self, resp: aiohttp.ClientResponse) -> bytes:
+    async def close(self) -> None:
+        """Close the lean client's connections and the session."""
+        if self.hop is not None:
+            self.hop.close()
+        await self.session.close()
+
+    async def read_all(self, resp: Response) -> bytes:
         """Whole body of a non-stream answer (within first-byte timeout: nothing was sent back yet)."""
         try:
             async with asyncio.timeout(self.timeouts.first_byte_s):
@@ -92,10 +123,10 @@ class Upstream:
             raise UpstreamFailure(
                 "timeout", f"no complete answer within {self.timeouts.first_byte_s}s"
             ) from None
-        except aiohttp.ClientError:
+        except (aiohttp.ClientError, HopError):
             raise UpstreamFailure("disconnect", "the connection closed before the whole answer") from None
 
-    async def iter_chunks(self, resp: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
+    async def iter_chunks(self, resp: Response) -> AsyncIterator[bytes]:
         """Chunks of a streamed body as they arrive. The first within the first-byte timeout, then each
         within the idle timeout. Raises ``UpstreamFailure`` on silence or a broken connection."""
         loop = asyncio.get_running_loop()
@@ -114,5 +145,5 @@ class Upstream:
                     yield chunk
         except TimeoutError:
             raise UpstreamFailure("timeout", f"stream silent for {limit}s") from None
-        except aiohttp.ClientError:
+        except (aiohttp.ClientError, HopError):
             raise UpstreamFailure("disconnect", "the connection closed early") from None

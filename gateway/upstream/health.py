@@ -32,13 +32,12 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
 import orjson
 
 from config.policy import BreakerConfig
 from gateway.observability.metrics import GatewayMetrics
 from gateway.upstream.breaker import STATE_VALUE, Breaker, FailureKind
-from gateway.upstream.client import Upstream, UpstreamFailure
+from gateway.upstream.client import Response, Upstream, UpstreamFailure
 from router.pool import PoolRouter
 from router.replica import ReplicaState
 
@@ -279,9 +278,7 @@ class ObservedUpstream(Upstream):
 
     fleet: FleetHealth | None = None
 
-    async def send(
-        self, replica: ReplicaState, path: str, body: bytes, headers: dict[str, str]
-    ) -> aiohttp.ClientResponse:
+    async def send(self, replica: ReplicaState, path: str, body: bytes, headers: dict[str, str]) -> Response:
         """POST ``path`` to ``replica`` (``Upstream.open``), behind its breaker."""
         url = replica.url + path
         fleet, key = self.fleet, replica.url
@@ -303,9 +300,7 @@ class ObservedUpstream(Upstream):
             fleet.answered(key)
         return resp
 
-    async def read_answer(
-        self, replica: ReplicaState, resp: aiohttp.ClientResponse
-    ) -> tuple[bytes, dict[str, Any] | None]:
+    async def read_answer(self, replica: ReplicaState, resp: Response) -> tuple[bytes, dict[str, Any] | None]:
         """The whole body, and the answer parsed (the one parse of a whole answer) when it is a 200
         JSON object. A 200 JSON answer that does not parse is a failure of the replica (retried
         elsewhere by the attempt loop, since nothing reached the client yet)."""
@@ -332,7 +327,7 @@ class ObservedUpstream(Upstream):
             self.fleet.completed(key)
         return data, parsed
 
-    async def stream(self, replica: ReplicaState, resp: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
+    async def stream(self, replica: ReplicaState, resp: Response) -> AsyncIterator[bytes]:
         """``Upstream.iter_chunks``, a broken or silent stream counted against ``replica``."""
         try:
             async for chunk in Upstream.iter_chunks(self, resp):

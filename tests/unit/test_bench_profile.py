@@ -12,7 +12,7 @@ DISPATCH = "attempt_once (gateway/pipeline/dispatch.py:120)"
 
 def test_the_leaf_most_component_wins() -> None:
     client = [HANDLER, DISPATCH, "ClientSession._request (aiohttp/client.py:819)"]
-    assert charge(client) == "aiohttp client"
+    assert charge(client) == "upstream client"
     assert charge([HANDLER, DISPATCH]) == "other gateway code"
     assert charge([HANDLER, DISPATCH, "PoolRouter.route (router/pool.py:10)"]) == "routing"
     assert charge(
@@ -87,11 +87,11 @@ def test_aiohttps_shared_modules_are_charged_to_their_caller() -> None:
         "StreamResponse.write (aiohttp/web_response.py:1)",
         write,
     ]
-    assert charge(client) == "aiohttp client"  # before: "aiohttp server", by the leaf's file
+    assert charge(client) == "upstream client"  # before: "aiohttp server", by the leaf's file
     assert charge(server) == "aiohttp server"
     assert charge([read]) == "aiohttp (shared modules, caller not on the stack)"
     feed = ("/x/aiohttp/streams.py", 1, "feed_data")
     proto = ("/x/aiohttp/client_proto.py", 1, "data_received")
     web = ("/x/aiohttp/web_protocol.py", 1, "data_received")
     stats = {feed: (4, 4, 0.0, 0.0, {proto: (3, 3, 0.0, 0.0), web: (1, 1, 0.0, 0.0)})}
-    assert calls_by_component(stats, 1) == {"aiohttp client": 3, "aiohttp server": 1}
+    assert calls_by_component(stats, 1) == {"upstream client": 3, "aiohttp server": 1}

@@ -35,7 +35,7 @@ import asyncio
 from collections import deque
 from urllib.parse import urlsplit
 
-import httptools  # type: ignore[import-untyped]
+import httptools
 from multidict import CIMultiDict, CIMultiDictProxy
 
 # Bytes of a stream's body buffered before the socket's reading pauses (aiohttp's: twice 64 KiB).
@@ -306,7 +306,7 @@ class LeanPool:
                 _, conn = await loop.create_connection(lambda: _Conn(self), self.host, self.port)
         except OSError:
             raise ConnectFailed("cannot connect to the replica") from None
-        return conn  # type: ignore[return-value]
+        return conn
 
     async def post(self, path: str, body: bytes, headers: dict[str, str]) -> LeanResponse:
         """Send the request; return once the answer's head arrived (its body is read from the answer)."""

@@ -56,7 +56,7 @@ from bench.peer_models import SglangCacheAware
 from bench.report import table, write_section
 from bench.routing_offline import OfflineResult, replay
 from config.routing import RoutingConfig
-from router import pool
+from router import capacity, pool
 from sim.engine import BlockPool, Engine, EngineConfig, EngineCosts, EngineRequest
 
 HELDOUT_OFFSET = 6000  # first record of the held-out window of the trace
@@ -90,7 +90,15 @@ VARIANTS: dict[str, dict[str, object]] = {
     "hot96-c1": {"hot_penalty_tokens": 96.0, "hot_share_factor": 1.0},
     "hot128-c1.15": {"hot_penalty_tokens": 128.0, "hot_share_factor": 1.15},
     "hot256-c1.15": {"hot_penalty_tokens": 256.0, "hot_share_factor": 1.15},
+    # round 7: where an unpublished estimate starts (``router.capacity``): at the default as before
+    # round 7, and at 4 x / 8 x (the ceiling) the default without the first miss's reset
+    "start-default": {"_capacity": {"UNPUBLISHED_START": 1.0, "FIRST_MISS": False}},
+    "start4-noreset": {"_capacity": {"UNPUBLISHED_START": 4.0, "FIRST_MISS": False}},
+    "start8-noreset": {"_capacity": {"FIRST_MISS": False}},
+    "start4": {"_capacity": {"UNPUBLISHED_START": 4.0}},
 }
+# router.capacity's values as committed, restored before each variant sets its own
+CAPACITY_DEFAULTS = {k: getattr(capacity, k) for v in VARIANTS.values() for k in v.get("_capacity", {})}  # type: ignore[union-attr]
 
 
 class PromptPool(BlockPool):
@@ -289,6 +297,8 @@ def run_cell(
     kwargs = VARIANTS[variant].get("_sglang", {} if variant == "sglang-model" else None)
     model = None if kwargs is None else (lambda: SglangCacheAware(**kwargs))  # type: ignore[arg-type]
     pool.UNLEARN = str(VARIANTS[variant].get("_unlearn", "proven"))
+    for k, v in {**CAPACITY_DEFAULTS, **VARIANTS[variant].get("_capacity", {})}.items():  # type: ignore[dict-item]
+        setattr(capacity, k, v)
     return replay(wl, cfg, ecfg, 4, rate, published=published, report_cached=cell.cached,  # type: ignore[arg-type]
                   make_engine=ENGINES[cell.eviction], make_policy=model)  # fmt: skip
 

@@ -17,6 +17,11 @@ front of 4 engine models, one event queue, deterministic):
 
 Plus tight caches under Zipf popularity over shared prompts (``zipf``: 16 prompts of about 1.6k tokens,
 s = 0.9, 4 replicas holding about 3 each; ``zipf-s1.1``, ``zipf-24``: other exponents and counts).
+Round 7's cells (issue 24, written before that round's router change): engines smaller than
+``default_kv_capacity_blocks`` (``e0.25``, ``e0.5``: a replica's KV as that multiple of the default,
+capacity unpublished; ``small_cells``), and ``zipf-unpub`` (the Zipf tight cache, capacity
+unpublished: 1/25 of the default); the held-out split adds the other half of the small grid and
+``zipf-s1.0-20`` (20 prompts, s = 1.0).
 ``--set zipf-r6`` runs instead round 6's own tune cells (issue 24, defined before that round changed the
 router): s = 1.1, 1.2, 1.3 x 16 and 24 prompts x seeds 3 and 4 (neither the tune split's 1 nor the
 held-out split's 2), tune split only: where bounding what unlearning may concentrate is judged.
@@ -51,7 +56,7 @@ from bench.peer_models import SglangCacheAware
 from bench.report import table, write_section
 from bench.routing_offline import OfflineResult, replay
 from config.routing import RoutingConfig
-from router import pool
+from router import capacity, pool
 from sim.engine import BlockPool, Engine, EngineConfig, EngineCosts, EngineRequest
 
 HELDOUT_OFFSET = 6000  # first record of the held-out window of the trace
@@ -85,7 +90,15 @@ VARIANTS: dict[str, dict[str, object]] = {
     "hot96-c1": {"hot_penalty_tokens": 96.0, "hot_share_factor": 1.0},
     "hot128-c1.15": {"hot_penalty_tokens": 128.0, "hot_share_factor": 1.15},
     "hot256-c1.15": {"hot_penalty_tokens": 256.0, "hot_share_factor": 1.15},
+    # round 7: where an unpublished estimate starts (``router.capacity``): at the default as before
+    # round 7, and at 4 x / 8 x (the ceiling) the default without the first miss's reset
+    "start-default": {"_capacity": {"UNPUBLISHED_START": 1.0, "FIRST_MISS": False}},
+    "start4-noreset": {"_capacity": {"UNPUBLISHED_START": 4.0, "FIRST_MISS": False}},
+    "start8-noreset": {"_capacity": {"FIRST_MISS": False}},
+    "start4": {"_capacity": {"UNPUBLISHED_START": 4.0}},
 }
+# router.capacity's values as committed, restored before each variant sets its own
+CAPACITY_DEFAULTS = {k: getattr(capacity, k) for v in VARIANTS.values() for k in v.get("_capacity", {})}  # type: ignore[union-attr]
 
 
 class PromptPool(BlockPool):
@@ -206,10 +219,14 @@ class Cell:
     capacity: str = "pub"  # pub, unpub, x0.5, x2
     eviction: str = "block"
     cached: bool = True
+    # the engine's KV a replica as a multiple of ``default_kv_capacity_blocks`` (None: ``--kv`` of the
+    # window's working set): round 7's engines smaller than the default, where a start above it is wrong
+    size: float | None = None
 
     @property
     def name(self) -> str:
-        return f"bs{self.block} {self.capacity} {self.eviction} {'cached' if self.cached else 'nocache'}"
+        name = f"bs{self.block} {self.capacity} {self.eviction} {'cached' if self.cached else 'nocache'}"
+        return name if self.size is None else f"{name} e{self.size:g}"
 
     @property
     def published(self) -> float | None:
@@ -227,7 +244,39 @@ def trace_cells() -> list[Cell]:
     return cells
 
 
+def small_cells(split: str) -> list[Cell]:
+    """Round 7 (issue 24), written before that round changed the router: engines whose KV is 1/4 or 1/2
+    of ``default_kv_capacity_blocks`` (2.9 % and 5.7 % of the tune window's working set for the fleet),
+    capacity unpublished, so that an estimate started above the default is wrong by construction, with
+    a published twin of two of them for reference. The tune split runs half of the unpublished grid
+    (block size 16 / 64 x 1/4 / 1/2 x eviction by block / prompt, and without ``cached_tokens``, where
+    the estimate can only grow); the held-out split runs all of it."""
+    tune = [
+        Cell(16, "unpub", "block", size=0.5),
+        Cell(64, "unpub", "block", size=0.25),
+        Cell(16, "unpub", "prompt", size=0.25),
+        Cell(64, "unpub", "prompt", size=0.5),
+        Cell(16, "unpub", "block", cached=False, size=0.5),
+        Cell(16, "pub", "block", size=0.25),
+        Cell(64, "pub", "block", size=0.5),
+    ]
+    if split == "tune":
+        return tune
+    return [
+        *tune,
+        Cell(16, "unpub", "block", size=0.25),
+        Cell(64, "unpub", "block", size=0.5),
+        Cell(16, "unpub", "prompt", size=0.5),
+        Cell(64, "unpub", "prompt", size=0.25),
+        Cell(64, "unpub", "block", cached=False, size=0.25),
+    ]
+
+
 ZIPF = {"zipf": (16, 0.9), "zipf-s1.1": (16, 1.1), "zipf-24": (24, 0.9)}
+# Round 7: the Zipf tight cache with its capacity unpublished (330 blocks a replica: 1/25 of the default,
+# below the estimate's floor of default / 8), in both splits; a held-out-only exponent and prompt count.
+ZIPF_UNPUB = {"zipf-unpub": (16, 0.9)}
+ZIPF_HELDOUT = {"zipf-s1.0-20": (20, 1.0)}
 ZIPF_BLOCKS = workloads.ZIPF_TIGHT_KV_BLOCKS
 ZIPF_RATE = workloads.ZIPF_TIGHT_RATE
 
@@ -248,6 +297,8 @@ def run_cell(
     kwargs = VARIANTS[variant].get("_sglang", {} if variant == "sglang-model" else None)
     model = None if kwargs is None else (lambda: SglangCacheAware(**kwargs))  # type: ignore[arg-type]
     pool.UNLEARN = str(VARIANTS[variant].get("_unlearn", "proven"))
+    for k, v in {**CAPACITY_DEFAULTS, **VARIANTS[variant].get("_capacity", {})}.items():  # type: ignore[dict-item]
+        setattr(capacity, k, v)
     return replay(wl, cfg, ecfg, 4, rate, published=published, report_cached=cell.cached,  # type: ignore[arg-type]
                   make_engine=ENGINES[cell.eviction], make_policy=model)  # fmt: skip
 
@@ -275,20 +326,26 @@ def main(argv: list[str] | None = None) -> None:
         recs = traces.read_trace(args.trace, fmt, start + args.requests)[start:]
         wl = traces.trace_workload(recs, scale, "trace", "trace")
         ws = traces.working_set_blocks(recs, scale)
-        for cell in trace_cells():
+        default = RoutingConfig().default_kv_capacity_blocks
+        for cell in trace_cells() + small_cells(args.split):
             if args.cells and cell.name not in args.cells:
                 continue
-            blocks = max(1, int(args.kv * ws / 4) * 16 // cell.block)
+            if cell.size is None:
+                blocks = max(1, int(args.kv * ws / 4) * 16 // cell.block)
+            else:
+                blocks = max(1, round(cell.size * default * 16 / cell.block))
             ecfg = EngineConfig(num_gpu_blocks=blocks, block_size=cell.block, costs=EngineCosts().scaled(8.0))
             jobs.append((f"mooncake {args.split}", cell, wl, ecfg, 0.5, blocks * cell.block // 16))
-    zipf_cells = {name: (*ZIPF[name], seed) for name in ZIPF} if args.set == "matrix" else ZIPF_R6
+    zipf = {**ZIPF, **ZIPF_UNPUB, **(ZIPF_HELDOUT if args.split == "heldout" else {})}
+    zipf_cells = {name: (*zipf[name], seed) for name in zipf} if args.set == "matrix" else ZIPF_R6
     for name, (prompts, s, cell_seed) in zipf_cells.items():
         if args.cells and name not in args.cells:
             continue
         ecfg = EngineConfig(num_gpu_blocks=ZIPF_BLOCKS)
         zwl = workloads.zipf_tight(cell_seed, 600, prompts, s)
         label = f"{name} seed {cell_seed}" if args.set == "matrix" else name
-        jobs.append((label, Cell(), zwl, ecfg, ZIPF_RATE, ZIPF_BLOCKS))
+        zcell = Cell(capacity="unpub") if name in ZIPF_UNPUB else Cell()
+        jobs.append((label, zcell, zwl, ecfg, ZIPF_RATE, ZIPF_BLOCKS))
     rows: list[list[str]] = []
     worst: dict[str, float] = {}
     worst_busy: dict[str, float] = {}

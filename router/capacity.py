@@ -35,6 +35,22 @@ conversations the replica still caches) and too large one cheap (misses are unle
 where 4 gave 0.94-0.99 (2,000 records). Bounds of ``1/MAX_FACTOR`` to ``MAX_FACTOR`` x the default, ``1/PUBLISHED_FACTOR``
 to ``PUBLISHED_FACTOR`` x a published value, keep the index's memory bounded.
 
+Where an unpublished estimate starts (round 7): at its ceiling (``UNPUBLISHED_START`` = ``MAX_FACTOR`` x
+the default), where the index forgets nothing it may hold; the first predicted hit that missed
+(``FIRST_MISS``) proves the replica holds less than the index listed at that moment, so the estimate
+goes there, but not below the default (the guess it used to start from), and moves by the rules above
+after that. A wrong default then costs little either way: an engine larger than the default is not
+forgotten while the estimate would still be growing towards it, and a smaller one is back at the
+default's behaviour from its first miss. Without ``cached_tokens`` no miss is ever seen and the
+estimate stays at the ceiling (measured cheap: too large a bound only keeps affinity longer). Tune
+split, ``python -m bench.routing_matrix --split tune --variants start-default after start4-noreset
+start8-noreset start4 --cells <the 12 unpublished cells>`` (docs/benchmarks.md, "Round 7"), start at the
+default -> this rule: mean 0.923 -> 0.930 of the pooled bound, up by 0.016-0.036 where misses are
+scarce (bs16 / bs64 / bs16 e0.5 without ``cached_tokens``, the CPU tier), -0.011 / -0.013 on two
+64-token cells (whole-prompt eviction; e0.25, worst cell 0.782 -> 0.769), the rest within 0.006. A
+start 4 x the default without the reset (the previous round's untested note) had the same mean but
+cost the small 64-token engines and bs16 e0.5 0.015-0.029; the ceiling without the reset the same.
+
 Without ``cached_tokens`` in the answers (vLLM without ``--enable-prompt-tokens-details``) the replica's
 scraped ``vllm:prefix_cache_hits`` counter is the evidence (``CounterWindow``): summed over the prefills
 between two scrapes, its surplus over the index's predictions is read as the window's shallowest ghosts.
@@ -53,6 +69,8 @@ UNPUBLISHED_GROW = 32.0  # the same for an estimate that started from the defaul
 SHRINK = 1.0  # blocks of estimate per block the replica had evicted
 MAX_FACTOR = 8  # the estimate stays within [start / MAX_FACTOR, start * MAX_FACTOR]
 PUBLISHED_FACTOR = 2  # the same around a published capacity
+UNPUBLISHED_START = MAX_FACTOR  # an unpublished estimate starts at this x the default: its ceiling
+FIRST_MISS = True  # its first miss takes it to what the index listed then, but not below the default
 
 
 @dataclass(slots=True)
@@ -94,9 +112,13 @@ class CapacityLearner:
 
     def start(self, replica_id: str, blocks: int, published: bool = False) -> int:
         """(Re)start a replica's estimate at ``blocks`` (published, else the default); returns the bound."""
-        factor = PUBLISHED_FACTOR if published else MAX_FACTOR
-        self._est[replica_id] = CapacityEstimate(blocks, float(blocks), factor)
-        return blocks
+        if published:
+            est = CapacityEstimate(blocks, float(blocks), PUBLISHED_FACTOR)
+        else:  # a guess: start where it forgets nothing (the ceiling) until a miss says otherwise
+            est = CapacityEstimate(blocks, blocks * UNPUBLISHED_START, MAX_FACTOR)
+            est.clamp()
+        self._est[replica_id] = est
+        return est.bound
 
     def drop(self, replica_id: str) -> None:
         self._est.pop(replica_id, None)
@@ -120,16 +142,22 @@ class CapacityLearner:
         depth = ghost_depths[min(surplus, len(ghost_depths)) - 1] if surplus and ghost_depths else 0
         return Evidence(missing, surplus, depth)
 
-    def observe(self, replica_id: str, ev: Evidence) -> int | None:
+    def observe(self, replica_id: str, ev: Evidence, held: int | None = None) -> int | None:
         """Move the replica's estimate by one answer's evidence; the new bound when it changed.
+        ``held``: how many entries the index lists for the replica now.
 
         A surplus counts only as far as its blocks were ghosts: what the bound had made the index forget
-        (not another gateway's request, a TTL, or blocks the index never sent there)."""
+        (not another gateway's request, a TTL, or blocks the index never sent there). The first miss of
+        an unpublished estimate (still at its optimistic start) proves the replica holds less than the
+        index listed: the estimate goes to that, but not below the default (the guess it would have
+        started from), before the miss's own shrink."""
         est = self._est.get(replica_id)
         if est is None:
             return None
         before = est.bound
         if ev.missing:
+            if FIRST_MISS and held is not None and not est.shrunk and est.factor != PUBLISHED_FACTOR:
+                est.blocks = max(min(est.blocks, float(held)), float(est.start))
             est.blocks -= SHRINK * ev.missing
             est.shrunk += 1
         elif ev.depth:

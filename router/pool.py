@@ -368,7 +368,7 @@ class PoolRouter:
         else:
             ev = learner.evidence(decision.matched_tokens, cached, decision.ghost_depths)
             missing = ev.missing
-            bound = learner.observe(rid, ev)
+            bound = learner.observe(rid, ev, self.index.size(rid))
             if bound is not None:
                 self.index.add_replica(rid, bound)
         if missing <= 0 or UNLEARN == "none":

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import argparse
 
+import pytest
+
 from config.routing import RoutingConfig
+from router import capacity
 from router.capacity import (
     GROW,
     MAX_FACTOR,
@@ -50,7 +53,14 @@ def test_evidence_learns_the_engine_grain_and_tolerates_its_rounding():
     assert learner.evidence(64, 320).surplus == 16
 
 
-def test_the_estimate_moves_both_ways_and_stays_within_its_bounds():
+@pytest.fixture
+def at_the_default(monkeypatch):
+    """An unpublished estimate that starts at the default (as before round 7), for the tests of how
+    evidence moves it from there."""
+    monkeypatch.setattr(capacity, "UNPUBLISHED_START", 1.0)
+
+
+def test_the_estimate_moves_both_ways_and_stays_within_its_bounds(at_the_default):
     learner = CapacityLearner(16)
     learner.start("r", 1000)
     grown = learner.observe("r", learner.evidence(0, 160, (3, 5, 7, 9, 11, 13, 15, 17, 19, 21)))
@@ -66,6 +76,38 @@ def test_the_estimate_moves_both_ways_and_stays_within_its_bounds():
         learner.observe("r", learner.evidence(16 * 5000, 0))
     assert learner.estimate("r").bound == 1000 // MAX_FACTOR
     assert learner.observe("gone", learner.evidence(0, 160, (1,))) is None
+
+
+def test_an_unpublished_estimate_starts_at_its_ceiling_and_its_first_miss_takes_it_to_the_evidence():
+    """Round 7: the default is a guess, 0.46 x the engine on the issue's cell and 2-25 x it on the small
+    engines of the matrix. The estimate starts where the index forgets nothing (the ceiling); the first
+    predicted hit that missed proves the replica holds less than the index listed then, so it goes there
+    (not below the default), and only the usual shrink after that."""
+    learner = CapacityLearner(16)
+    assert learner.start("big", 1000) == 1000 * MAX_FACTOR
+    first = learner.observe("big", learner.evidence(16 * 11, 0), held=3000)  # 10 blocks missing
+    assert first == 3000 - 10  # a large engine: what the index listed, less the miss
+    assert learner.observe("big", learner.evidence(16 * 11, 0), held=100) == 3000 - 20  # no jump again
+    learner.start("small", 1000)
+    assert learner.observe("small", learner.evidence(16 * 11, 0), held=400) == 1000 - 10  # the default
+    learner.start("p", 1000, published=True)
+    assert learner.observe("p", learner.evidence(16 * 11, 0), held=400) == 1000 - 10  # published: evidence
+
+
+def test_an_unpublished_replica_is_remembered_until_it_misses():
+    """The default bound (8 blocks here) is below what a large replica keeps: before round 7 the index
+    forgot "a" once "b" was sent (a match of 2 of its 6 blocks), and "a"'s next turn could go anywhere.
+    Now it is matched in full until the replica reports a miss; then the bound comes down to what the
+    index listed (12 blocks), less the miss."""
+    router = one(default_kv_capacity_blocks=8)
+    for tag in "ab":
+        router.release(router.route(chat(text(tag, 6))))
+    again = router.route(chat(text("a", 6) + "?"))
+    assert again.matched_tokens == 6 * 16
+    router.release(again)
+    assert router.capacity_bound("r0") == 8 * MAX_FACTOR
+    router.observe_usage(again, 16)  # the replica held one block of it: a small engine
+    assert router.capacity_bound("r0") < 12 and router.index.size("r0") <= router.capacity_bound("r0")
 
 
 def test_a_published_capacity_is_trusted_within_a_narrower_band():
@@ -103,7 +145,7 @@ def test_a_right_published_capacity_stays_when_the_replica_holds_what_the_index_
     assert router.capacity_bound("r0") == 24
 
 
-def test_an_unpredicted_hit_grows_the_index_bound_so_the_replica_is_remembered():
+def test_an_unpredicted_hit_grows_the_index_bound_so_the_replica_is_remembered(at_the_default):
     """The default bound (8 blocks here) is below what the replica keeps: it reports a hit on a prompt
     the index had forgotten. The bound grows, and the next prompts of that size stay matched."""
     router = one(default_kv_capacity_blocks=8)
@@ -178,7 +220,7 @@ def test_a_hit_counter_window_reads_its_surplus_as_the_shallowest_ghosts():
     assert w.close(learner, 10.0) is None  # the counter went down: the replica restarted
 
 
-def test_without_cached_tokens_the_hit_counter_grows_the_bound_on_ghosts():
+def test_without_cached_tokens_the_hit_counter_grows_the_bound_on_ghosts(at_the_default):
     """A replica whose answers carry no cached_tokens (vLLM without --enable-prompt-tokens-details) and
     publishes no capacity: the default bound (8 here) made the index forget "a"; the replica's prefix
     cache hit counter says it had it."""

@@ -70,3 +70,15 @@ def test_round6_zipf_cells_are_tune_only_and_use_neither_split_seed() -> None:
     assert {seed for _, _, seed in routing_matrix.ZIPF_R6.values()} == {3, 4}
     with pytest.raises(SystemExit):
         routing_matrix.main(["--split", "heldout", "--set", "zipf-r6"])
+
+
+def test_round7_small_engines_are_below_the_default_and_the_held_out_split_adds_cells() -> None:
+    """Round 7's cells: every unpublished small engine is below ``default_kv_capacity_blocks`` (so an
+    estimate started above the default is wrong there by construction); the held-out split runs the tune
+    split's cells and others the tune split never sees."""
+    tune, held = routing_matrix.small_cells("tune"), routing_matrix.small_cells("heldout")
+    assert all(c.size is not None and c.size < 1 for c in held)
+    assert held[: len(tune)] == tune and len(held) > len(tune)
+    names = [c.name for c in held]
+    assert len(set(names)) == len(names) and "bs64 unpub block cached e0.25" in names
+    assert {c.name for c in tune}.isdisjoint({c.name for c in routing_matrix.trace_cells()})

@@ -205,7 +205,7 @@ def simulate(
         slots=slots, reserved=reserved, headroom=headroom, kv_usage=kv_usage, max_waiting=max_waiting,
         max_prefill_tokens=max_prefill,
     )  # fmt: skip
-    top = TopConcurrency(auto.window_s if auto else 1.0)
+    top = TopConcurrency(auto.window_s if auto else 1.0, 0.0)
     derived_seen: list[int] = []
     high = [float("-inf"), 0.0]  # when the quantile was last taken, its value
 

@@ -114,7 +114,9 @@ class _PoolQueue:
         self.service = ServiceTime(cfg.service_s)
         self.cfg, self.limits, self.router = cfg, limits, router
         self.ticking = False
-        self.top = TopConcurrency(cfg.auto_headroom_window_s)  # the highest class's requests, arrival to end
+        self.top = TopConcurrency(
+            cfg.auto_headroom_window_s, router.clock()
+        )  # the highest class's, arrival to end
         self.derived, self.derived_at, self.high = 0, float("-inf"), 0.0
 
     def sat_limits(self) -> SaturationLimits:

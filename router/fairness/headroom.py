@@ -48,18 +48,16 @@ class TopConcurrency:
     """The highest class's requests of one pool in flight (arrival to the attempt's end), and at each
     of its arrivals the count that arrival made (itself included), kept over a sliding window."""
 
-    __slots__ = ("_seen", "count", "first_at", "window_s")
+    __slots__ = ("_seen", "count", "since", "window_s")
 
-    def __init__(self, window_s: float) -> None:
+    def __init__(self, window_s: float, since: float = 0.0) -> None:
         self.window_s = window_s
+        self.since = since  # when the count began (the pool's queue was made)
         self.count = 0
-        self.first_at: float | None = None  # the class's first arrival in this pool
         self._seen: deque[tuple[float, int]] = deque()  # (arrival, count with it), oldest first
 
     def started(self, now: float) -> None:
         self.count += 1
-        if self.first_at is None:
-            self.first_at = now
         self._seen.append((now, self.count))
         self._expire(now)
 
@@ -73,16 +71,17 @@ class TopConcurrency:
 
     def quantile(self, now: float, q: float, prior: float = 0.0) -> float:
         """The count the share ``q`` of the class's arrivals of the last ``window_s`` seconds made, at
-        most (nearest rank; 0 before any arrival). In the first ``window_s`` after the class's first
-        arrival, a quantile its arrivals cannot yet measure (fewer than ``1 / (1 - q)`` of them) is
-        taken with the missing ones at ``prior`` (the policy's bound): a cold start keeps room."""
+        most (nearest rank). In the first ``window_s`` of the count, a quantile its arrivals cannot yet
+        measure (fewer than ``1 / (1 - q)`` of them) is taken with the missing ones at ``prior`` (the
+        policy's bound): a cold start keeps room before the lower classes fill every slot. Past it, 0
+        before any arrival."""
         self._expire(now)
-        if not self._seen:
-            return 0.0
         counts = [float(c) for _, c in self._seen]
-        if self.first_at is not None and now - self.first_at < self.window_s:
+        if now - self.since < self.window_s:
             enough = math.ceil(1 / (1 - q) - 1e-9) if q < 1 else 100
             counts += [prior] * max(0, enough - len(counts))
+        if not counts:
+            return 0.0
         counts.sort()
         return counts[max(0, min(len(counts) - 1, math.ceil(q * len(counts) - 1e-9) - 1))]
 

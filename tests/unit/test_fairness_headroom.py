@@ -37,17 +37,19 @@ def test_old_arrivals_leave_the_window_but_the_newest_stays():
 
 
 def test_a_cold_start_counts_the_arrivals_it_has_not_seen_at_the_bound():
-    top = TopConcurrency(window_s=30.0)
-    top.started(0.0)
-    top.ended(0.1)
+    top = TopConcurrency(window_s=30.0, since=0.0)
+    assert top.quantile(0.0, 0.9, prior=10.0) == 10.0  # nothing seen yet: the bound, before a flood fills
+    top.started(0.1)
+    top.ended(0.2)
     assert top.quantile(0.2, 0.9, prior=10.0) == 10.0  # 1 arrival of the 10 a 0.9 quantile needs
     for k in range(12):
         top.started(1.0 + k / 10)
         top.ended(1.0 + k / 10)
     assert top.quantile(3.0, 0.9, prior=10.0) == 1.0  # 13 arrivals: measured
-    lone = TopConcurrency(window_s=30.0)
-    lone.started(0.0)
-    assert lone.quantile(31.0, 0.9, prior=10.0) == 1.0  # after the first window: no prior
+    lone = TopConcurrency(window_s=30.0, since=0.0)
+    assert lone.quantile(31.0, 0.9, prior=10.0) == 0.0  # past the first window, never seen: nothing kept
+    lone.started(31.0)
+    assert lone.quantile(31.0, 0.9, prior=10.0) == 1.0  # one arrival, measured
 
 
 def test_derived_slots_keep_the_part_of_the_quantile_the_class_does_not_hold_now():
@@ -73,7 +75,7 @@ def test_the_gateway_keeps_the_derived_headroom_for_the_highest_class_and_an_exp
     cfg = FairnessConfig(enabled=True, slots_per_replica=10, auto_headroom=True)
     router = _Router()
     pq = _PoolQueue(4, cfg, LimitsConfig(), router)  # type: ignore[arg-type]
-    assert pq.sat_limits().reserved == 1  # no interactive request seen: the floor
+    assert pq.sat_limits().reserved == 5  # a cold start: the bound (half the slots) until it is measured
     for k in range(40):  # interactive requests over 4 s: four stay open, each later one makes 5 and ends
         router.now = k / 10
         pq.top.started(router.now)

@@ -100,7 +100,9 @@ def _words(rng: random.Random, n: int) -> str:
     return " ".join(f"w{rng.randrange(100_000)}" for _ in range(n))
 
 
-def policy(mode: str, urls: list[str], max_prefill: int = MAX_PREFILL) -> dict[str, Any]:
+def policy(
+    mode: str, urls: list[str], max_prefill: int = MAX_PREFILL, auto_quantile: float | None = None
+) -> dict[str, Any]:
     tenants = [*CALM, FLOOD]
     out: dict[str, Any] = {
         "server": {"host": "127.0.0.1", "port": 0, "access_log": False},
@@ -131,6 +133,8 @@ def policy(mode: str, urls: list[str], max_prefill: int = MAX_PREFILL) -> dict[s
         out["fairness"].update(slots_per_replica=SLOTS - 1, headroom_slots=HEADROOM + 1)
     if mode == "fair-auto":  # the same engine batch of 10, the headroom derived (router.fairness.headroom)
         out["fairness"].update(slots_per_replica=SLOTS + HEADROOM, headroom_slots=0, auto_headroom=True)
+        if auto_quantile is not None:
+            out["fairness"]["auto_headroom_quantile"] = auto_quantile
     return out
 
 
@@ -142,6 +146,7 @@ def serving(
     log: Path,
     checkout: str | None = None,
     max_prefill: int = MAX_PREFILL,
+    auto_quantile: float | None = None,
 ) -> Iterator[tuple[str, str | None]]:
     """The base URL of the router under test (``/v1`` below it), and the gateway's metrics URL."""
     if mode == "smg":
@@ -161,7 +166,7 @@ def serving(
             yield p.proc.url, p.metrics_url
         return
     path = workdir / f"policy-{mode}.yaml"
-    path.write_text(yaml.safe_dump(policy(mode, urls, max_prefill)))
+    path.write_text(yaml.safe_dump(policy(mode, urls, max_prefill, auto_quantile)))
     gw = start_gateway(
         ["--config", str(path)],
         env={"PREFIX_GATEWAY_SECRET": "fairness-bench-0123456789", "PREFIX_GATEWAY_ADMIN_TOKEN": ADMIN_TOKEN},
@@ -490,6 +495,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
     ap.add_argument("--max-prefill", type=int, default=MAX_PREFILL, help="fair-prefill's bound (tokens)")
     ap.add_argument(
+        "--auto-quantile", type=float, help="fair-auto's fairness.auto_headroom_quantile (else the default)"
+    )
+    ap.add_argument(
         "--before",
         metavar="CHECKOUT",
         help="also run the fair mode with this checkout's gateway (a worktree of an earlier commit) right "
@@ -521,7 +529,15 @@ def main(argv: list[str] | None = None) -> None:
                     extra=["--mode", "engine", "--max-num-seqs", str(SLOTS + HEADROOM)],
                     log_path=str(workdir / "sim.log"),
                 )
-                serve = serving(mode, urls, workdir, workdir / f"{mode}.log", checkout, args.max_prefill)
+                serve = serving(
+                    mode,
+                    urls,
+                    workdir,
+                    workdir / f"{mode}.log",
+                    checkout,
+                    args.max_prefill,
+                    args.auto_quantile,
+                )
                 with running(sim), serve as (base, metrics):
                     res = asyncio.run(
                         load(base, mode, args.seconds, args.flood_concurrency, args.seed + 1000 * n)

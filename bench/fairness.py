@@ -49,12 +49,13 @@ import random
 import sys
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from bench.report import percentile, table, write_section
 from config.routing import RoutingConfig
 from router.fairness.classes import ClassSpec
+from router.fairness.headroom import DERIVE_EVERY_S, AutoHeadroom, TopConcurrency, derived_slots
 from router.fairness.queue import FairQueue, QueueFull, Waiter
 from router.fairness.release import not_to, queues_for_home, release, with_room
 from router.fairness.saturation import SaturationLimits, full_for, pool_saturation
@@ -178,10 +179,13 @@ def simulate(
     watch: frozenset[str] = frozenset(CALM),
     costs: EngineCosts | None = None,
     fifo_timeout_s: float = FIFO_TIMEOUT_S,
+    auto: AutoHeadroom | None = None,
 ) -> Run:
     """One run; ``engine_batch`` (the engines' ``max_num_seqs``) defaults to ``slots + headroom``.
     ``weights``: the fair queue's per tenant (1 when absent); the run goes on until every request of
-    the ``watch`` tenants had its first token (or the horizon); ``costs``: the engines' step costs."""
+    the ``watch`` tenants had its first token (or the horizon); ``costs``: the engines' step costs;
+    ``auto``: the highest class's headroom derived from its concurrency (``router.fairness.headroom``),
+    kept inside the ``slots`` (as the gateway's ``auto_headroom``)."""
     clock = [0.0]
     batch = engine_batch if engine_batch is not None else slots + headroom
     states = [
@@ -197,10 +201,24 @@ def simulate(
     step_out: list[Any] = [None] * replicas
     events: list[tuple[float, int, int, int]] = []
     seq = 0
-    lim = SaturationLimits(
+    lim = base_lim = SaturationLimits(
         slots=slots, reserved=reserved, headroom=headroom, kv_usage=kv_usage, max_waiting=max_waiting,
         max_prefill_tokens=max_prefill,
     )  # fmt: skip
+    top = TopConcurrency(auto.window_s if auto else 1.0, 0.0)
+    derived_seen: list[int] = []
+    high = [float("-inf"), 0.0]  # when the quantile was last taken, its value
+
+    def derive(now: float) -> None:  # the gateway's _PoolQueue.sat_limits (the quantile every DERIVE_EVERY_S)
+        nonlocal lim
+        if auto is None:
+            return
+        if now - high[0] >= DERIVE_EVERY_S:
+            high[:] = [now, top.quantile(now, auto.quantile, auto.max_slots * replicas)]
+        h = derived_slots(high[1], top.count, replicas, slots, auto)
+        lim = replace(base_lim, reserved=h)
+        derived_seen.append(h)
+
     fifo: deque[Req] = deque()
     fair = FairQueue(len(CLASSES) + 1, FAIR_QUEUE)
     service = ServiceTime(SERVICE_S)
@@ -259,6 +277,14 @@ def simulate(
                     r.shed = "no_replica"
 
     def arrive(r: Req, now: float) -> None:
+        if r.spec.rank == 0:
+            top.started(now)
+        derive(now)
+        _arrive(r, now)
+        if r.spec.rank == 0 and r.shed is not None:
+            top.ended(now)
+
+    def _arrive(r: Req, now: float) -> None:
         _, at_arrival = router.matches(route_req(r))
         if at_arrival:
             r.home = max(at_arrival, key=at_arrival.__getitem__)
@@ -355,6 +381,9 @@ def simulate(
                 router.observe_usage(r.decision, ereq.cached_tokens)
                 router.release(r.decision)
                 service.observe(now - r.decision.routed_at)
+                if r.spec.rank == 0:
+                    top.ended(now)
+            derive(now)
             stepping[k] = False
             if not engines[k].idle:
                 nxt = engines[k].step(now)
@@ -377,6 +406,9 @@ def simulate(
     run.extra["off_home"] = off_home[0]
     run.extra["off_home_tokens"] = off_home[1]
     run.extra["sent"] = sum(1 for r in reqs if r.decision is not None)
+    if derived_seen:
+        run.extra["derived_mean"] = sum(derived_seen) / len(derived_seen)
+        run.extra["derived_max"] = max(derived_seen)
     return run
 
 
@@ -461,6 +493,7 @@ def summarize(run: Run) -> dict[str, Any]:
         "calm_shed": calm_shed,
         "flood_shed": sum(1 for r in run.reqs if r.tenant == FLOOD and r.shed is not None),
         "batch_done": sum(1 for r in completed if r.tenant is None),
+        **{k: run.extra[k] for k in ("derived_mean", "derived_max") if k in run.extra},
     }
 
 
@@ -511,6 +544,13 @@ def main(argv: list[str] | None = None) -> None:
         "--scraped", action="store_true",
         help="also run the fair queue bounded by the engines' scraped waiting count instead of slots",
     )  # fmt: skip
+    ap.add_argument(
+        "--auto", type=float, nargs="*", default=[],
+        help="also run the fair queue with the headroom derived at these quantiles of the interactive "
+        "class's concurrency (fairness.auto_headroom), slots = the engine batch of the first --headroom",
+    )  # fmt: skip
+    ap.add_argument("--auto-window", type=float, default=30.0, help="auto_headroom_window_s")
+    ap.add_argument("--auto-min", type=int, nargs="+", default=[1], help="auto_headroom_min_slots (each)")
     ap.add_argument("--kv-blocks", type=int, default=2048, help="KV blocks of 16 tokens a replica")
     ap.add_argument("--write", action="store_true", help="write the section of docs/benchmarks.md")
     ap.add_argument("--section", default="fairness", help="the section's name in docs/benchmarks.md")
@@ -540,6 +580,13 @@ def main(argv: list[str] | None = None) -> None:
         for h in args.headroom or [0]
     ]  # fmt: skip
     modes += [("fair", f"fair queue, lookahead {n}", {"lookahead": n}) for n in args.lookahead]
+    B = S + (args.headroom[0] if args.headroom else 0)
+    modes += [
+        ("fair", f"fair queue, auto headroom q {q:g}, min {m} (engine batch {B})",
+         {"slots": B, "auto": AutoHeadroom(B // 2, m, q, args.auto_window)})
+        for m in args.auto_min
+        for q in args.auto
+    ]  # fmt: skip
     if args.scraped:
         modes.append(
             (
@@ -565,6 +612,11 @@ def main(argv: list[str] | None = None) -> None:
         for n in args.headroom
         for h, f in [(f"fair queue, headroom {n} (engine batch {args.slots + n})", f"slot FIFO at {args.slots + n} slots (the same engine batch)")]
     ]  # fmt: skip
+    ratios += [
+        f"{name}: derived headroom mean {s['derived_mean']:.2f}, max {s['derived_max']:.0f} a replica"
+        for name, s in results.items()
+        if "derived_mean" in s
+    ]
     rows = []
     for name, s in results.items():
         rows.append([

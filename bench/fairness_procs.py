@@ -64,7 +64,8 @@ FLOOD = "flood"
 MODEL = "sim-llama"
 MAX_TOKENS = 64
 SLOTS, HEADROOM = 8, 2
-MODES = ("alone", "none", "fifo", "fair", "fair-prefill", "fair-headroom3", "smg")
+MODES = ("alone", "none", "fifo", "fair", "fair-prefill", "fair-headroom3", "fair-auto", "smg")
+OBJECTIVE_S = {"calm": 1.0, FLOOD: 3.0}  # TTFT objectives the attainment is counted against (at the client)
 MAX_PREFILL = 256  # fair-prefill: fairness.max_queued_prefill_tokens
 LAG_TICK_S = 0.005
 ADMIN_TOKEN = "fairness-bench-admin-0123456789"
@@ -99,7 +100,9 @@ def _words(rng: random.Random, n: int) -> str:
     return " ".join(f"w{rng.randrange(100_000)}" for _ in range(n))
 
 
-def policy(mode: str, urls: list[str], max_prefill: int = MAX_PREFILL) -> dict[str, Any]:
+def policy(
+    mode: str, urls: list[str], max_prefill: int = MAX_PREFILL, auto_quantile: float | None = None
+) -> dict[str, Any]:
     tenants = [*CALM, FLOOD]
     out: dict[str, Any] = {
         "server": {"host": "127.0.0.1", "port": 0, "access_log": False},
@@ -116,7 +119,7 @@ def policy(mode: str, urls: list[str], max_prefill: int = MAX_PREFILL) -> dict[s
     }
     if mode == "fifo":
         out["limits"].update(max_concurrent_per_replica=SLOTS, queue_timeout_s=5.0, max_queued_requests=1024)
-    if mode in ("fair", "fair-prefill", "fair-headroom3", "alone"):
+    if mode in ("fair", "fair-prefill", "fair-headroom3", "fair-auto", "alone"):
         out["fairness"] = {
             "enabled": True,
             "slots_per_replica": SLOTS,
@@ -128,6 +131,10 @@ def policy(mode: str, urls: list[str], max_prefill: int = MAX_PREFILL) -> dict[s
         out["fairness"]["max_queued_prefill_tokens"] = max_prefill
     if mode == "fair-headroom3":  # the same engine batch of 10: one slot more kept for the interactive class
         out["fairness"].update(slots_per_replica=SLOTS - 1, headroom_slots=HEADROOM + 1)
+    if mode == "fair-auto":  # the same engine batch of 10, the headroom derived (router.fairness.headroom)
+        out["fairness"].update(slots_per_replica=SLOTS + HEADROOM, headroom_slots=0, auto_headroom=True)
+        if auto_quantile is not None:
+            out["fairness"]["auto_headroom_quantile"] = auto_quantile
     return out
 
 
@@ -139,6 +146,7 @@ def serving(
     log: Path,
     checkout: str | None = None,
     max_prefill: int = MAX_PREFILL,
+    auto_quantile: float | None = None,
 ) -> Iterator[tuple[str, str | None]]:
     """The base URL of the router under test (``/v1`` below it), and the gateway's metrics URL."""
     if mode == "smg":
@@ -158,7 +166,7 @@ def serving(
             yield p.proc.url, p.metrics_url
         return
     path = workdir / f"policy-{mode}.yaml"
-    path.write_text(yaml.safe_dump(policy(mode, urls, max_prefill)))
+    path.write_text(yaml.safe_dump(policy(mode, urls, max_prefill, auto_quantile)))
     gw = start_gateway(
         ["--config", str(path)],
         env={"PREFIX_GATEWAY_SECRET": "fairness-bench-0123456789", "PREFIX_GATEWAY_ADMIN_TOKEN": ADMIN_TOKEN},
@@ -192,6 +200,31 @@ def interactive_wait(metrics_url: str | None) -> float:
     for kind, value in re.findall(pat, text, re.M):
         got[kind] += float(value)
     return got["sum"] / got["count"] if got["count"] else float("nan")
+
+
+def derived_headroom(metrics_url: str | None) -> float:
+    """The gateway's derived headroom gauge at the end of the mode (nan: none: auto_headroom off)."""
+    if metrics_url is None:
+        return float("nan")
+    text = httpx.get(metrics_url + "/metrics", timeout=10).text
+    got = re.findall(r"^prefix_gateway_fair_headroom_slots\{[^}]*\} (\S+)$", text, re.M)
+    return float(got[0]) if got else float("nan")
+
+
+def hit_rates(sim_urls: list[str], calm_ids: set[str]) -> tuple[int, int, int, int]:
+    """Prompt tokens the engines took from their prefix caches, of every generation the simulators
+    started: (cached, prompt) for all, then for the well-behaved tenants' requests."""
+    out = [0, 0, 0, 0]
+    with httpx.Client(timeout=30) as http:
+        for url in sim_urls:
+            for g in http.get(url + "/sim/generations").json():
+                c, p = g.get("cached_tokens") or 0, g.get("prompt_tokens") or 0
+                out[0] += c
+                out[1] += p
+                if g.get("request_id") in calm_ids:
+                    out[2] += c
+                    out[3] += p
+    return out[0], out[1], out[2], out[3]
 
 
 def where(res: dict[str, Any], base: str, sim_urls: list[str], gateway: bool) -> list[dict[str, Any]]:
@@ -423,7 +456,20 @@ def summarize(res: dict[str, Any], seconds: float) -> dict[str, Any]:
             errors[k] = errors.get(k, 0) + v
     flood_errors = dict(res["flood"].statuses) if res["flood"] is not None else {}
     flood_errors.pop(200, None)
+    flood_ttfts = list(res["flood"].ttfts) if res["flood"] is not None else []
+    flood_sent = flood_ok + sum(flood_errors.values())
+    calm_sent = sum(c["sent"] for c in res["calm"].values())
+    calm_met = sum(1 for x in pooled if x <= OBJECTIVE_S["calm"])
+    flood_met = sum(1 for x in flood_ttfts if x <= OBJECTIVE_S[FLOOD])
     return {
+        "pooled": pooled,
+        "per_ttfts": {t: list(c["ttfts"]) for t, c in res["calm"].items()},
+        "calm_met": calm_met,
+        "flood_met": flood_met,
+        "flood_sent": flood_sent,
+        "wall": res["wall"],
+        "hits": res.get("hits", (0, 0, 0, 0)),
+        "derived": res.get("derived", float("nan")),
         "p50": percentile(pooled, 50) if pooled else float("nan"),
         "p95": percentile(pooled, 95) if pooled else float("nan"),
         "p99": percentile(pooled, 99) if pooled else float("nan"),
@@ -431,7 +477,7 @@ def summarize(res: dict[str, Any], seconds: float) -> dict[str, Any]:
             t: (percentile(c["ttfts"], 50), percentile(c["ttfts"], 99)) if c["ttfts"] else (float("nan"),) * 2
             for t, c in res["calm"].items()
         },
-        "calm_sent": sum(c["sent"] for c in res["calm"].values()),
+        "calm_sent": calm_sent,
         "calm_ok": calm_ok,
         "calm_errors": errors,
         "flood_ok": flood_ok,
@@ -449,19 +495,23 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
     ap.add_argument("--max-prefill", type=int, default=MAX_PREFILL, help="fair-prefill's bound (tokens)")
     ap.add_argument(
+        "--auto-quantile", type=float, help="fair-auto's fairness.auto_headroom_quantile (else the default)"
+    )
+    ap.add_argument(
         "--before",
         metavar="CHECKOUT",
         help="also run the fair mode with this checkout's gateway (a worktree of an earlier commit) right "
         "after this tree's: mode fair@before",
     )
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--runs", type=int, default=1, help="runs of every mode, one after another (pooled)")
     ap.add_argument("--write", action="store_true")
     ap.add_argument("--dump", help="write every request's parts (where) and the results as JSON here")
     args = ap.parse_args(argv)
-    if not (1 <= args.seconds <= 60 and 1 <= args.flood_concurrency <= 256):
-        ap.error("bounded: at most 60 s a mode, 256 flood streams")
-    results: dict[str, dict[str, Any]] = {}
-    loads: dict[str, str] = {}
+    if not (1 <= args.seconds <= 60 and 1 <= args.flood_concurrency <= 256 and 1 <= args.runs <= 20):
+        ap.error("bounded: at most 60 s a mode, 256 flood streams, 20 runs")
+    per_run: list[dict[str, dict[str, Any]]] = []  # each run's summary of each mode
+    loads: list[dict[str, str]] = []
     smg_admits: dict[str, str] = {}
     wheres: dict[str, list[dict[str, Any]]] = {}
     generations: dict[str, list[dict[str, Any]]] = {}
@@ -470,71 +520,153 @@ def main(argv: list[str] | None = None) -> None:
         runs = [(m, m, None) for m in args.modes]
         if args.before:
             runs = [r for m in args.modes for r in [(m, m, None)] + ([(f"{m}@before", m, args.before)] if m == "fair" else [])]  # fmt: skip
-        for label, mode, checkout in runs:
-            sim, urls = start_sim(
-                2,
-                extra=["--mode", "engine", "--max-num-seqs", str(SLOTS + HEADROOM)],
-                log_path=str(workdir / "sim.log"),
-            )
-            serve = serving(mode, urls, workdir, workdir / f"{mode}.log", checkout, args.max_prefill)
-            with running(sim), serve as (base, metrics):
-                res = asyncio.run(load(base, mode, args.seconds, args.flood_concurrency, args.seed))
-                if mode == "smg":
-                    smg_admits[mode] = smg_admitted(metrics)
-                else:
-                    res["gateway_wait"] = interactive_wait(metrics)
-                rows = where(res, base, urls, gateway=mode != "smg")
-                wheres[label] = rows
-                generations[label] = res["generations"]
-                print("\n".join(where_lines(label, rows)), flush=True)
-            with open("/proc/loadavg") as f:
-                loads[label] = f.read().split()[0]
-            results[label] = summarize(res, args.seconds)
-            s = results[label]
-            print(f"{label}: p50 {s['p50']:.3f} p95 {s['p95']:.3f} p99 {s['p99']:.3f} calm {s['calm_ok']}/{s['calm_sent']} {s['calm_errors']} flood {s['flood_ok']} {s['flood_errors']} load {loads[label]}", flush=True)  # fmt: skip
-    alone, alone95 = results.get("alone", {}).get("p99"), results.get("alone", {}).get("p95")
-    base_rps = results.get("fifo", {}).get("req_s")
-    headers = ["mode", "p50 TTFT", "p95 TTFT", "p99 TTFT", "p95 / p99 x alone", "mean fair-queue wait (interactive)", "answered / sent (well-behaved)", "errors (well-behaved)",
-               "flood answered", "flood errors", "flood share", "req/s", "x today", "load"]  # fmt: skip
-    rows = []
-    for mode, s in results.items():
-        rows.append([
-            mode, f"{s['p50']:.3f}", f"{s['p95']:.3f}", f"{s['p99']:.3f}",
-            f"{s['p95'] / alone95:.2f} / {s['p99'] / alone:.2f}" if alone else "-",
-            "-" if s["gateway_wait"] != s["gateway_wait"] else f"{s['gateway_wait']:.4f}",
-            f"{s['calm_ok']} / {s['calm_sent']}", ", ".join(f"{k}: {v}" for k, v in s["calm_errors"].items()) or "0",
-            s["flood_ok"], ", ".join(f"{k}: {v}" for k, v in s["flood_errors"].items()) or "0",
-            f"{s['flood_share']:.3f}", f"{s['req_s']:.1f}", f"{s['req_s'] / base_rps:.3f}" if base_rps else "-", loads[mode],
-        ])  # fmt: skip
+        for n in range(args.runs):
+            per_run.append({})
+            loads.append({})
+            for label, mode, checkout in runs:
+                sim, urls = start_sim(
+                    2,
+                    extra=["--mode", "engine", "--max-num-seqs", str(SLOTS + HEADROOM)],
+                    log_path=str(workdir / "sim.log"),
+                )
+                serve = serving(
+                    mode,
+                    urls,
+                    workdir,
+                    workdir / f"{mode}.log",
+                    checkout,
+                    args.max_prefill,
+                    args.auto_quantile,
+                )
+                with running(sim), serve as (base, metrics):
+                    res = asyncio.run(
+                        load(base, mode, args.seconds, args.flood_concurrency, args.seed + 1000 * n)
+                    )
+                    if mode == "smg":
+                        smg_admits[mode] = smg_admitted(metrics)
+                    else:
+                        res["gateway_wait"] = interactive_wait(metrics)
+                        res["derived"] = derived_headroom(metrics)
+                    rows = where(res, base, urls, gateway=mode != "smg")
+                    calm_ids = {t["id"] for c in res["calm"].values() for t in c["traced"] if t["id"]}
+                    res["hits"] = hit_rates(urls, calm_ids)
+                    wheres[f"{n}:{label}"] = rows
+                    generations[f"{n}:{label}"] = res["generations"]
+                    print("\n".join(where_lines(label, rows)), flush=True)
+                with open("/proc/loadavg") as f:
+                    loads[n][label] = f.read().split()[0]
+                s = per_run[n][label] = summarize(res, args.seconds)
+                print(f"run {n + 1} {label}: p50 {s['p50']:.3f} p95 {s['p95']:.3f} p99 {s['p99']:.3f} calm {s['calm_ok']}/{s['calm_sent']} {s['calm_errors']} flood {s['flood_ok']} {s['flood_errors']} load {loads[n][label]}", flush=True)  # fmt: skip
+            if args.dump:  # after each run: a run cut short keeps the ones before
+                Path(args.dump).write_text(
+                    json.dumps(
+                        {"runs": per_run, "where": wheres, "generations": generations, "loads": loads},
+                        default=str,
+                    )
+                )
     given = argv if argv is not None else sys.argv[1:]
     cmd = "python -m bench.fairness_procs" + "".join(f" {a}" for a in given if a != "--write")
-    md = "\n".join(
+    md = report(per_run, loads, cmd, args)
+    if "smg" in smg_admits:
+        md += f"\n\nsmg's scheduler counters after its last run: {smg_admits['smg']}"
+    print(md)
+    if args.write:
+        write_section("fairness-procs", md)
+
+
+def pooled(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One mode's runs as one: the TTFTs pooled, the counts summed."""
+    ttfts = [x for r in runs for x in r["pooled"]]
+    per = {t: [x for r in runs for x in r["per_ttfts"][t]] for t in CALM}
+    calm_ok = sum(r["calm_ok"] for r in runs)
+    flood_ok = sum(r["flood_ok"] for r in runs)
+    hits = [sum(r["hits"][i] for r in runs) for i in range(4)]
+    derived = [r["derived"] for r in runs if r["derived"] == r["derived"]]
+    calm_errors = sum(sum(r["calm_errors"].values()) for r in runs)
+    return {
+        "n": len(ttfts),
+        "p50": percentile(ttfts, 50) if ttfts else float("nan"),
+        "p99": percentile(ttfts, 99) if ttfts else float("nan"),
+        "per": {
+            t: (percentile(x, 50), percentile(x, 99)) if x else (float("nan"),) * 2 for t, x in per.items()
+        },
+        "calm_ok": calm_ok,
+        "calm_sent": sum(r["calm_sent"] for r in runs),
+        "calm_errors": calm_errors,
+        "flood_ok": flood_ok,
+        "flood_sent": sum(r["flood_sent"] for r in runs),
+        "flood_share": flood_ok / (calm_ok + flood_ok) if calm_ok + flood_ok else 0.0,
+        "req_s": (calm_ok + flood_ok) / sum(r["wall"] for r in runs),
+        "calm_attain": sum(r["calm_met"] for r in runs) / max(1, sum(r["calm_sent"] for r in runs)),
+        "attain": sum(r["calm_met"] + r["flood_met"] for r in runs)
+        / max(1, sum(r["calm_sent"] + r["flood_sent"] for r in runs)),
+        "hit": hits[0] / hits[1] if hits[1] else float("nan"),
+        "calm_hit": hits[2] / hits[3] if hits[3] else float("nan"),
+        "derived": sum(derived) / len(derived) if derived else float("nan"),
+    }
+
+
+def report(
+    per_run: list[dict[str, dict[str, Any]]], loads: list[dict[str, str]], cmd: str, args: argparse.Namespace
+) -> str:
+    """Per run: each mode's p99 x that run's alone; pooled over the runs: every metric of issue 28."""
+    labels = list(per_run[0])
+    by_label = {lab: [r[lab] for r in per_run if lab in r] for lab in labels}
+    pool = {lab: pooled(rs) for lab, rs in by_label.items()}
+    alone = pool.get("alone", {}).get("p99")
+    fifo_rps = pool.get("fifo", {}).get("req_s")
+    run_rows = []
+    for n, r in enumerate(per_run):
+        a = r.get("alone", {}).get("p99")
+        cells = [f"{r[lab]['p99'] / a:.2f}" if a and lab in r else "-" for lab in labels if lab != "alone"]
+        lo = [float(x) for x in loads[n].values()]
+        run_rows.append([n + 1, f"{a:.3f}" if a else "-", *cells, f"{min(lo):.1f}-{max(lo):.1f}"])
+    run_table = table(
+        ["run", "alone p99 s", *(f"{lab}: p99 x alone" for lab in labels if lab != "alone"), "load"], run_rows
+    )
+    f = lambda x, d=3: "-" if x != x else f"{x:.{d}f}"  # noqa: E731
+    rows = []
+    for lab, s in pool.items():
+        worst = max((s["per"][t][1] for t in CALM if s["per"][t][1] == s["per"][t][1]), default=float("nan"))
+        rows.append([
+            lab, s["n"], f(s["p50"]), f(s["p99"]), f(s["p99"] / alone, 2) if alone else "-", f(worst / alone, 2) if alone else "-",
+            f"{s['calm_ok']} / {s['calm_sent']} ({s['calm_errors']})", f"{s['flood_ok']} / {s['flood_sent']}",
+            f(s["flood_share"]), f(s["req_s"], 1), f(s["req_s"] / fifo_rps) if fifo_rps else "-",
+            f(s["calm_attain"]), f(s["attain"]), f(s["hit"]), f(s["calm_hit"]), f(s["derived"], 2),
+        ])  # fmt: skip
+    headers = ["mode", "well-behaved answered (pooled)", "p50 TTFT", "p99 TTFT", "p99 x alone", "worst tenant's p99 x alone",
+               "well-behaved answered / sent (errors)", "flood answered / sent", "flood share (weight share 0.167)",
+               "req/s", "x FIFO", "objective (well-behaved, 1 s)", "objective (all; flood 3 s)", "hit rate",
+               "hit rate (well-behaved)", "derived headroom (end)"]  # fmt: skip
+    per_rows = [
+        [t, *(f"{f(pool[lab]['per'][t][0])} / {f(pool[lab]['per'][t][1])}" for lab in labels)] for t in CALM
+    ]
+    return "\n".join(
         [
             "### The same through sockets: `serve` and simulator processes, smg 1.13.0's priority scheduler",
             "",
             f"`{cmd}` (2 simulated replicas, `--mode engine --max-num-seqs {SLOTS + HEADROOM}`, real time; five "
             f"tenants Poisson at 1/s each for {args.seconds:g} s, streamed with the openai client, interactive; "
-            f"the flood a closed loop of {args.flood_concurrency} streams; one run a mode, one after another; "
-            "load: the machine's 1-minute load average after the mode, 2 cores shared with other work). "
-            "TTFT in seconds at the client; req/s: answers over the mode's wall time.",
+            f"the flood a closed loop of {args.flood_concurrency} streams; {args.runs} run(s) of every mode, one "
+            "mode after another; load: the machine's 1-minute load average after each mode, 2 cores shared with "
+            "other work). TTFT in seconds at the client; req/s: answers over the modes' wall time; x FIFO: "
+            "against `fifo` (today's slot queue); objective: share of the requests sent whose first token "
+            "came within it (an error missed it); hit rate: prompt tokens the engines took from their prefix "
+            "caches, of every generation they started.",
+            "",
+            "Each run, p99 x that run's alone:",
+            "",
+            run_table,
+            "",
+            "Pooled over the runs (x alone: against the pooled alone):",
             "",
             table(headers, rows),
-            *(
-                ["", f"smg's scheduler counters after its run: {smg_admits['smg']}"]
-                if "smg" in smg_admits
-                else []
-            ),
+            "",
+            "Each well-behaved tenant, pooled, p50 / p99 TTFT (s):",
+            "",
+            table(["tenant", *labels], per_rows),
         ]
     )
-    print(md)
-    if args.dump:
-        Path(args.dump).write_text(
-            json.dumps(
-                {"results": results, "where": wheres, "generations": generations, "loads": loads}, default=str
-            )
-        )
-    if args.write:
-        write_section("fairness-procs", md)
 
 
 if __name__ == "__main__":

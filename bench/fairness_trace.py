@@ -32,6 +32,7 @@ from bench import traces
 from bench.fairness import Req, simulate
 from bench.report import percentile, table, write_section
 from router.fairness.classes import ClassSpec
+from router.fairness.headroom import AutoHeadroom
 from sim.engine import EngineCosts
 
 TENANTS = ("heavy", "light")  # weights --weights[0], --weights[1]
@@ -94,6 +95,12 @@ def main(argv: list[str] | None = None) -> None:
         default=[],
         help="also the fair queue with fairness.max_queued_prefill_tokens N (a row each)",
     )
+    ap.add_argument(
+        "--auto",
+        action="store_true",
+        help="also each fair row with fairness.auto_headroom (the defaults: 0.9 quantile, min 1, max half "
+        "the slots; neither tenant is of the highest class, so it keeps its floor)",
+    )
     ap.add_argument("--write", action="store_true", help="write the section of docs/benchmarks.md")
     ap.add_argument("--section", default="fairness-mooncake", help="the section's name in docs/benchmarks.md")
     args = ap.parse_args(argv)
@@ -117,12 +124,15 @@ def main(argv: list[str] | None = None) -> None:
         ("none", "no gateway queue", None), ("fifo", "today (slot FIFO)", None), ("fair", "fair queue", None),
         *(("fair", f"fair queue, queued prefill <= {n}", n) for n in args.max_prefill),
     ]  # fmt: skip
+    if args.auto:
+        modes += [(m, f"{name}, auto headroom", n) for m, name, n in modes if m == "fair"]
     for mode, name, max_prefill in modes:
+        auto = AutoHeadroom(args.slots // 2) if name.endswith("auto headroom") else None
         reqs = trace_reqs(records, scale, args.rate)
         seconds = reqs[-1].at
         run = simulate(
             mode, reqs, args.replicas, args.slots, seconds, kv_blocks=args.kv_blocks, weights=weights,
-            watch=frozenset(TENANTS), costs=costs, max_prefill=max_prefill,
+            watch=frozenset(TENANTS), costs=costs, max_prefill=max_prefill, auto=auto,
         )  # fmt: skip
         results[name] = summarize(run.reqs, seconds, run.hits / run.queries if run.queries else 0.0)
         results[name]["decode_tokens"] = run.extra["decode_tokens"]

@@ -75,6 +75,33 @@ class FairnessConfig(_Strict):
         "batch (max_num_seqs) must hold slots + headroom; an interactive request then finds one free instead "
         "of waiting for a lower class's request to end",
     )
+    auto_headroom: bool = Field(
+        False,
+        description="keep slots of each replica for the highest class as many as its measured concurrency "
+        "needs (router.fairness.headroom): the slots are then the engines' batch, the lower classes get the "
+        "slots less the derived headroom; an explicit headroom_slots or reserved_slots wins",
+    )
+    auto_headroom_max_slots: int | None = Field(
+        None, ge=0, le=100_000, description="derived headroom of a replica at most (None: half the slots)"
+    )
+    auto_headroom_min_slots: int = Field(
+        1,
+        ge=0,
+        le=100_000,
+        description="derived headroom of a replica at least (kept while the class is idle)",
+    )
+    auto_headroom_quantile: float = Field(
+        0.9,
+        gt=0,
+        le=1,
+        description="the quantile of the highest class's recent concurrency kept free for it",
+    )
+    auto_headroom_window_s: float = Field(
+        30.0,
+        gt=0,
+        le=3600,
+        description="seconds of the highest class's concurrency the quantile is taken over",
+    )
     max_queued_prefill_tokens: int | None = Field(
         None,
         ge=0,

@@ -177,6 +177,9 @@ _SPECS: tuple[tuple[Any, ...], ...] = (
     ("fair_shed", Counter, "fair_shed_total",
      "Requests answered at once instead of queued, by pool, priority class and reason (objective, "
      "tenant_cap, queue_full, preempted, timeout).", ("pool", "priority", "reason")),
+    ("fair_headroom", Gauge, "fair_headroom_slots",
+     "Slots of each replica kept for the highest class, derived from its recent concurrency "
+     "(fairness.auto_headroom), by pool.", ("pool",)),
     ("fair_capped", Counter, "fair_priority_capped_total",
      "Requests that asked for a priority above their tenant's ceiling (served at the ceiling).",
      ("tenant",)),
@@ -282,6 +285,7 @@ class GatewayMetrics:
     fair_queued: Gauge
     fair_wait: Histogram
     fair_shed: Counter
+    fair_headroom: Gauge
     fair_capped: Counter
     ttft_objective: Counter
     reloads: Counter

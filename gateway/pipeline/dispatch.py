@@ -201,7 +201,8 @@ async def attempt_once(
         pool.router.release(decision)  # the prefill too, if neither a first byte nor the timer did
         ctx.process.admission.replica_released(pool.name)  # a request waiting for a slot may go
         if ctx.fair is not None:  # a waiter of the fair queue may go; the slot's time teaches its model
-            ctx.process.fair.released(pool.name, pool.router.clock() - decision.routed_at)
+            held = pool.router.clock() - decision.routed_at
+            ctx.process.fair.released(pool.name, held, band=ctx.fair.spec.rank)
         gauge.dec()
 
 

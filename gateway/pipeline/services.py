@@ -76,7 +76,9 @@ class FairQueues(Protocol):
         max_tokens: int | None,
     ) -> Decision: ...
 
-    def released(self, pool: str, held_s: float | None = None, why: str = "end") -> None: ...
+    def released(
+        self, pool: str, held_s: float | None = None, why: str = "end", band: int | None = None
+    ) -> None: ...
 
 
 class Meter(Protocol):

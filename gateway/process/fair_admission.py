@@ -37,6 +37,7 @@ from config.fairness import FairnessConfig
 from config.policy import LimitsConfig
 from gateway.errors import GatewayError
 from gateway.observability.metrics import GatewayMetrics
+from router.fairness.headroom import DERIVE_EVERY_S, AutoHeadroom, TopConcurrency, derived_slots
 from router.fairness.queue import FairQueue, QueueFull, Waiter
 from router.fairness.release import could_take, not_to, queues_for_home, release, with_room
 from router.fairness.saturation import SaturationLimits, full_for, pool_saturation
@@ -51,14 +52,27 @@ if TYPE_CHECKING:
 TICK_S = 0.05  # while anyone waits: reports, health and aging change without a release
 
 
-def saturation_limits(cfg: FairnessConfig, limits: LimitsConfig) -> SaturationLimits:
+def saturation_limits(cfg: FairnessConfig, limits: LimitsConfig, derived: int = 0) -> SaturationLimits:
+    """The pool's limits; ``derived``: the headroom derived for the highest class (``auto_headroom``),
+    kept inside the slots as reserved slots are (``router.fairness.headroom``)."""
     return SaturationLimits(
         slots=cfg.slots_per_replica or limits.max_concurrent_per_replica,
         kv_usage=cfg.kv_usage_full,
         max_waiting=cfg.max_engine_waiting,
-        reserved=cfg.reserved_slots,
+        reserved=cfg.reserved_slots or derived,
         headroom=cfg.headroom_slots,
         max_prefill_tokens=cfg.max_queued_prefill_tokens,
+    )
+
+
+def auto_headroom(cfg: FairnessConfig, limits: LimitsConfig) -> AutoHeadroom | None:
+    """The derivation's settings, or None: off, or an explicit ``headroom_slots`` / ``reserved_slots``."""
+    if not cfg.auto_headroom or cfg.headroom_slots or cfg.reserved_slots:
+        return None
+    slots = cfg.slots_per_replica or limits.max_concurrent_per_replica
+    most = cfg.auto_headroom_max_slots if cfg.auto_headroom_max_slots is not None else slots // 2
+    return AutoHeadroom(
+        most, cfg.auto_headroom_min_slots, cfg.auto_headroom_quantile, cfg.auto_headroom_window_s
     )
 
 
@@ -80,7 +94,19 @@ class _Entry:
 
 
 class _PoolQueue:
-    __slots__ = ("bands", "cfg", "limits", "queue", "router", "service", "ticking")
+    __slots__ = (
+        "bands",
+        "cfg",
+        "derived",
+        "derived_at",
+        "high",
+        "limits",
+        "queue",
+        "router",
+        "service",
+        "ticking",
+        "top",
+    )
 
     def __init__(self, bands: int, cfg: FairnessConfig, limits: LimitsConfig, router: PoolRouter):
         self.bands = bands
@@ -88,6 +114,26 @@ class _PoolQueue:
         self.service = ServiceTime(cfg.service_s)
         self.cfg, self.limits, self.router = cfg, limits, router
         self.ticking = False
+        self.top = TopConcurrency(
+            cfg.auto_headroom_window_s, router.clock()
+        )  # the highest class's, arrival to end
+        self.derived, self.derived_at, self.high = 0, float("-inf"), 0.0
+
+    def sat_limits(self) -> SaturationLimits:
+        """The limits now: with ``auto_headroom``, the headroom derived from the highest class's recent
+        concurrency (recomputed at most every ``DERIVE_EVERY_S``)."""
+        auto = auto_headroom(self.cfg, self.limits)
+        if auto is None:
+            return saturation_limits(self.cfg, self.limits)
+        now = self.router.clock()
+        if now - self.derived_at >= DERIVE_EVERY_S:
+            self.top.window_s = auto.window_s
+            bound = auto.max_slots * len(self.router.replicas)  # a cold start's missing samples
+            self.high, self.derived_at = self.top.quantile(now, auto.quantile, bound), now
+        healthy = sum(1 for r in self.router.replicas if r.healthy)
+        slots = self.cfg.slots_per_replica or self.limits.max_concurrent_per_replica
+        self.derived = derived_slots(self.high, self.top.count, healthy, slots, auto)
+        return saturation_limits(self.cfg, self.limits, self.derived)
 
 
 def _shed(status: int, message: str, code: str, retry_after: int) -> GatewayError:
@@ -130,7 +176,35 @@ class FairAdmission:
     ) -> Decision:
         """A decision for ``request`` on ``pool``, at once or after its wait (see the module)."""
         pq = self._pool(pool, cfg, limits, router)
-        lim = saturation_limits(cfg, limits).for_band(ticket.spec.rank)  # its class's room
+        top = ticket.spec.rank == 0
+        if top:  # the highest class's concurrency (auto_headroom), from arrival to its attempt's end
+            pq.top.started(router.clock())
+        try:
+            decision = await self._route(pq, pool, router, request, tried, ticket, cfg, max_tokens)
+        except BaseException:
+            if top:
+                pq.top.ended(router.clock())
+            raise
+        self._gauge_headroom(pool, pq)
+        return decision
+
+    def _gauge_headroom(self, pool: str, pq: _PoolQueue) -> None:
+        if auto_headroom(pq.cfg, pq.limits) is not None:
+            self.metrics.child(self.metrics.fair_headroom, pool).set(pq.derived)
+
+    async def _route(
+        self,
+        pq: _PoolQueue,
+        pool: str,
+        router: PoolRouter,
+        request: RouteRequest,
+        tried: Container[str],
+        ticket: Ticket,
+        cfg: FairnessConfig,
+        max_tokens: int | None,
+    ) -> Decision:
+        all_lim = pq.sat_limits()
+        lim = all_lim.for_band(ticket.spec.rank)  # its class's room
         loop = asyncio.get_running_loop()
         arrived = loop.time()
         now = router.clock()
@@ -142,7 +216,7 @@ class FairAdmission:
         direct = not len(pq.queue) and not sat.saturated
         if direct:
             full_now = full_for(router.replicas, lim, now)
-            room = with_room(router, saturation_limits(cfg, limits), now)
+            room = with_room(router, all_lim, now)
             direct = not queues_for_home(ticket.spec.rank, router, home, matched, tried, room, full_now)
         if direct:
             self._check_objective(pq, pool, ticket, prompt, matched, 0, tried)
@@ -253,7 +327,7 @@ class FairAdmission:
             router.replicas,
             prompt,
             matched,
-            limits=saturation_limits(cfg, pq.limits).for_band(ticket.spec.rank),  # its class's room
+            limits=pq.sat_limits().for_band(ticket.spec.rank),  # its class's room
             now=router.clock(),
             default_rate=router.cfg.prefill_tokens_per_s,
             ahead=ahead,
@@ -276,19 +350,23 @@ class FairAdmission:
         )
 
     # -- releases ---------------------------------------------------------------------------------------
-    def released(self, pool: str, held_s: float | None = None, why: str = "end") -> None:
-        """A request of ``pool`` left its replica (after ``held_s`` there), or ``why`` else freed room
-        there: a waiter may go."""
+    def released(
+        self, pool: str, held_s: float | None = None, why: str = "end", band: int | None = None
+    ) -> None:
+        """A request of ``pool`` (of ``band``, at its attempt's end) left its replica (after ``held_s``
+        there), or ``why`` else freed room there: a waiter may go."""
         pq = self._pools.get(pool)
         if pq is None:
             return
         if held_s is not None:
             pq.service.observe(held_s)
+        if band == 0:
+            pq.top.ended(pq.router.clock())
         self._pump(pq, why)
 
     def _pump(self, pq: _PoolQueue, why: str) -> None:
         router = pq.router
-        lim = saturation_limits(pq.cfg, pq.limits)
+        lim = pq.sat_limits()
         for waiter, got in release(pq.queue, router, lim, router.clock(), pq.cfg.lookahead):
             entry: _Entry = waiter.payload
             entry.released_by = why

@@ -38,6 +38,7 @@ METRICS: dict[str, set[str]] = {
     "fair_queue_wait_seconds": {"pool", "tenant", "priority"},
     "fair_shed_total": {"pool", "priority", "reason"},
     "fair_priority_capped_total": {"tenant"},
+    "fair_headroom_slots": {"pool"},
     "ttft_objective_total": {"pool", "priority", "outcome"},
 }
 HISTOGRAMS = {

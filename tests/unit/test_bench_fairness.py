@@ -54,7 +54,18 @@ def test_the_sockets_benchmark_builds_valid_policies_and_an_smg_config_that_fits
     assert fair.enabled and (fair.slots_per_replica, fair.headroom_slots) == (SLOTS, HEADROOM)
     assert Policy.model_validate(policy("fifo", urls)).limits.max_concurrent_per_replica == SLOTS
     assert not Policy.model_validate(policy("none", urls)).fairness.enabled
-    assert set(MODES) == {"alone", "none", "fifo", "fair", "fair-prefill", "fair-headroom3", "smg"}
+    assert set(MODES) == {
+        "alone",
+        "none",
+        "fifo",
+        "fair",
+        "fair-prefill",
+        "fair-headroom3",
+        "fair-auto",
+        "smg",
+    }
+    auto = Policy.model_validate(policy("fair-auto", urls)).fairness
+    assert auto.auto_headroom and (auto.slots_per_replica, auto.headroom_slots) == (SLOTS + HEADROOM, 0)
     bounded = Policy.model_validate(policy("fair-prefill", urls, 512)).fairness
     assert (bounded.max_queued_prefill_tokens, bounded.headroom_slots) == (512, HEADROOM)
     wider = Policy.model_validate(policy("fair-headroom3", urls)).fairness

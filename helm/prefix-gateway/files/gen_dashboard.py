@@ -334,6 +334,12 @@ def panels() -> list[Panel]:
             unit="reqps",
         ),
         timeseries(
+            "Headroom kept for the highest class (derived)",
+            [(f"max by (pool) ({P}fair_headroom_slots)", "{{pool}}")],
+            desc="Slots of each replica only the highest class may take, derived from its recent "
+            "concurrency (fairness.auto_headroom): the part of its 0.9 quantile it does not hold now.",
+        ),
+        timeseries(
             "Priority ceilings applied by tenant",
             [(f"sum by (tenant) (rate({P}fair_priority_capped_total{RATE}))", "{{tenant}}")],
             unit="reqps",

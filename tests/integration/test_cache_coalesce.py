@@ -281,20 +281,43 @@ async def test_remote_followers_are_released_when_the_leader_pod_fails(pods) -> 
         await flight.fail()
 
 
-async def test_lease_is_renewed_while_the_leader_runs(pods, redis_url: str) -> None:
-    (pod_a, pod_b), _ = pods
+async def test_lease_is_renewed_while_the_leader_runs(redis_url: str) -> None:
+    # Condition-based: the lease's expiry must move later while the leader runs (its PTTL rises, which
+    # only a renewal does), and the other pod must then still find it held. A 3 s lease (renewed every
+    # 1 s) leaves 2 s of slack for a starved renewal task; no fixed sleep past the lease.
+    clients = [connect(redis_url), connect(redis_url)]
+    pod_a, pod_b = (
+        Coalescer(
+            redis=cl, store=RedisStore(client=cl), lease_ms=3000, follower_timeout_s=5.0, poll_max_s=0.5
+        )
+        for cl in clients
+    )
     key = "v1:abc:slow"
-    async with pod_a.acquire(key) as flight:
-        assert flight.role == "leader"
-        await asyncio.sleep(1.5)  # longer than lease_ms=1000: renewal keeps it
-        async with pod_b.acquire(key) as other:
-            assert other.role == "remote_follower"
-        await flight.fail()
-    client = connect(redis_url)
     try:
-        assert await client.exists(pod_a.lease_key(key)) == 0  # released on exit
+        async with pod_a.acquire(key) as flight:
+            assert flight.role == "leader"
+            lease = pod_a.lease_key(key)
+            lowest = await clients[0].pttl(lease)
+            assert 0 < lowest <= 3000
+            deadline = asyncio.get_running_loop().time() + 30.0
+            while True:
+                left = await clients[0].pttl(lease)
+                assert left > 0, "the lease expired while its leader ran"
+                if left > lowest + 100:
+                    break  # renewed: the expiry moved later than it was
+                lowest = min(lowest, left)
+                assert asyncio.get_running_loop().time() < deadline, "the lease was never renewed"
+                await asyncio.sleep(0.05)
+            assert pod_a.stats.lease_lost == 0
+            async with pod_b.acquire(key) as other:
+                assert other.role == "remote_follower"
+            await flight.fail()
+        assert await clients[0].exists(lease) == 0  # released on exit
     finally:
-        await client.aclose()
+        for co in (pod_a, pod_b):
+            await co.close()
+        for cl in clients:
+            await cl.aclose()
 
 
 async def test_remote_follower_times_out_and_goes_upstream(redis_url: str) -> None:

@@ -25,6 +25,7 @@ import yaml
 from bench.advisor import ADMIN_TOKEN, api_key, policy_dict
 from bench.advisor_apps import apps, interleave
 from bench.procs import start_gateway, start_sim
+from tests.fault.support import wait_for
 
 APP = "long_conversation"
 REQUESTS = 150
@@ -84,7 +85,7 @@ async def test_health_answers_while_advice_is_computed(tmp_path: Path) -> None:
                 assert r.status == 200
                 doc = await r.json(loads=orjson.loads)
             ended = time.perf_counter()
-            await asyncio.sleep(3 * PROBE_EVERY_S)  # one more answer after the advice's
+            await wait_for(lambda: answers[-1] > ended)  # one more answer after the advice's
             stop.set()
             await probe
         (tenant,) = doc["advice"]["tenants"]

@@ -211,8 +211,6 @@ class SqliteLedger:
         self._open_error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="billing-ledger-sqlite", daemon=True)
         self._closed = False
-        self._outbox: list[tuple[Any, ...]] = []  # rows recorded in this loop iteration (``_handoff``)
-        self._outbox_loop: asyncio.AbstractEventLoop | None = None
         self.commits = 0  # transactions committed (groups), for tests and metrics
 
     @classmethod
@@ -274,16 +272,14 @@ class SqliteLedger:
                     self._do_call(conn, job)
                     continue
                 batch, pending = self._group(job)
-                for g in range(0, len(batch), self.group_commit_rows):
-                    self._do_records(conn, batch[g : g + self.group_commit_rows])
+                self._do_records(conn, batch)
         finally:
             conn.close()
 
     def _group(self, first: tuple[Any, ...]) -> tuple[list[tuple[Any, ...]], Any]:
-        """The group ``first`` opens (a row, or a loop iteration's rows: ``"records"``): rows until
-        ``group_commit_rows`` or ``group_commit_ms`` after ``first``, whichever first (``_run`` splits
-        a longer one); a query or stop job closes it early and is returned to run next."""
-        batch = first[1] if first[0] == "records" else [first]
+        """The group ``first`` opens: rows until ``group_commit_rows`` or ``group_commit_ms`` after
+        ``first``, whichever first; a query or stop job closes it early and is returned to run next."""
+        batch = [first]
         deadline = time.monotonic() + self.group_commit_ms / 1000.0
         while len(batch) < self.group_commit_rows:
             try:
@@ -296,12 +292,9 @@ class SqliteLedger:
                     nxt = self._jobs.get(timeout=left)
                 except queue.Empty:
                     break
-            if nxt is _STOP or nxt[0] == "call":
+            if nxt is _STOP or nxt[0] != "record":
                 return batch, nxt
-            if nxt[0] == "records":
-                batch.extend(nxt[1])
-            else:
-                batch.append(nxt)
+            batch.append(nxt)
         return batch, None
 
     @staticmethod
@@ -371,29 +364,8 @@ class SqliteLedger:
             raise RuntimeError("ledger is closed")
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Any] = loop.create_future()
-        if job_kind == "record":
-            outbox = self._outbox
-            if outbox and self._outbox_loop is not loop:  # another loop's rows: theirs go first
-                self._handoff()
-                outbox = self._outbox
-            outbox.append((job_kind, payload, loop, fut))
-            if len(outbox) == 1:  # the iteration's first row: hand the rows over once it ends
-                self._outbox_loop = loop
-                loop.call_soon(self._handoff)
-            return fut
-        if self._outbox:  # a query sees every row recorded before it
-            self._handoff()
         self._jobs.put((job_kind, payload, loop, fut))
         return fut
-
-    def _handoff(self) -> None:
-        """Put the rows recorded since the last hand-off on the writer's queue, as one job: one
-        ``SimpleQueue.put`` (at most one wake-up of the writer) a loop iteration, not one a row."""
-        outbox, self._outbox = self._outbox, []
-        if len(outbox) == 1:
-            self._jobs.put(outbox[0])
-        elif outbox:
-            self._jobs.put(("records", outbox))
 
     async def record(self, item: LineItem) -> bool:
         """Insert the line item; False if (tenant, request_id) was already recorded."""
@@ -492,6 +464,5 @@ class SqliteLedger:
         if self._closed:
             return
         self._closed = True
-        self._handoff()
         self._jobs.put(_STOP)
         await asyncio.to_thread(self._thread.join, 30.0)

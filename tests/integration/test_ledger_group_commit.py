@@ -9,7 +9,6 @@ row, or one), the way a constraint or a full disk aborts a transaction.
 from __future__ import annotations
 
 import asyncio
-import queue
 import sqlite3
 import time
 from pathlib import Path
@@ -171,34 +170,3 @@ async def test_query_behind_an_open_group_sees_its_rows(tmp_path: Path) -> None:
 def test_invalid_group_settings_are_refused(bad: dict) -> None:
     with pytest.raises(ValueError):
         SqliteLedger(":memory:", **bad)
-
-
-class _CountingQueue(queue.SimpleQueue):
-    """The writer's queue, counting the loop's puts (each may wake the writer thread)."""
-
-    puts = 0
-
-    def put(self, item, block=True, timeout=None):  # type: ignore[no-untyped-def]
-        type(self).puts += 1
-        super().put(item, block, timeout)
-
-
-async def test_rows_recorded_in_one_loop_iteration_are_one_hand_off_and_one_commit(tmp_path: Path) -> None:
-    path = tmp_path / "l.db"
-    led = SqliteLedger(str(path))  # the policy's defaults: queued groups, no window
-    led._jobs = _CountingQueue()  # before the writer thread waits on it
-    led._thread.start()
-    assert await asyncio.to_thread(led._ready.wait, 30.0)
-    _CountingQueue.puts = 0
-    # One iteration: every record is submitted before the loop runs anything else, as when the
-    # answers of one iteration's events end together.
-    rows = asyncio.gather(*(led.record(_item(i)) for i in range(20)))
-    assert all(await asyncio.wait_for(rows, 10))
-    assert _CountingQueue.puts == 1  # one put for the iteration's 20 rows (one a row before)
-    assert led.commits == 1
-    count = led.call(lambda c: c.execute("SELECT COUNT(*) FROM line_items").fetchone()[0])
-    more = [led.record(_item(i)) for i in range(20, 23)]
-    query = led.call(lambda c: c.execute("SELECT COUNT(*) FROM line_items").fetchone()[0])
-    assert await asyncio.wait_for(asyncio.gather(count, *more, query), 10) == [20, True, True, True, 23]
-    await led.close()
-    assert _durable_ids(path) == {f"r{i}" for i in range(23)}

@@ -3,6 +3,7 @@
     python -m bench.ledger_commit [--rows-c1 400] [--rows-c32 4000] [--think-ms 5] [--write]
     python -m bench.ledger_commit --row-cost [--rows 20000] [--rounds 3] [--checkout DIR]
     python -m bench.ledger_commit --row-parts [--rows 20000] [--rounds 3] [--checkout DIR]
+    python -m bench.ledger_commit --insert-forms [--rows 4000] [--rounds 3]
 
 Each variant opens a fresh ledger file (a temporary directory on this machine's disk) and has
 ``concurrency`` writers call ``SqliteLedger.record`` -- the call the gateway's ``completed`` hook
@@ -28,6 +29,12 @@ one) in alternating rounds of one run: the least of the rounds each. ``--row-par
 parts of that work on this thread (``time.thread_time``): building the rows' values (this tree's
 ``_row_values`` and, with ``--checkout``, the other's), and inserting them in groups of 32 into a
 fresh file, one ``execute`` a row against one ``executemany`` a group, each with its BEGIN/COMMIT.
+
+``--insert-forms`` times, on this thread (``time.thread_time``, and the wall clock), one group's
+transaction by group size (1, 4, 16, 32 rows) in three forms: BEGIN, one ``executemany``, COMMIT (the
+ledger's); BEGIN, one multi-row ``INSERT ... VALUES (...), (...)``, COMMIT (one ``sqlite3_step``, so
+one release of the GIL, for the group); and that statement alone in autocommit: what a group costs
+a row at the sizes the gateway forms (issue 30, round 7).
 
 All variants run side by side in one run, so their ratios are comparable on a shared, noisy machine;
 absolute numbers are this machine's at that moment. Nothing here asserts a threshold.
@@ -249,6 +256,55 @@ def row_parts_main(rows: int, rounds: int, checkout: str | None) -> str:
     return table(head, [[name, *(f"{v:.2f}" for v in vals)] for name, vals in out.items()])
 
 
+def insert_forms_main(rows: int, rounds: int) -> str:
+    values = [ledger_sqlite._row_values(_item(i)) for i in range(rows * 2)]
+    one = "(" + ", ".join("?" * len(ledger_sqlite._COLS)) + ")"
+    head = ledger_sqlite._INSERT.partition(" VALUES ")[0] + " VALUES "
+    forms = (
+        "executemany, in BEGIN/COMMIT",
+        "multi-row INSERT, in BEGIN/COMMIT",
+        "multi-row INSERT, autocommit",
+    )
+    best: dict[tuple[int, str], list[float]] = {}
+
+    def run(path: str, size: int, form: str, rows_: list[tuple]) -> tuple[float, float]:
+        conn = sqlite3.connect(path, isolation_level=None, cached_statements=512)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.executescript(ledger_sqlite._SCHEMA)
+        c0, w0 = time.thread_time(), time.perf_counter()
+        for g in range(0, len(rows_), size):
+            group = rows_[g : g + size]
+            if form == forms[0]:
+                conn.execute("BEGIN IMMEDIATE")
+                conn.executemany(ledger_sqlite._INSERT, group)
+                conn.execute("COMMIT")
+                continue
+            sql, flat = head + ", ".join([one] * len(group)), [v for row in group for v in row]
+            if form == forms[1]:
+                conn.execute("BEGIN IMMEDIATE")
+                conn.execute(sql, flat)
+                conn.execute("COMMIT")
+            else:
+                conn.execute(sql, flat)
+        cpu, wall = time.thread_time() - c0, time.perf_counter() - w0
+        conn.close()
+        return cpu / len(rows_) * 1e6, wall / len(rows_) * 1e6
+
+    with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as d:
+        for k in range(rounds):
+            for size in (1, 4, 16, 32):
+                for j, form in enumerate(forms):
+                    start = (k + j) % 2 * rows
+                    cpu, wall = run(
+                        os.path.join(d, f"{k}-{size}-{j}.db"), size, form, values[start : start + rows]
+                    )
+                    b = best.setdefault((size, form), [float("inf"), float("inf")])
+                    b[0], b[1] = min(b[0], cpu), min(b[1], wall)
+    head_row = ["rows a group", "form", "CPU us / row (least)", "wall us / row (least)"]
+    return table(head_row, [[str(s_), f, f"{c:.1f}", f"{w:.1f}"] for (s_, f), (c, w) in best.items()])
+
+
 NOTE = (
     "At concurrency 1 `per row` and `queued` run the same code (a lone row commits at once in both), "
     "so the gap between those two rows is the machine's noise, not grouping.\n"
@@ -303,6 +359,7 @@ if __name__ == "__main__":
     ap.add_argument("--write", action="store_true", help="write the table into docs/benchmarks.md")
     ap.add_argument("--row-cost", action="store_true", help="the writer thread's CPU a row (see above)")
     ap.add_argument("--row-parts", action="store_true", help="the row's parts timed alone (see above)")
+    ap.add_argument("--insert-forms", action="store_true", help="a group's insert forms by size (see above)")
     ap.add_argument("--rows", type=int, default=20000, help="--row-cost: rows a measurement")
     ap.add_argument("--rounds", type=int, default=3, help="--row-cost: alternating rounds")
     ap.add_argument("--checkout", metavar="DIR", help="--row-cost: also this checkout's SqliteLedger")
@@ -312,6 +369,9 @@ if __name__ == "__main__":
         raise SystemExit(0)
     if args.row_parts:
         print(row_parts_main(args.rows, args.rounds, args.checkout))
+        raise SystemExit(0)
+    if args.insert_forms:
+        print(insert_forms_main(args.rows, args.rounds))
         raise SystemExit(0)
     res = asyncio.run(main(args.rows_c1, args.rows_c32, args.think_ms))
     cmd = (

@@ -25,6 +25,15 @@ the day string made once a day), and one ``execute`` (a cursor) a row, now one `
 (3-7 % of the insert); a group whose count shows a row already recorded is rolled back and run row by
 row, so each waiter still learns whether its row was new.
 
+The hand-off stays one ``SimpleQueue.put`` a row (issue 30, round 7, docs/benchmarks.md). In the gateway
+a row pays for its commit (25-47 us CPU alone, ~10 at 32 rows a group: ``bench.ledger_commit
+--insert-forms``) at 1.4-2.5 rows a commit; its "25.8 %" of GIL samples was a loop preempted while it
+woke this thread (6.8 % on a quiet machine, the writer 8.6 % of the CPU). Measured and not adopted: one
+put a loop iteration (groups stayed ~2.3 rows; writer CPU 0.038-0.043 ms a request against
+0.038-0.039), waking by an ``eventfd`` with the GIL released (the put's share 14.6 % -> 1.3 %, but the
+writer 0.061-0.071 ms against 0.044-0.045 and no more req/s), a multi-row INSERT (no gain below 32 rows
+a group) and a 1 ms window (the loop's CPU up 13-24 %, req/s down).
+
 Durability (``synchronous``):
 - ``full`` (this class's default; the policy's is ``normal``): in WAL mode SQLite fsyncs the WAL at every commit. Once ``record`` has returned,
   the row survives a process kill *and* a power loss / kernel panic.

@@ -73,7 +73,10 @@ def make_session(timeouts: TimeoutsConfig, limit_per_host: int = 0) -> aiohttp.C
         connector=connector,
         timeout=timeout,
         auto_decompress=False,
-        skip_auto_headers=("User-Agent",),
+        # No content coding: the relay drops Content-Encoding and nothing decompresses, and aiohttp
+        # would ask for gzip by itself (tests/integration/test_upstream_encoding.py).
+        headers={"Accept-Encoding": "identity"},
+        skip_auto_headers=("User-Agent", "Accept-Encoding"),
         json_serialize=None,  # type: ignore[arg-type]
     )
 

@@ -24,8 +24,9 @@ keeps what its tests hold (``tests/integration/test_upstream_lean.py``):
 
 Left to aiohttp (``Upstream`` chooses per URL): ``https`` replicas (no TLS here), and every other use
 of the session (health checks, scrapes, adapter loads), which is not per request. No redirects, no
-cookies, no proxies, no decompression: the session had ``auto_decompress=False`` and no ``trust_env``
-already. Requests are not retried on a broken keep-alive connection (aiohttp does not retry a POST
+cookies, no proxies, no decompression: every request says ``Accept-Encoding: identity`` (the relay
+drops ``Content-Encoding``), as the session does, which has ``auto_decompress=False`` and no
+``trust_env``. Requests are not retried on a broken keep-alive connection (aiohttp does not retry a POST
 either); the dispatcher's attempt loop does, on another replica.
 """
 
@@ -37,6 +38,10 @@ from urllib.parse import urlsplit
 
 import httptools
 from multidict import CIMultiDict, CIMultiDictProxy
+
+# No content coding asked: none is relayed or decoded (RFC 9110: a request without Accept-Encoding
+# accepts any; the aiohttp session sends the same, gateway.upstream.client.make_session).
+IDENTITY = "Accept-Encoding: identity\r\n"
 
 # Bytes of a stream's body buffered before the socket's reading pauses (aiohttp's: twice 64 KiB).
 HIGH_WATER = 2**17
@@ -274,6 +279,7 @@ class LeanPool:
         self.connect_s, self.total_s, self.keepalive_s = connect_s, total_s, keepalive_s
         self.idle: deque[_Conn] = deque()
         self.authority = host if port == 80 else f"{host}:{port}"
+        self.fixed = f"Host: {self.authority}\r\n{IDENTITY}"  # the head's lines every request has
         self.closing = False
 
     def put_back(self, conn: _Conn) -> None:
@@ -310,7 +316,7 @@ class LeanPool:
 
     async def post(self, path: str, body: bytes, headers: dict[str, str]) -> LeanResponse:
         """Send the request; return once the answer's head arrived (its body is read from the answer)."""
-        lines = [f"POST {path} HTTP/1.1\r\nHost: {self.authority}\r\nContent-Length: {len(body)}\r\n"]
+        lines = [f"POST {path} HTTP/1.1\r\n{self.fixed}Content-Length: {len(body)}\r\n"]
         for k, v in headers.items():
             if "\n" in v or "\r" in v or "\n" in k or "\r" in k:  # as aiohttp: no header injection
                 raise ValueError("newline or carriage return in a request header")

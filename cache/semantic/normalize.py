@@ -89,6 +89,10 @@ _ZH_NOT_YET = re.compile("(?:怎么|为什么|为啥|咋)+还没有?")
 # Asking for an amount (issue 25, sixth pass, ``tune4``): "流量有多少" is "流量多少" (not ``还有多少``, "how
 # much is left", another question), and after a fee (``费``) "多少钱" asks what "是多少" does ("金卡年费多少钱"
 # is "金卡年费是多少"; after anything else "多少钱" may ask a price the question did not name: "行李额多少钱").
+# "一个月要多少钱" is "一个月多少钱" (issue 25, seventh pass, held-out 3 as a development set): ``要`` before
+# ``多少`` says what it takes, the amount asked is the same; not ``还要`` ("how much more"), ``需要``,
+# ``只要``, ``主要``, ``重要``. Before the two rules below, whose input it can make.
+_ZH_NEED_HOW_MUCH = re.compile("(?<![还需只主重])要(?=多少)")
 _ZH_HAVE_HOW_MANY = re.compile("(?<!还)有多少")
 _ZH_FEE_HOW_MUCH = re.compile("(?<=费)多少钱")
 # A-not-A questions (issue 25, seventh pass, held-out sets 2 and 3 as development sets): "Lite套餐支不支持5G",
@@ -115,7 +119,7 @@ def _a_not_a(text: str) -> str:
 def _zh_question_words(text: str) -> str:
     text = _ZH_HOW_END.sub("怎么样", text)
     text = _ZH_HOW.sub("怎么", text)
-    text = _ZH_HAVE_HOW_MANY.sub("多少", text)
+    text = _ZH_HAVE_HOW_MANY.sub("多少", _ZH_NEED_HOW_MUCH.sub("", text))
     text = _ZH_FEE_HOW_MUCH.sub("是多少", text)
     asked = _a_not_a(text)
     if asked != text and not asked.endswith(tuple(_ZH_PARTICLE)):

@@ -119,3 +119,22 @@ def test_what_you_charge_to_verb_is_the_fee_to_verb() -> None:
     assert fee is not None and key(AIR, "What do you charge to change business class?") == fee
     assert key(AIR, "What do you charge to change economy?") not in (None, fee)  # another cabin
     assert key(SHOP, "What do you charge to repair the iPhone 15?") != key(SHOP, "iPhone 15 price")
+
+
+@pytest.mark.parametrize(
+    ("raw", "normal"),
+    [
+        ("一个月要多少钱", "一个月多少钱"),
+        ("还要多少钱", "还要多少钱"),
+        ("需要多少天", "需要多少天"),
+        ("费要多少钱", "费是多少"),
+    ],
+)
+def test_what_it_takes_asks_the_same_amount(raw: str, normal: str) -> None:
+    assert base_normalize(raw) == normal
+
+
+def test_a_month_takes_the_months_price_and_not_the_years() -> None:
+    month = key(TEL, "Plus套餐一个月要多少钱")
+    assert month is not None and month == key(TEL, "Plus套餐一个月多少钱")
+    assert key(TEL, "Plus套餐一年要多少钱") != month

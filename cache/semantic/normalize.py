@@ -8,12 +8,16 @@ issue 25) and a pronoun's (``I've`` → ``i have``, ``I'd`` → ``i would``, ``i
 apostrophes inside words dropped (``don't`` → ``dont``); punctuation to spaces except between two
 digits (``6.1``, ``2024-05-01`` and ``10:30`` keep theirs); runs of white space to one space; a run of
 openers at the start (``ok so``); no space between two CJK characters (Chinese and Japanese write
-none); the Chinese question words written one way (``ZH_QUESTION_WORDS`` below); then typos of the
+none), nor between a CJK character and a Latin word or number (issue 25, seventh pass: ``支持 5g`` is
+``支持5g``; never next to a word with ``_``); the Chinese question words written one way
+(``ZH_QUESTION_WORDS`` below; seventh pass: ``要多少`` → ``多少``, and an A-not-A question ``支不支持`` →
+``支持…吗``); then typos of the
 policy's own words corrected (``cache.semantic.typos``: ``xioami`` → ``xiaomi``, one edit, one
 candidate or several of one synonym group, never a number or a short word); question frames
 rewritten into the policy's own terms (``cache.semantic.frames``: ``cost to change`` → ``fee to
 change``); then the synonym table: each term becomes its ``snake_case`` canonical (``运单号`` →
-``order_no``).
+``order_no``); last, two alternatives that are one canonical (``flight_status or flight_status``)
+become one (seventh pass).
 
 ``normalize(normalize(x)) == normalize(x)`` for every text (property-tested). The synonym step keeps it
 so because canonicals contain ``_`` and terms never do (config/semantic.py enforces both), and

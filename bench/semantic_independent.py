@@ -21,9 +21,12 @@ held-out set (bench/data/semantic_heldout2.jsonl, ``bench.semantic_heldout2_sour
 once, totals only; ``--split heldout3`` the fifth pass's (bench/data/semantic_heldout3.jsonl,
 ``bench.semantic_heldout3_source``), the same way; ``--split tune4`` and ``heldout4`` the sixth pass's two
 parts of bench/data/semantic_heldout4.jsonl (``bench.semantic_heldout4_source``, split by a seeded hash):
-``tune4`` to change rules on, ``heldout4`` run once. Mode ``phrases`` is fingerprint mode without the
+``tune4`` to change rules on, ``heldout4`` run once. Round 7 promoted ``heldout2`` and ``heldout3`` (each
+run and reported once) to development sets and added ``heldout5`` (bench/data/semantic_heldout5.jsonl,
+``bench.semantic_heldout5_source``), run once. Mode ``phrases`` is fingerprint mode without the
 intent-word rule (``intent_words: false``), to compare the two in one run.
-``--show`` lists the pairs that hit wrongly or missed (on ``tune``, ``dev`` and ``tune4`` only, never held out); ``--write`` runs both
+``--show`` lists the pairs that hit wrongly or missed (on ``SHOWN``: ``tune``, ``dev``, ``tune4``, ``heldout2``,
+``heldout3``; never a held-out set); ``--write`` runs both
 splits and writes the tables to docs/benchmarks.md (section ``semantic-independent``).
 """
 
@@ -52,11 +55,20 @@ from sim import SimConfig, start_replicas
 
 DATA = Path("bench/data/semantic_independent.jsonl")
 DEV = Path("bench/data/semantic_dev.jsonl")  # round 3's development split (bench.semantic_dev_source)
-HELDOUT2 = Path("bench/data/semantic_heldout2.jsonl")  # the fourth pass's held-out set, run once
-HELDOUT3 = Path("bench/data/semantic_heldout3.jsonl")  # the fifth pass's held-out set, run once
+HELDOUT2 = Path("bench/data/semantic_heldout2.jsonl")  # round 4, held out; dev since round 7
+HELDOUT3 = Path("bench/data/semantic_heldout3.jsonl")  # round 5, held out; dev since round 7
 SET4 = Path("bench/data/semantic_heldout4.jsonl")  # the sixth pass's set: tune4, and heldout4 run once
-FILES = {"dev": DEV, "heldout2": HELDOUT2, "heldout3": HELDOUT3, "tune4": SET4, "heldout4": SET4}
-SPLITS = ("tune", "heldout", "dev", "heldout2", "heldout3", "tune4", "heldout4")
+HELDOUT5 = Path("bench/data/semantic_heldout5.jsonl")  # round 7's held-out set, run once
+FILES = {
+    "dev": DEV,
+    "heldout2": HELDOUT2,
+    "heldout3": HELDOUT3,
+    "tune4": SET4,
+    "heldout4": SET4,
+    "heldout5": HELDOUT5,
+}
+SPLITS = ("tune", "heldout", "dev", "heldout2", "heldout3", "tune4", "heldout4", "heldout5")
+SHOWN = ("tune", "dev", "tune4", "heldout2", "heldout3")  # the splits whose pairs --show may list
 DOMAINS = {"shop": "e-commerce", "air": "airline", "tel": "mobile plans", "bank": "bank cards"}
 
 
@@ -239,7 +251,7 @@ async def main_async(args: argparse.Namespace) -> None:
             *(
                 await run_split(
                     split,
-                    args.show and split in ("tune", "dev", "tune4"),
+                    args.show and split in SHOWN,
                     args.modes,
                     args.embed_cache,
                     args.policy_root,

@@ -6,7 +6,7 @@ class ticket?" found no intent next to the airline's ``fee to change``, and "iPh
 none next to the shop's ``how much is``. ``Frames`` rewrites a frame only *into a term the policy
 already has* (a synonym term, after normalisation), so it adds no meaning of its own:
 
-* ``cost/costs/charge/price/fee [me|us] to VERB`` → ``fee to VERB``, else ``VERB fee``, else ``cost to
+* ``[you] cost/costs/charge/price/fee [me|us] to VERB`` → ``fee to VERB``, else ``VERB fee``, else ``cost to
   VERB``: the first of them that is a policy term, and nothing when the text is one already or none is
   ("How much does it cost to charge the iPhone 15?" stays as it is: ``charge fee`` is no term of the
   shop, and the price of charging is not the price of the phone);
@@ -22,7 +22,11 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-_COST_TO = re.compile(r"(?<![a-z0-9_])(?:cost|costs|charge|price|fee)(?: me| us)? to ([a-z]+)(?![a-z0-9_])")
+# ``you charge`` (issue 25, seventh pass, held-out 3 as a development set: "What do you charge to rebook
+# business class?" kept ``you``): the subject is the business itself, whose fee the frame asks.
+_COST_TO = re.compile(
+    r"(?<![a-z0-9_])(?:you )?(?:cost|costs|charge|price|fee)(?: me| us)? to ([a-z]+)(?![a-z0-9_])"
+)
 _HOW_MUCH_END = re.compile(r"(?<=[a-z0-9] )how much$")
 
 

@@ -87,6 +87,10 @@ ZH_POLITENESS = (
     "想问下", "想请问", "我想请问", "请教一下", "请教下", "我想咨询一下", "帮我查一下", "帮我查下", "帮忙查一下",
     "帮我看一下", "帮我看看", "请告诉我", "告诉我", "能告诉我", "可以告诉我", "你好请问", "您好请问", "劳驾",
     "谢谢你", "谢谢您", "啊", "呀", "呢", "哦", "嘛", "啦",
+    # issue 25, seventh pass (held-out 3 as a development set: "想提高信用额度怎么办"): "I want to", which
+    # ``GREETINGS`` already ignores in English ("i want to", "i would like to"); not ``要`` alone (``要多少钱``
+    # asks a price, ``需要``, ``重要``)
+    "我想", "想", "我想要", "想要", "我要",
 )  # fmt: skip
 # Hesitations ("So, um, how heavy is the Mate 60?"; issue 25, sixth pass): sounds, not words, anywhere.
 HESITATIONS = ("um", "umm", "uh", "uhh", "uhm", "erm", "hmm", "hmmm")

@@ -63,7 +63,8 @@ def test_every_order_number_synonym_fills_one_slot(term: str, before: str, after
 
 def test_normalisation_folds_width_case_punctuation_and_cjk_spaces() -> None:
     n = Normalizer()
-    assert n("ＩＰＨＯＮＥ　１５，电池 续航？") == "iphone 15 电池续航"
+    # the space between Latin and Chinese goes too (issue 25, seventh pass)
+    assert n("ＩＰＨＯＮＥ　１５，电池 续航？") == "iphone 15电池续航"
     assert n("Screen: 6.1\" — don't") == "screen 6.1 dont"
     assert n("2024-05-01 10:30") == "2024-05-01 10:30"
 

@@ -24,6 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from gateway.fleet.counters import CounterLog
 from gateway.fleet.pools import CurrentPools, CurrentSession
 from gateway.fleet.vllm_info import INFO, cache_info_of, is_cache_config
+from gateway.upstream.coding import UnreadableCoding, coding_of, decode_whole
 from router.pool import PoolRouter
 from router.replica import ReplicaState
 
@@ -108,8 +109,10 @@ async def scrape_one(session: aiohttp.ClientSession, url: str, timeout_s: float)
         async with session.get(url + "/metrics", timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
             if resp.status != 200:
                 return None
-            text = await resp.text()
-    except (aiohttp.ClientError, TimeoutError, OSError, UnicodeDecodeError):
+            # Asked for no coding (make_session); a replica that compresses anyway is decoded here.
+            body = decode_whole(await resp.read(), coding_of(resp.headers.get("Content-Encoding")))
+            text = body.decode(resp.get_encoding())
+    except (aiohttp.ClientError, TimeoutError, OSError, UnicodeDecodeError, LookupError, UnreadableCoding):
         return None
     try:
         return parse_load(text)

@@ -30,6 +30,7 @@ import aiohttp
 
 from config.policy import TimeoutsConfig
 from gateway.errors import GatewayError
+from gateway.upstream.coding import StreamDecoder, UnreadableCoding, coding_of, decode_whole
 from gateway.upstream.lean import BadResponse, ConnectFailed, Disconnected, HopError, LeanClient, LeanResponse
 
 Response = aiohttp.ClientResponse | LeanResponse
@@ -121,19 +122,28 @@ class Upstream:
         """Whole body of a non-stream answer (within first-byte timeout: nothing was sent back yet)."""
         try:
             async with asyncio.timeout(self.timeouts.first_byte_s):
-                return await resp.read()
+                data = await resp.read()
         except TimeoutError:
             raise UpstreamFailure(
                 "timeout", f"no complete answer within {self.timeouts.first_byte_s}s"
             ) from None
         except (aiohttp.ClientError, HopError):
             raise UpstreamFailure("disconnect", "the connection closed before the whole answer") from None
+        try:
+            return decode_whole(data, coding_of(resp.headers.get("Content-Encoding")))
+        except UnreadableCoding as e:
+            raise UpstreamFailure("protocol", str(e)) from None
 
     async def iter_chunks(self, resp: Response) -> AsyncIterator[bytes]:
         """Chunks of a streamed body as they arrive. The first within the first-byte timeout, then each
         within the idle timeout. Raises ``UpstreamFailure`` on silence or a broken connection."""
         loop = asyncio.get_running_loop()
         limit = self.timeouts.first_byte_s
+        try:
+            coding = coding_of(resp.headers.get("Content-Encoding"))
+        except UnreadableCoding as e:
+            raise UpstreamFailure("protocol", str(e)) from None
+        decoder = StreamDecoder(coding) if coding is not None else None
         try:
             # The deadline covers only the read: while the consumer writes to its client it is lifted,
             # so the timeout can never fire outside this frame.
@@ -143,10 +153,18 @@ class Upstream:
                     chunk = await resp.content.readany()
                     cm.reschedule(None)
                     if not chunk:
-                        return
+                        break
                     limit = self.timeouts.idle_s
-                    yield chunk
+                    if decoder is None:
+                        yield chunk
+                        continue
+                    for piece in decoder.feed(chunk):
+                        yield piece
         except TimeoutError:
             raise UpstreamFailure("timeout", f"stream silent for {limit}s") from None
         except (aiohttp.ClientError, HopError):
             raise UpstreamFailure("disconnect", "the connection closed early") from None
+        except UnreadableCoding as e:
+            raise UpstreamFailure("protocol", str(e)) from None
+        if decoder is not None and not decoder.complete:
+            raise UpstreamFailure("disconnect", "the connection closed before the coded stream's end")

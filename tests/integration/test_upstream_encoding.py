@@ -112,59 +112,63 @@ async def compressing_replica(forced: str = "") -> AsyncIterator[tuple[web.Appli
         await runner.cleanup()
 
 
-@pytest.mark.parametrize("hop", ["lean", "aiohttp"])
-async def test_the_hop_relays_a_readable_answer_from_a_replica_that_compresses(hop: str) -> None:
-    async with compressing_replica() as (replica, url), gateway(policy_for([url])) as gw:
+CHAT = {"model": "sim-llama", "messages": [{"role": "user", "content": "hi"}]}
+
+
+async def _post(
+    hop: str, forced: str | None = None, body: dict | None = None
+) -> tuple[int, bytes, str | None, list]:
+    """POST ``body`` through a gateway in front of a compressing replica, by ``hop``; the answer's status,
+    bytes and Content-Encoding, and the Accept-Encoding values the replica was sent."""
+    async with compressing_replica(forced=forced) as (replica, url), gateway(policy_for([url])) as gw:
         if hop == "aiohttp":
             gw.state.upstream.hop = None  # every request through the aiohttp session, as for https replicas
-        body = {"model": "sim-llama", "messages": [{"role": "user", "content": "hi"}]}
-        async with aiohttp.ClientSession() as s, s.post(gw.url + "/v1/chat/completions", json=body) as resp:
-            raw = await resp.read()
-            encoding = resp.headers.get("Content-Encoding")
-        assert resp.status == 200, raw[:200]
-        assert encoding is None
-        assert json.loads(raw)["choices"][0]["message"]["content"] == "hello"
-        # The POST and the gateway's own scrapes of /metrics: none asked for a coding.
-        assert replica[ASKED] and set(replica[ASKED]) == {"identity"}
+        async with (
+            aiohttp.ClientSession() as s,
+            s.post(gw.url + "/v1/chat/completions", json=body or CHAT) as resp,
+        ):
+            return resp.status, await resp.read(), resp.headers.get("Content-Encoding"), replica[ASKED]
+
+
+async def _scrape(forced: str | None = None) -> tuple[object, list]:
+    async with compressing_replica(forced=forced) as (replica, url):
+        session = make_session(TimeoutsConfig())
+        try:
+            return await scrape_one(session, url, 5.0), replica[ASKED]
+        finally:
+            await session.close()
+
+
+@pytest.mark.parametrize("hop", ["lean", "aiohttp"])
+async def test_the_hop_relays_a_readable_answer_from_a_replica_that_compresses(hop: str) -> None:
+    status, raw, encoding, asked = await _post(hop)
+    assert status == 200, raw[:200]
+    assert encoding is None
+    assert json.loads(raw)["choices"][0]["message"]["content"] == "hello"
+    # The POST and the gateway's own scrapes of /metrics: none asked for a coding.
+    assert asked and set(asked) == {"identity"}
 
 
 async def test_a_scrape_of_a_replica_that_compresses_reads_its_metrics() -> None:
-    async with compressing_replica() as (replica, url):
-        session = make_session(TimeoutsConfig())
-        try:
-            load = await scrape_one(session, url, 5.0)
-        finally:
-            await session.close()
+    load, asked = await _scrape()
     assert load is not None
     assert (load.running, load.waiting) == (2, 5)
-    assert replica[ASKED] == ["identity"]
+    assert asked == ["identity"]
 
 
 @pytest.mark.parametrize("coding", ["gzip", "deflate"])
 @pytest.mark.parametrize("hop", ["lean", "aiohttp"])
 async def test_an_answer_compressed_unasked_is_decoded(hop: str, coding: str) -> None:
-    async with compressing_replica(forced=coding) as (_, url), gateway(policy_for([url])) as gw:
-        if hop == "aiohttp":
-            gw.state.upstream.hop = None
-        body = {"model": "sim-llama", "messages": [{"role": "user", "content": "hi"}]}
-        async with aiohttp.ClientSession() as s, s.post(gw.url + "/v1/chat/completions", json=body) as resp:
-            raw = await resp.read()
-            encoding = resp.headers.get("Content-Encoding")
-    assert resp.status == 200, raw[:200]
+    status, raw, encoding, _ = await _post(hop, forced=coding)
+    assert status == 200, raw[:200]
     assert encoding is None
     assert json.loads(raw)["usage"]["prompt_tokens"] == 3
 
 
 @pytest.mark.parametrize("hop", ["lean", "aiohttp"])
 async def test_a_stream_compressed_unasked_is_decoded_event_by_event(hop: str) -> None:
-    async with compressing_replica(forced="gzip") as (_, url), gateway(policy_for([url])) as gw:
-        if hop == "aiohttp":
-            gw.state.upstream.hop = None
-        body = {"model": "sim-llama", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
-        async with aiohttp.ClientSession() as s, s.post(gw.url + "/v1/chat/completions", json=body) as resp:
-            raw = await resp.read()
-            encoding = resp.headers.get("Content-Encoding")
-    assert resp.status == 200, raw[:200]
+    status, raw, encoding, _ = await _post(hop, forced="gzip", body={**CHAT, "stream": True})
+    assert status == 200, raw[:200]
     assert encoding is None
     events = [line[6:] for line in raw.decode().split("\n") if line.startswith("data: ")]
     assert events[-1] == "[DONE]"
@@ -173,21 +177,14 @@ async def test_a_stream_compressed_unasked_is_decoded_event_by_event(hop: str) -
 
 
 async def test_a_coding_the_gateway_does_not_decode_is_a_502_that_names_it() -> None:
-    async with compressing_replica(forced="br") as (_, url), gateway(policy_for([url])) as gw:
-        body = {"model": "sim-llama", "messages": [{"role": "user", "content": "hi"}]}
-        async with aiohttp.ClientSession() as s, s.post(gw.url + "/v1/chat/completions", json=body) as resp:
-            error = (await resp.json())["error"]
-    assert resp.status == 502
+    status, raw, _, _ = await _post("lean", forced="br")
+    error = json.loads(raw)["error"]
+    assert status == 502
     assert "'br'" in error["message"] and error["code"] == "upstream_protocol"
     assert set(error) >= {"message", "type", "param", "code"}
 
 
 async def test_a_scrape_compressed_unasked_reads_its_metrics() -> None:
-    async with compressing_replica(forced="gzip") as (_, url):
-        session = make_session(TimeoutsConfig())
-        try:
-            load = await scrape_one(session, url, 5.0)
-        finally:
-            await session.close()
+    load, _ = await _scrape(forced="gzip")
     assert load is not None
     assert (load.running, load.waiting) == (2, 5)

@@ -16,11 +16,25 @@ whether it is still cached. Each policy runs on the same seeded request sequence
 - ``prefix_affinity`` with the approximate index, its capacity bound set to the real one (from
   ``vllm:cache_config_info``), and ``approximate_nocap`` without it (the default bound, 8,192 blocks:
   the index never forgets what the replica evicted);
-- ``prefix_affinity`` with the precise index (the replicas' KV events).
+- ``prefix_affinity`` with the precise index (the replicas' KV events);
+- the router's picture of the replica wrong (issue 24): ``unpublished`` (no capacity in the policy and
+  the replicas' metrics unreachable, ``scrape.enabled: false``, as for an engine that publishes no
+  ``vllm:cache_config_info`` or a vLLM whose metrics the gateway cannot read: only the answers'
+  ``cached_tokens`` tell it what is cached), ``published_x0.5`` and ``published_x2`` (the capacity
+  written in the policy half and twice the truth; a written capacity wins over the scraped one);
+- the peers, as processes from their side venvs (``bench.peers``): ``smg`` and ``sglang-router``, each
+  with its ``cache_aware`` policy in front of the same two replicas;
+- ``pooled`` (``--pooled``, after the others): one replica with the fleet's KV (``2 x --kv-bytes``)
+  answering every request directly: the bound a router of two replicas approaches.
+
+A workload: ``docs*`` spreads its questions evenly over its documents; ``zipf16x3k`` asks 16 documents of
+~2.9k tokens with Zipf popularity (s = 0.9), about 2.8 of which fit a replica: the issue's tight cache over
+shared prompts, on a real engine's eviction.
 
 Measured: the replicas' own ``vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total`` (token
 hit rate, summed over both), TTFT at the client (first content byte of a streamed answer) p50 / p90,
-the ``cached_tokens`` the replicas reported in usage, and requests per replica.
+the ``cached_tokens`` the replicas reported in usage, and requests per replica (the replicas' own
+``vllm:request_success_total``, so a peer's rows count the same way as the gateway's).
 """
 
 from __future__ import annotations
@@ -40,7 +54,9 @@ import aiohttp
 import orjson
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
+from tokenizers import Tokenizer
 
+from bench.peers import PEERS, PeerProc, start_peer
 from bench.procs import free_port
 from bench.report import percentile, table, write_section
 from config.policy import Policy
@@ -51,10 +67,29 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from scripts.vllm_cpu import replicas as R
 
 BLOCK = 32
-SETUPS = ("round_robin", "approximate", "approximate_nocap", "precise")
-# name -> (documents, words per document): ~1.2k-token documents that about fill the fleet's cache, and
-# ~2.9k-token ones (prefill costs more) that exceed it.
-WORKLOADS = {"docs14x1k": (14, 400), "docs6x3k": (6, 1000)}
+SETUPS = (
+    "round_robin",
+    "approximate",
+    "approximate_nocap",
+    "precise",
+    "unpublished",
+    "published_x0.5",
+    "published_x2",
+    "smg",
+    "sglang-router",
+)
+# A setup's capacity written in the policy, as a multiple of the real one; absent: none written.
+CAPACITY_FACTOR = {"approximate": 1.0, "precise": 1.0, "published_x0.5": 0.5, "published_x2": 2.0}
+# name -> (documents, words per document, Zipf exponent of their popularity or None for uniform):
+# ~1.2k-token documents that about fill the fleet's cache, ~2.9k-token ones (prefill costs more) that
+# exceed it, and 16 of those with a Zipf head (the fleet holds about 5.6 of them).
+WORKLOADS: dict[str, tuple[int, int, float | None]] = {
+    "docs14x1k": (14, 400, None),
+    "docs6x3k": (6, 1000, None),
+    "zipf16x3k": (16, 1000, 0.9),
+}
+DEFAULT_WORKLOADS = ("docs14x1k", "docs6x3k")
+DEFAULT_SETUPS = ("round_robin", "approximate", "approximate_nocap", "precise")
 
 
 @dataclass
@@ -65,7 +100,7 @@ class RunResult:
     ttft: list[float]
     cached_tokens: int
     prompt_tokens: int
-    per_replica: dict[str, int]
+    per_replica: dict[str, float]
     errors: int
     wall_s: float
 
@@ -79,19 +114,22 @@ def documents(n: int, seed: int, words: int = 400) -> list[str]:
     return [f"Document {i}. " + " ".join(rng.choice(R.WORDS) for _ in range(words)) for i in range(n)]
 
 
-def plan(n_requests: int, n_docs: int, seed: int) -> list[tuple[int, str]]:
+def plan(n_requests: int, n_docs: int, seed: int, zipf_s: float | None = None) -> list[tuple[int, str]]:
+    """The request sequence: (document, question) pairs; documents uniform, or Zipf(``zipf_s``) by rank."""
     rng = random.Random(seed + 1)
+    weights = [1.0 / (i + 1) ** zipf_s for i in range(n_docs)] if zipf_s else None
     return [
-        (rng.randrange(n_docs), f"question {k}: " + " ".join(rng.choices(R.WORDS, k=6)))
+        (rng.choices(range(n_docs), weights=weights)[0] if weights else rng.randrange(n_docs),
+         f"question {k}: " + " ".join(rng.choices(R.WORDS, k=6)))
         for k in range(n_requests)
-    ]
+    ]  # fmt: skip
 
 
 def policy(setup: str, replicas: list[R.Replica], bind: str, capacity: int, n_docs: int) -> Policy:
-    reps = [{"url": r.url, "id": r.spec.replica_id} for r in replicas]
-    if setup != "approximate_nocap":  # the others know each replica's real KV capacity
+    reps: list[dict[str, Any]] = [{"url": r.url, "id": r.spec.replica_id} for r in replicas]
+    if setup in CAPACITY_FACTOR:  # the capacity written in the policy, right or wrong
         for rep in reps:
-            rep["kv_capacity_blocks"] = capacity
+            rep["kv_capacity_blocks"] = max(1, round(capacity * CAPACITY_FACTOR[setup]))
     routing: dict[str, Any] = {
         "policy": "round_robin" if setup == "round_robin" else "prefix_affinity",
         "block_size": BLOCK,
@@ -116,7 +154,7 @@ def policy(setup: str, replicas: list[R.Replica], bind: str, capacity: int, n_do
     return Policy.model_validate(
         {
             "server": {"host": "127.0.0.1", "port": 0, "access_log": False},
-            "scrape": {"enabled": True, "interval_s": 0.5, "timeout_s": 2.0},
+            "scrape": {"enabled": setup != "unpublished", "interval_s": 0.5, "timeout_s": 2.0},
             "health": {"interval_s": 2.0, "timeout_s": 2.0},
             "timeouts": {"first_byte_s": 120.0, "total_s": 300.0},
             "cache": {"enabled": False},
@@ -130,13 +168,16 @@ def policy(setup: str, replicas: list[R.Replica], bind: str, capacity: int, n_do
 async def counters(session: aiohttp.ClientSession, url: str) -> dict[str, float]:
     async with session.get(url + "/metrics") as r:
         text = await r.text()
-    out = {"hits": 0.0, "queries": 0.0}
+    out = {"hits": 0.0, "queries": 0.0, "requests": 0.0}
+    names = {
+        "vllm:prefix_cache_hits_total": "hits",
+        "vllm:prefix_cache_queries_total": "queries",
+        "vllm:request_success_total": "requests",
+    }
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
-            if s.name == "vllm:prefix_cache_hits_total":
-                out["hits"] += s.value
-            elif s.name == "vllm:prefix_cache_queries_total":
-                out["queries"] += s.value
+            if s.name in names:
+                out[names[s.name]] += s.value
     return out
 
 
@@ -160,8 +201,6 @@ async def one(
             res.errors += 1
             await r.read()
             return
-        rid = r.headers.get("x-gateway-replica", "?")
-        res.per_replica[rid] = res.per_replica.get(rid, 0) + 1
         async for line in r.content:
             if not line.startswith(b"data: ") or line.startswith(b"data: [DONE]"):
                 continue
@@ -176,6 +215,23 @@ async def one(
         res.ttft.append(first)
 
 
+async def serving(session: aiohttp.ClientSession, url: str, timeout_s: float = 120.0) -> None:
+    """Wait until ``url`` answers a chat request: a peer registers its workers after its ``/health``
+    answers (sglang-router 0.3.2 discovers each worker's metadata first and answers 503 until then)."""
+    body = {"model": R.SERVED_NAME, "messages": [{"role": "user", "content": "ready?"}], "max_tokens": 1}
+    deadline = time.monotonic() + timeout_s
+    while True:
+        async with session.post(
+            url + "/v1/chat/completions", json=body, headers={"Authorization": "Bearer key-0"}
+        ) as r:
+            if r.status == 200:
+                return
+            text = await r.text()
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{url} not serving after {timeout_s} s: {text[:200]}")
+        await asyncio.sleep(0.5)
+
+
 async def run_setup(
     setup: str,
     replicas: list[R.Replica],
@@ -186,20 +242,22 @@ async def run_setup(
     concurrency: int,
 ) -> RunResult:
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=300)) as s:
-        for r in replicas:  # every run starts from empty caches
-            async with s.post(r.url + "/reset_prefix_cache") as resp:
-                assert resp.status == 200, await resp.text()
-        pol = policy(setup, replicas, bind, capacity, len(docs))
-        app = create_app(pol, secret=b"bench-secret")
-        runner = runner_for(app, pol)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        url = f"http://127.0.0.1:{runner.addresses[0][1]}"
-        before = [await counters(s, r.url) for r in replicas]
+        runner: web.AppRunner | None = None
+        peer: PeerProc | None = None
+        if setup == "pooled":  # one replica holding the fleet's KV, asked directly
+            url = replicas[0].url
+        elif setup in PEERS:
+            peer = await asyncio.to_thread(start_peer, PEERS[setup], [r.url for r in replicas])
+            url = peer.proc.url
+        else:
+            pol = policy(setup, replicas, bind, capacity, len(docs))
+            runner = runner_for(create_app(pol, secret=b"bench-secret"), pol)
+            await runner.setup()
+            site = web.TCPSite(runner, "127.0.0.1", 0)
+            await site.start()
+            url = f"http://127.0.0.1:{runner.addresses[0][1]}"
         res = RunResult(setup, 0, 0, [], 0, 0, {}, 0, 0.0)
         queue = list(enumerate(requests))
-        t0 = time.perf_counter()
 
         async def client() -> None:
             while queue:
@@ -207,14 +265,25 @@ async def run_setup(
                 await one(s, url, docs[d], q, f"key-{d}", res)
 
         try:
+            await serving(s, url)
+            for r in replicas:  # every run starts from empty caches
+                async with s.post(r.url + "/reset_prefix_cache") as resp:
+                    assert resp.status == 200, await resp.text()
+            before = [await counters(s, r.url) for r in replicas]
+            t0 = time.perf_counter()
             await asyncio.gather(*(client() for _ in range(concurrency)))
-        finally:
             res.wall_s = time.perf_counter() - t0
-            await runner.cleanup()
+        finally:
+            if runner is not None:
+                await runner.cleanup()
+            if peer is not None:
+                peer.proc.stop()
         await asyncio.sleep(1.5)  # the engines publish their last step's stats
         after = [await counters(s, r.url) for r in replicas]
         res.hits = sum(a["hits"] - b["hits"] for a, b in zip(after, before, strict=True))
         res.queries = sum(a["queries"] - b["queries"] for a, b in zip(after, before, strict=True))
+        for r, a, b in zip(replicas, after, before, strict=True):
+            res.per_replica[r.spec.replica_id] = a["requests"] - b["requests"]
         return res
 
 
@@ -234,29 +303,35 @@ def merge(runs: list[RunResult]) -> RunResult:
     return out
 
 
-def report_table(name: str, results: list[RunResult], docs: int, doc_tokens: int, capacity: int) -> str:
+def report_table(
+    name: str, results: list[RunResult], docs: int, doc_tokens: int, capacity: int, zipf_s: float | None
+) -> str:
+    pooled = next((r.hit_rate for r in results if r.name == "pooled"), None)
     rows = []
     for r in results:
         rows.append(
             [
                 r.name,
                 f"{100 * r.hit_rate:.1f} %",
+                *([f"{r.hit_rate / pooled:.3f}" if pooled else "-"] if pooled is not None else []),
                 f"{1000 * percentile(r.ttft, 50):.0f}",
                 f"{1000 * percentile(r.ttft, 90):.0f}",
                 f"{100 * r.cached_tokens / max(1, r.prompt_tokens):.1f} %",
-                " / ".join(f"{r.per_replica.get(k, 0)}" for k in ("r0", "r1")),
+                " / ".join(f"{r.per_replica.get(k, 0):.0f}" for k in ("r0", "r1")),
                 r.errors,
                 f"{r.wall_s:.1f}",
             ]
         )
+    popularity = f", Zipf popularity s = {zipf_s}" if zipf_s else ""
     head = (
-        f"### Workload {name}: {docs} documents of about {doc_tokens} tokens "
+        f"### Workload {name}: {docs} documents of about {doc_tokens} tokens{popularity} "
         f"({docs * doc_tokens} tokens in all, {2 * capacity * BLOCK} tokens of KV cache in the fleet)\n\n"
     )
     return head + table(
         [
             "routing",
             "hit rate",
+            *(["of pooled"] if pooled is not None else []),
             "TTFT p50 ms",
             "TTFT p90 ms",
             "cached (usage)",
@@ -268,26 +343,52 @@ def report_table(name: str, results: list[RunResult], docs: int, doc_tokens: int
     )
 
 
-def report_head(args: argparse.Namespace, capacity: int) -> str:
+def command_line(args: argparse.Namespace) -> str:
     cmd = (
         f"python -m bench.real_vllm --workloads {' '.join(args.workloads)} --requests {args.requests} "
-        f"--repeat {args.repeat} --concurrency {args.concurrency} --kv-bytes {args.kv_bytes} --write"
+        f"--repeat {args.repeat} --concurrency {args.concurrency} --kv-bytes {args.kv_bytes}"
+    )
+    if tuple(args.setups) != DEFAULT_SETUPS:
+        cmd += f" --setups {' '.join(args.setups)}"
+    if args.pooled:
+        cmd += " --pooled"
+    if args.section != "real-vllm":
+        cmd += f" --section {args.section}"
+    return cmd + " --write"
+
+
+def report_head(args: argparse.Namespace, capacity: int) -> str:
+    title = (
+        "round-robin vs approximate vs precise prefix routing"
+        if args.section == "real-vllm"
+        else "the router's picture of the replica wrong, and the peers (issue 24)"
     )
     return (
-        "## Real vLLM: round-robin vs approximate vs precise prefix routing\n\n"
-        f"`{cmd}` on {platform.machine()}, Python {platform.python_version()}, 2 cores shared with the "
-        f"gateway and the clients. Two vllm-cpu 0.32.0 replicas (tiny Llama, dummy weights, one core each, "
-        f"block size {BLOCK}, KV cache {args.kv_bytes} = {capacity} blocks = {capacity * BLOCK} tokens each). "
-        f"Per row: {args.requests} streamed chat requests × {args.repeat} repeats (rows interleaved), "
+        f"## Real vLLM: {title}\n\n"
+        f"`{command_line(args)}` on {platform.machine()}, Python {platform.python_version()}, 2 cores shared "
+        f"with the gateway and the clients. Two vllm-cpu 0.32.0 replicas (tiny Llama, dummy weights, one core "
+        f"each, block size {BLOCK}, KV cache {args.kv_bytes} = {capacity} blocks = {capacity * BLOCK} tokens "
+        f"each). Per row: {args.requests} streamed chat requests × {args.repeat} repeats (rows interleaved), "
         f"{args.concurrency} concurrent clients, the same seeded sequence (random document, short random "
         "question, one tenant group per document), prefix caches reset (`POST /reset_prefix_cache`) "
         "before each run.\n\n"
         "Hit rate: the replicas' own `vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total` "
         "(tokens, both replicas, all repeats). TTFT: first content chunk at the client, pooled over the "
-        "repeats. Cached: `usage.prompt_tokens_details.cached_tokens` / prompt tokens. `approximate`: the "
-        "index bounded by each replica's real capacity; `approximate_nocap`: the default bound (8,192 "
-        "blocks), so it never forgets what a replica evicted; `precise`: KV events.\n\n"
+        "repeats. Cached: `usage.prompt_tokens_details.cached_tokens` / prompt tokens. Requests: the "
+        "replicas' `vllm:request_success_total`. `approximate`: the index bounded by each replica's real "
+        "capacity, written in the policy; `approximate_nocap`: none written, the gateway reads it from the "
+        "scraped `vllm:cache_config_info`; `unpublished`: none written and no scrape (only `cached_tokens` "
+        "tells the router what is cached); `published_x0.5` / `published_x2`: the capacity written half / "
+        "twice the truth; `precise`: KV events; `smg` / `sglang-router`: the peers' `cache_aware` "
+        "processes in front of the same replicas; `pooled`: one replica with both replicas' KV, asked "
+        "directly (after the others; TTFT not comparable: one core serves every request).\n\n"
     )
+
+
+def pooled_kv(kv_bytes: str) -> str:
+    """Twice ``--kv-bytes`` (``16M`` -> ``32M``)."""
+    digits = kv_bytes.rstrip("KMGkmg")
+    return f"{2 * int(digits)}{kv_bytes[len(digits) :]}"
 
 
 async def amain(args: argparse.Namespace) -> int:
@@ -295,55 +396,70 @@ async def amain(args: argparse.Namespace) -> int:
     specs = R.fleet_specs(
         2, bind, free_port=free_port, kv_bytes=args.kv_bytes, block_size=BLOCK, dev_mode=True
     )
-    replicas = [R.start(s) for s in specs]
-    try:
-        R.wait_ready(replicas)
-        async with aiohttp.ClientSession() as s, s.get(replicas[0].url + "/metrics") as resp:
-            info = parse_cache_config(await resp.text())
-        assert info is not None and info.block_size == BLOCK, info
-        from tokenizers import Tokenizer
+    tok = Tokenizer.from_file(str(R.MODEL_DIR / "tokenizer.json"))
+    plans = {}
+    for wname in args.workloads:
+        n_docs, words, zipf_s = WORKLOADS[wname]
+        docs = documents(n_docs, args.seed, words)
+        plans[wname] = (docs, plan(args.requests, n_docs, args.seed, zipf_s))
+    runs: dict[str, dict[str, list[RunResult]]] = {w: {k: [] for k in args.setups} for w in args.workloads}
 
-        tok = Tokenizer.from_file(str(R.MODEL_DIR / "tokenizer.json"))
-        sections = [report_head(args, info.num_blocks)]
-        for wname in args.workloads:
-            n_docs, words = WORKLOADS[wname]
-            docs = documents(n_docs, args.seed, words)
-            doc_tokens = round(sum(len(tok.encode(d).ids) for d in docs) / len(docs))
-            requests = plan(args.requests, n_docs, args.seed)
-            runs: dict[str, list[RunResult]] = {k: [] for k in args.setups}
-            for rep in range(args.repeat):
-                for setup in args.setups:
-                    res = await run_setup(
-                        setup, replicas, bind, info.num_blocks, docs, requests, args.concurrency
-                    )
-                    runs[setup].append(res)
-                    print(
-                        f"{wname} #{rep} {setup:18s} hit {100 * res.hit_rate:5.1f} %"
-                        f"  ttft p50 {1000 * percentile(res.ttft, 50):5.0f} ms"
-                        f"  p90 {1000 * percentile(res.ttft, 90):5.0f} ms  {res.per_replica}  errors {res.errors}",
-                        flush=True,
-                    )
-            merged = [merge(runs[k]) for k in args.setups]
-            sections.append(report_table(wname, merged, n_docs, doc_tokens, info.num_blocks))
-        md = "\n\n".join(sections)
-        print(md)
-        if args.write:
-            write_section("real-vllm", md)
-    finally:
-        for r in replicas:
-            r.stop()
+    async def fleet(specs: list[R.ReplicaSpec], setups: list[str]) -> int:
+        """Start ``specs``, run ``setups`` on every workload, stop them; the replicas' KV blocks."""
+        replicas = [R.start(s) for s in specs]
+        try:
+            R.wait_ready(replicas)
+            async with aiohttp.ClientSession() as s, s.get(replicas[0].url + "/metrics") as resp:
+                info = parse_cache_config(await resp.text())
+            assert info is not None and info.block_size == BLOCK, info
+            for wname, (docs, requests) in plans.items():
+                for rep in range(args.repeat):
+                    for setup in setups:
+                        res = await run_setup(
+                            setup, replicas, bind, info.num_blocks, docs, requests, args.concurrency
+                        )
+                        runs[wname].setdefault(setup, []).append(res)
+                        print(
+                            f"{wname} #{rep} {setup:18s} hit {100 * res.hit_rate:5.1f} %"
+                            f"  ttft p50 {1000 * percentile(res.ttft, 50):5.0f} ms"
+                            f"  p90 {1000 * percentile(res.ttft, 90):5.0f} ms  {res.per_replica}"
+                            f"  errors {res.errors}",
+                            flush=True,
+                        )
+            return info.num_blocks
+        finally:
+            for r in replicas:
+                r.stop()
+
+    capacity = await fleet(specs, list(args.setups))
+    if args.pooled:
+        one = R.fleet_specs(
+            1, free_port=free_port, kv_bytes=pooled_kv(args.kv_bytes), block_size=BLOCK, dev_mode=True
+        )
+        await fleet(one, ["pooled"])
+    sections = [report_head(args, capacity)]
+    for wname, (docs, _) in plans.items():
+        doc_tokens = round(sum(len(tok.encode(d).ids) for d in docs) / len(docs))
+        merged = [merge(v) for v in runs[wname].values() if v]
+        sections.append(report_table(wname, merged, len(docs), doc_tokens, capacity, WORKLOADS[wname][2]))
+    md = "\n\n".join(sections)
+    print(md)
+    if args.write:
+        write_section(args.section, md)
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
+    ap.add_argument("--workloads", nargs="+", default=list(DEFAULT_WORKLOADS), choices=list(WORKLOADS))
     ap.add_argument("--requests", type=int, default=300, help="requests per run")
     ap.add_argument("--repeat", type=int, default=2, help="runs per (workload, setup), interleaved")
     ap.add_argument("--concurrency", type=int, default=4)
     ap.add_argument("--kv-bytes", default="16M")
     ap.add_argument("--seed", type=int, default=3)
-    ap.add_argument("--setups", nargs="+", default=list(SETUPS), choices=SETUPS)
+    ap.add_argument("--setups", nargs="+", default=list(DEFAULT_SETUPS), choices=SETUPS)
+    ap.add_argument("--pooled", action="store_true", help="then one replica of the fleet's KV: the bound")
+    ap.add_argument("--section", default="real-vllm", help="the docs/benchmarks.md section --write replaces")
     ap.add_argument("--write", action="store_true", help="write the tables into docs/benchmarks.md")
     args = ap.parse_args(argv)
     return asyncio.run(amain(args))

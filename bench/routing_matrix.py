@@ -96,6 +96,18 @@ VARIANTS: dict[str, dict[str, object]] = {
     "start4-noreset": {"_capacity": {"UNPUBLISHED_START": 4.0, "FIRST_MISS": False}},
     "start8-noreset": {"_capacity": {"FIRST_MISS": False}},
     "start4": {"_capacity": {"UNPUBLISHED_START": 4.0}},
+    # round 8 (``router.capacity``): the code before (round 7: the eviction term never on an unpublished
+    # estimate, its first miss floored at the default, its floor the default / 8, ghost growth 32 x);
+    # each of this round's three changes undone alone; proven only after 2 / 4 misses; growth 4 x
+    "r7": {
+        "_capacity": {"PROVEN_MISSES": 0, "FIRST_MISS_FLOOR": 1.0, "UNPUBLISHED_LOW": 8, "PROVEN_GROW": None}
+    },
+    "proven-off": {"_capacity": {"PROVEN_MISSES": 0}},
+    "low8": {"_capacity": {"FIRST_MISS_FLOOR": 1.0, "UNPUBLISHED_LOW": 8}},
+    "grow32": {"_capacity": {"PROVEN_GROW": None}},
+    "proven2": {"_capacity": {"PROVEN_MISSES": 2}},
+    "proven4": {"_capacity": {"PROVEN_MISSES": 4}},
+    "grow4": {"_capacity": {"PROVEN_GROW": 4.0}},
 }
 # router.capacity's values as committed, restored before each variant sets its own
 CAPACITY_DEFAULTS = {k: getattr(capacity, k) for v in VARIANTS.values() for k in v.get("_capacity", {})}  # type: ignore[union-attr]
@@ -313,6 +325,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--set", choices=["matrix", "zipf-r6"], default="matrix",
                    help="zipf-r6: round 6's own Zipf tune cells instead of the matrix (tune split only)")  # fmt: skip
     p.add_argument("--cells", nargs="+", help="only these cells (names as printed, or zipf names)")
+    p.add_argument("--small-grid", choices=["tune", "heldout"],
+                   help="run this split's grid of small engines on --split's records (round 8: the held-out "
+                   "grid's cells on the tune window, to compare a published twin with its sibling)")  # fmt: skip
     p.add_argument("--write", action="store_true", help="write the table into docs/benchmarks.md")
     args = p.parse_args(argv)
     if args.set == "zipf-r6" and args.split != "tune":
@@ -327,7 +342,7 @@ def main(argv: list[str] | None = None) -> None:
         wl = traces.trace_workload(recs, scale, "trace", "trace")
         ws = traces.working_set_blocks(recs, scale)
         default = RoutingConfig().default_kv_capacity_blocks
-        for cell in trace_cells() + small_cells(args.split):
+        for cell in trace_cells() + small_cells(args.small_grid or args.split):
             if args.cells and cell.name not in args.cells:
                 continue
             if cell.size is None:

@@ -108,6 +108,10 @@ VARIANTS: dict[str, dict[str, object]] = {
     "proven2": {"_capacity": {"PROVEN_MISSES": 2}},
     "proven4": {"_capacity": {"PROVEN_MISSES": 4}},
     "grow4": {"_capacity": {"PROVEN_GROW": 4.0}},
+    # round 8, item 2: a published estimate started at 2 x / 1.5 x the value (2 x: its band's top), its
+    # first miss taking it to what the index listed, as an unpublished one from its ceiling
+    "pubstart2": {"_capacity": {"PUBLISHED_START": 2.0}},
+    "pubstart1.5": {"_capacity": {"PUBLISHED_START": 1.5}},
 }
 # router.capacity's values as committed, restored before each variant sets its own
 CAPACITY_DEFAULTS = {k: getattr(capacity, k) for v in VARIANTS.values() for k in v.get("_capacity", {})}  # type: ignore[union-attr]

@@ -112,6 +112,8 @@ VARIANTS: dict[str, dict[str, object]] = {
     # first miss taking it to what the index listed, as an unpublished one from its ceiling
     "pubstart2": {"_capacity": {"PUBLISHED_START": 2.0}},
     "pubstart1.5": {"_capacity": {"PUBLISHED_START": 1.5}},
+    # round 8, item 2: a published estimate never below the value (misses shrink it to it, not under)
+    "pubfloor1": {"_capacity": {"PUBLISHED_LOW": 1.0}},
 }
 # router.capacity's values as committed, restored before each variant sets its own
 CAPACITY_DEFAULTS = {k: getattr(capacity, k) for v in VARIANTS.values() for k in v.get("_capacity", {})}  # type: ignore[union-attr]

@@ -93,6 +93,7 @@ UNPUBLISHED_LOW = 64  # an unpublished estimate stays above the default / this (
 PROVEN_MISSES = 1  # predicted hits that missed that prove an unpublished estimate (0: never proven)
 PUBLISHED_START = 1.0  # a published estimate starts at this x the value (above 1: its first miss resets
 # it as an unpublished one's; round 8 measured 2 and left it out: docs/benchmarks.md, "Round 8")
+PUBLISHED_LOW: float = PUBLISHED_FACTOR  # a published estimate stays above the value / this
 PROVEN_GROW: float | None = GROW  # ghost growth of a proven unpublished estimate (None: UNPUBLISHED_GROW)
 
 
@@ -121,7 +122,7 @@ class CapacityEstimate:
 
     def clamp(self) -> None:
         f = self.factor
-        lo = max(1.0, self.start / (f if self.published else UNPUBLISHED_LOW))
+        lo = max(1.0, self.start / (PUBLISHED_LOW if self.published else UNPUBLISHED_LOW))
         hi = float(self.start * f)
         self.blocks = min(hi, max(lo, self.blocks))
 

@@ -52,13 +52,16 @@ from dataclasses import dataclass
 
 from bench import traces, workloads
 from bench.oracle import oracle
-from bench.peer_models import SglangCacheAware
+from bench.peer_models import SglangCacheAware, SmgCacheAware
 from bench.report import table, write_section
 from bench.routing_offline import OfflineResult, replay
 from config.routing import RoutingConfig
 from router import capacity, pool
 from sim.engine import BlockPool, Engine, EngineConfig, EngineCosts, EngineRequest
 
+# smg's load poll (1 s of wall time, ``bench.peers``) in the replay's seconds: ``bench.routing`` plays
+# the tune window's 2,604 model seconds in 90 s of wall time (29 x); its synthetic workloads at 1 x
+SMG_TRACE_POLL_S = 29.0
 HELDOUT_OFFSET = 6000  # first record of the held-out window of the trace
 TIER_FACTOR = 2  # CPU tier blocks per GPU block
 VARIANTS: dict[str, dict[str, object]] = {
@@ -72,6 +75,10 @@ VARIANTS: dict[str, dict[str, object]] = {
     # spread of 2 requests in flight instead of 64 (its default ``balance_abs_threshold``)
     "sglang-model-4k": {"_sglang": {}},
     "sglang-model-balance2": {"max_prefix_tokens": 65536, "_sglang": {"balance_abs": 2}},
+    # round 8: bench.peer_models.SmgCacheAware (smg 1.13.0's cache_aware), the whole request matched, its
+    # load poll as in the process runs (``SMG_TRACE_POLL_S``); ``-poll1``: the router's 1 s scrapes
+    "smg-model": {"max_prefix_tokens": 65536, "_smg": {}},
+    "smg-model-poll1": {"max_prefix_tokens": 65536, "_smg": {"poll_s": 1.0}},
     # ablations of the 64-token gap (issue 24): the index bound pinned at the engine's true capacity
     # (told it, learning off), the eviction term off, each alone and together
     "truth-pinned": {"learn_capacity": False, "_published": 1.0},
@@ -314,6 +321,10 @@ def run_cell(
     cfg = RoutingConfig(policy="prefix_affinity", seed=0, **fields)  # type: ignore[arg-type]
     kwargs = VARIANTS[variant].get("_sglang", {} if variant == "sglang-model" else None)
     model = None if kwargs is None else (lambda: SglangCacheAware(**kwargs))  # type: ignore[arg-type]
+    smg = VARIANTS[variant].get("_smg")
+    if isinstance(smg, dict):
+        smg_kw = {"poll_s": SMG_TRACE_POLL_S if wl.name == "trace" else 1.0, **smg}
+        model = lambda: SmgCacheAware(**smg_kw)  # type: ignore[assignment]  # noqa: E731
     pool.UNLEARN = str(VARIANTS[variant].get("_unlearn", "proven"))
     for k, v in {**CAPACITY_DEFAULTS, **VARIANTS[variant].get("_capacity", {})}.items():  # type: ignore[dict-item]
         setattr(capacity, k, v)

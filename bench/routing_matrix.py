@@ -52,13 +52,16 @@ from dataclasses import dataclass
 
 from bench import traces, workloads
 from bench.oracle import oracle
-from bench.peer_models import SglangCacheAware
+from bench.peer_models import SglangCacheAware, SmgCacheAware
 from bench.report import table, write_section
 from bench.routing_offline import OfflineResult, replay
 from config.routing import RoutingConfig
 from router import capacity, pool
 from sim.engine import BlockPool, Engine, EngineConfig, EngineCosts, EngineRequest
 
+# smg's load poll (1 s of wall time, ``bench.peers``) in the replay's seconds: ``bench.routing`` plays
+# the tune window's 2,604 model seconds in 90 s of wall time (29 x); its synthetic workloads at 1 x
+SMG_TRACE_POLL_S = 29.0
 HELDOUT_OFFSET = 6000  # first record of the held-out window of the trace
 TIER_FACTOR = 2  # CPU tier blocks per GPU block
 VARIANTS: dict[str, dict[str, object]] = {
@@ -72,6 +75,10 @@ VARIANTS: dict[str, dict[str, object]] = {
     # spread of 2 requests in flight instead of 64 (its default ``balance_abs_threshold``)
     "sglang-model-4k": {"_sglang": {}},
     "sglang-model-balance2": {"max_prefix_tokens": 65536, "_sglang": {"balance_abs": 2}},
+    # round 8: bench.peer_models.SmgCacheAware (smg 1.13.0's cache_aware), the whole request matched, its
+    # load poll as in the process runs (``SMG_TRACE_POLL_S``); ``-poll1``: the router's 1 s scrapes
+    "smg-model": {"max_prefix_tokens": 65536, "_smg": {}},
+    "smg-model-poll1": {"max_prefix_tokens": 65536, "_smg": {"poll_s": 1.0}},
     # ablations of the 64-token gap (issue 24): the index bound pinned at the engine's true capacity
     # (told it, learning off), the eviction term off, each alone and together
     "truth-pinned": {"learn_capacity": False, "_published": 1.0},
@@ -96,6 +103,24 @@ VARIANTS: dict[str, dict[str, object]] = {
     "start4-noreset": {"_capacity": {"UNPUBLISHED_START": 4.0, "FIRST_MISS": False}},
     "start8-noreset": {"_capacity": {"FIRST_MISS": False}},
     "start4": {"_capacity": {"UNPUBLISHED_START": 4.0}},
+    # round 8 (``router.capacity``): the code before (round 7: the eviction term never on an unpublished
+    # estimate, its first miss floored at the default, its floor the default / 8, ghost growth 32 x);
+    # each of this round's three changes undone alone; proven only after 2 / 4 misses; growth 4 x
+    "r7": {
+        "_capacity": {"PROVEN_MISSES": 0, "FIRST_MISS_FLOOR": 1.0, "UNPUBLISHED_LOW": 8, "PROVEN_GROW": None}
+    },
+    "proven-off": {"_capacity": {"PROVEN_MISSES": 0}},
+    "low8": {"_capacity": {"FIRST_MISS_FLOOR": 1.0, "UNPUBLISHED_LOW": 8}},
+    "grow32": {"_capacity": {"PROVEN_GROW": None}},
+    "proven2": {"_capacity": {"PROVEN_MISSES": 2}},
+    "proven4": {"_capacity": {"PROVEN_MISSES": 4}},
+    "grow4": {"_capacity": {"PROVEN_GROW": 4.0}},
+    # round 8, item 2: a published estimate started at 2 x / 1.5 x the value (2 x: its band's top), its
+    # first miss taking it to what the index listed, as an unpublished one from its ceiling
+    "pubstart2": {"_capacity": {"PUBLISHED_START": 2.0}},
+    "pubstart1.5": {"_capacity": {"PUBLISHED_START": 1.5}},
+    # round 8, item 2: a published estimate never below the value (misses shrink it to it, not under)
+    "pubfloor1": {"_capacity": {"PUBLISHED_LOW": 1.0}},
 }
 # router.capacity's values as committed, restored before each variant sets its own
 CAPACITY_DEFAULTS = {k: getattr(capacity, k) for v in VARIANTS.values() for k in v.get("_capacity", {})}  # type: ignore[union-attr]
@@ -296,6 +321,10 @@ def run_cell(
     cfg = RoutingConfig(policy="prefix_affinity", seed=0, **fields)  # type: ignore[arg-type]
     kwargs = VARIANTS[variant].get("_sglang", {} if variant == "sglang-model" else None)
     model = None if kwargs is None else (lambda: SglangCacheAware(**kwargs))  # type: ignore[arg-type]
+    smg = VARIANTS[variant].get("_smg")
+    if isinstance(smg, dict):
+        smg_kw = {"poll_s": SMG_TRACE_POLL_S if wl.name == "trace" else 1.0, **smg}
+        model = lambda: SmgCacheAware(**smg_kw)  # type: ignore[assignment]  # noqa: E731
     pool.UNLEARN = str(VARIANTS[variant].get("_unlearn", "proven"))
     for k, v in {**CAPACITY_DEFAULTS, **VARIANTS[variant].get("_capacity", {})}.items():  # type: ignore[dict-item]
         setattr(capacity, k, v)
@@ -313,6 +342,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--set", choices=["matrix", "zipf-r6"], default="matrix",
                    help="zipf-r6: round 6's own Zipf tune cells instead of the matrix (tune split only)")  # fmt: skip
     p.add_argument("--cells", nargs="+", help="only these cells (names as printed, or zipf names)")
+    p.add_argument("--small-grid", choices=["tune", "heldout"],
+                   help="run this split's grid of small engines on --split's records (round 8: the held-out "
+                   "grid's cells on the tune window, to compare a published twin with its sibling)")  # fmt: skip
     p.add_argument("--write", action="store_true", help="write the table into docs/benchmarks.md")
     args = p.parse_args(argv)
     if args.set == "zipf-r6" and args.split != "tune":
@@ -327,7 +359,7 @@ def main(argv: list[str] | None = None) -> None:
         wl = traces.trace_workload(recs, scale, "trace", "trace")
         ws = traces.working_set_blocks(recs, scale)
         default = RoutingConfig().default_kv_capacity_blocks
-        for cell in trace_cells() + small_cells(args.split):
+        for cell in trace_cells() + small_cells(args.small_grid or args.split):
             if args.cells and cell.name not in args.cells:
                 continue
             if cell.size is None:

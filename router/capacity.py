@@ -51,6 +51,20 @@ scarce (bs16 / bs64 / bs16 e0.5 without ``cached_tokens``, the CPU tier), -0.011
 start 4 x the default without the reset (the previous round's untested note) had the same mean but
 cost the small 64-token engines and bs16 e0.5 0.015-0.029; the ceiling without the reset the same.
 
+A miss proves an unpublished estimate (round 8, ``PROVEN_MISSES``, ``FIRST_MISS_FLOOR``,
+``UNPUBLISHED_LOW``, ``PROVEN_GROW``): a predicted hit that missed is evidence as a published capacity
+is, so from the first one the estimate is ``proven``: the policy's eviction term reads it
+(``router.policies.prefix_affinity``), its ghost growth is the published ``GROW`` instead of 32 x, and
+the first miss takes it to what the index listed even below the default (down to the default / 64).
+On the Zipf tight cache unpublished (330 blocks a replica, 1/25 of the default) round 7's estimate
+ended at 18 x the engine (its floor the default / 8, growth 32 x a ghost's depth) and the term was off:
+0.896 of the pooled bound; now 0.99 x the engine and 0.973 (busy imbalance 1.08). Tune split, ``python
+-m bench.routing_matrix --split tune --variants r7 after proven-off low8 grow32 proven2 grow4`` (every
+cell but bs1; docs/benchmarks.md, "Round 8"): the 12 unpublished cells' mean 0.930 -> 0.938, worst 0.769
+-> 0.812 (bs64 e0.25), published cells identical; each change alone undone: term off (``proven-off``)
+0.925, floor back at the default / 8 (``low8``) 0.924, growth 32 x (``grow32``) 0.935 (``zipf-unpub``
+0.938, busy 1.18); proven only after 2 misses 0.929 (bs64 e0.25 0.741).
+
 Without ``cached_tokens`` in the answers (vLLM without ``--enable-prompt-tokens-details``) the replica's
 scraped ``vllm:prefix_cache_hits`` counter is the evidence (``CounterWindow``): summed over the prefills
 between two scrapes, its surplus over the index's predictions is read as the window's shallowest ghosts.
@@ -61,8 +75,11 @@ surplus). Unpublished capacity on the trace, before -> after: 0.821 -> 0.980 of 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from math import gcd
+
+from router.replica import ReplicaState
 
 GROW = 2.0  # blocks of estimate per block of a ghost hit's depth, past the bound
 UNPUBLISHED_GROW = 32.0  # the same for an estimate that started from the default
@@ -70,7 +87,14 @@ SHRINK = 1.0  # blocks of estimate per block the replica had evicted
 MAX_FACTOR = 8  # the estimate stays within [start / MAX_FACTOR, start * MAX_FACTOR]
 PUBLISHED_FACTOR = 2  # the same around a published capacity
 UNPUBLISHED_START = MAX_FACTOR  # an unpublished estimate starts at this x the default: its ceiling
-FIRST_MISS = True  # its first miss takes it to what the index listed then, but not below the default
+FIRST_MISS = True  # its first miss takes it to what the index listed then (within the bounds)
+FIRST_MISS_FLOOR = 0.0  # ... but not below this x the default (round 7: 1, the default itself)
+UNPUBLISHED_LOW = 64  # an unpublished estimate stays above the default / this (round 7: MAX_FACTOR)
+PROVEN_MISSES = 1  # predicted hits that missed that prove an unpublished estimate (0: never proven)
+PUBLISHED_START = 1.0  # a published estimate starts at this x the value (above 1: its first miss resets
+# it as an unpublished one's; round 8 measured 2 and left it out: docs/benchmarks.md, "Round 8")
+PUBLISHED_LOW: float = PUBLISHED_FACTOR  # a published estimate stays above the value / this
+PROVEN_GROW: float | None = GROW  # ghost growth of a proven unpublished estimate (None: UNPUBLISHED_GROW)
 
 
 @dataclass(slots=True)
@@ -84,12 +108,22 @@ class CapacityEstimate:
     shrunk: int = 0  # answers that shrank it
 
     @property
+    def published(self) -> bool:
+        return self.factor == PUBLISHED_FACTOR
+
+    @property
+    def proven(self) -> bool:
+        """Evidence bounds it: published, or shrunk by ``PROVEN_MISSES`` predicted hits that missed."""
+        return self.published or (PROVEN_MISSES > 0 and self.shrunk >= PROVEN_MISSES)
+
+    @property
     def bound(self) -> int:
         return max(1, round(self.blocks))
 
     def clamp(self) -> None:
         f = self.factor
-        lo, hi = max(1.0, self.start / f), float(self.start * f)
+        lo = max(1.0, self.start / (PUBLISHED_LOW if self.published else UNPUBLISHED_LOW))
+        hi = float(self.start * f)
         self.blocks = min(hi, max(lo, self.blocks))
 
 
@@ -113,7 +147,8 @@ class CapacityLearner:
     def start(self, replica_id: str, blocks: int, published: bool = False) -> int:
         """(Re)start a replica's estimate at ``blocks`` (published, else the default); returns the bound."""
         if published:
-            est = CapacityEstimate(blocks, float(blocks), PUBLISHED_FACTOR)
+            est = CapacityEstimate(blocks, blocks * PUBLISHED_START, PUBLISHED_FACTOR)
+            est.clamp()
         else:  # a guess: start where it forgets nothing (the ceiling) until a miss says otherwise
             est = CapacityEstimate(blocks, blocks * UNPUBLISHED_START, MAX_FACTOR)
             est.clamp()
@@ -125,6 +160,11 @@ class CapacityLearner:
 
     def estimate(self, replica_id: str) -> CapacityEstimate | None:
         return self._est.get(replica_id)
+
+    def proven(self, replicas: Iterable[ReplicaState]) -> frozenset[str]:
+        """The ids of ``replicas`` whose estimate evidence has proven (``CapacityEstimate.proven``)."""
+        est = self._est
+        return frozenset(r.id for r in replicas if (e := est.get(r.id)) is not None and e.proven)
 
     def evidence(
         self, predicted_tokens: int, cached_tokens: int, ghost_depths: tuple[int, ...] = ()
@@ -156,12 +196,15 @@ class CapacityLearner:
             return None
         before = est.bound
         if ev.missing:
-            if FIRST_MISS and held is not None and not est.shrunk and est.factor != PUBLISHED_FACTOR:
-                est.blocks = max(min(est.blocks, float(held)), float(est.start))
+            first = not est.published or PUBLISHED_START > 1
+            if FIRST_MISS and held is not None and not est.shrunk and first:
+                est.blocks = max(min(est.blocks, float(held)), FIRST_MISS_FLOOR * est.start)
             est.blocks -= SHRINK * ev.missing
             est.shrunk += 1
         elif ev.depth:
-            grow = GROW if est.factor == PUBLISHED_FACTOR else UNPUBLISHED_GROW
+            grow = GROW if est.published else UNPUBLISHED_GROW
+            if PROVEN_GROW is not None and est.proven and not est.published:
+                grow = PROVEN_GROW
             target = before + grow * ev.depth  # a bound that much larger would have kept them
             if target > est.blocks:
                 est.blocks = target

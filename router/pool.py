@@ -189,6 +189,8 @@ class PoolRouter:
         ctx = PickContext(
             request=request, candidates=candidates, block_size=self.cfg.block_size, index=self.index, now=now
         )
+        if self.capacity is not None:
+            ctx.proven = self.capacity.proven(candidates)
         hashes: tuple[int, ...] = ()
         engine: tuple[int, ...] = ()
         approx: dict[str, int] = {}

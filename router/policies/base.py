@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -28,6 +28,7 @@ class PickContext:
     block_hashes: Sequence[int] = ()  # the prompt's chained block hashes (router blocks)
     index: PrefixIndex | None = None  # the pool's prefix index (read only), with the decision's time
     now: float = 0.0
+    proven: Container[str] = ()  # replica ids whose learned capacity evidence has proven (router.capacity)
     weights: dict[str, float] = field(default_factory=dict)  # what a scoring policy applied (router.explain)
     added: dict[str, float] = field(default_factory=dict)  # replica id -> score a policy added beyond the
     # formula router.explain recomputes (prefix_affinity's hot-share term)

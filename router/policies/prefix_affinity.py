@@ -76,6 +76,10 @@ tables in docs/benchmarks.md):
   bs64 0.940 -> 0.914 / 0.910 -> 0.937. Published cells do not change. Held out (records 6,000-10,000,
   run once after): the issue's cell did not follow (0.930 -> 0.919), bs16 unpub 0.973 -> 0.978, without
   ``cached_tokens`` bs16 0.950 -> 0.958 and bs64 0.886 -> 0.906.
+  Round 8: **or a miss has proven** (``router.capacity``: a predicted hit that missed took the estimate
+  to what the index listed; from then it grows at the published rate). Unpublished, the Zipf tight
+  cache had no term and concentrated (0.896 of the pooled bound, estimate 18 x the engine): 0.973 now,
+  busy 1.08; the 12 unpublished tune cells' mean 0.930 -> 0.938 (docs/benchmarks.md, "Round 8").
 - **A hot prompt's home takes at most about its share: hot_penalty_tokens = 192 past 1.15 x.** Under
   Zipf a hot shared prompt stays on the replica that first held it (a copy costs a re-prefill plus what it
   evicts, 3,200 tokens here, against 64 a request in flight), and so does anything that replica held:
@@ -155,8 +159,8 @@ class PrefixAffinity:
         ctx.weights.update(reuse_factor=reuse, decode_cost_tokens=decode)  # what router.explain shows
         index, blocks = ctx.index, len(ctx.block_hashes)
         evict = self.evict_weight * bs if index is not None and blocks else 0.0
-        if evict and not all(r.kv_capacity_blocks for r in cands):
-            evict = 0.0  # the index's free room is a guess where a capacity is not published (above)
+        if evict and not all(r.kv_capacity_blocks or r.id in ctx.proven for r in cands):
+            evict = 0.0  # the free room is a guess where a capacity is neither published nor proven (above)
         hot, over = self._hot(ctx, depth), 0.0
         if hot:  # decisions of the window a replica may take before the term counts
             over = self.hot_share_factor * len(self._sent) / len(cands)

@@ -13,8 +13,10 @@ from router.capacity import (
     MAX_FACTOR,
     PUBLISHED_FACTOR,
     UNPUBLISHED_GROW,
+    UNPUBLISHED_LOW,
     CapacityLearner,
     CounterWindow,
+    Evidence,
 )
 from router.index import PrefixIndex
 from router.pool import PoolRouter
@@ -74,7 +76,7 @@ def test_the_estimate_moves_both_ways_and_stays_within_its_bounds(at_the_default
     assert learner.estimate("r").bound == 1000 * MAX_FACTOR
     for _ in range(1000):
         learner.observe("r", learner.evidence(16 * 5000, 0))
-    assert learner.estimate("r").bound == 1000 // MAX_FACTOR
+    assert learner.estimate("r").bound == round(1000 / UNPUBLISHED_LOW)
     assert learner.observe("gone", learner.evidence(0, 160, (1,))) is None
 
 
@@ -82,14 +84,17 @@ def test_an_unpublished_estimate_starts_at_its_ceiling_and_its_first_miss_takes_
     """Round 7: the default is a guess, 0.46 x the engine on the issue's cell and 2-25 x it on the small
     engines of the matrix. The estimate starts where the index forgets nothing (the ceiling); the first
     predicted hit that missed proves the replica holds less than the index listed then, so it goes there
-    (not below the default), and only the usual shrink after that."""
+    (round 8: below the default too, down to the default / ``UNPUBLISHED_LOW``), and only the usual
+    shrink after that."""
     learner = CapacityLearner(16)
     assert learner.start("big", 1000) == 1000 * MAX_FACTOR
     first = learner.observe("big", learner.evidence(16 * 11, 0), held=3000)  # 10 blocks missing
     assert first == 3000 - 10  # a large engine: what the index listed, less the miss
     assert learner.observe("big", learner.evidence(16 * 11, 0), held=100) == 3000 - 20  # no jump again
     learner.start("small", 1000)
-    assert learner.observe("small", learner.evidence(16 * 11, 0), held=400) == 1000 - 10  # the default
+    assert learner.observe("small", learner.evidence(16 * 11, 0), held=400) == 400 - 10  # the evidence
+    learner.start("tiny", 1000)
+    assert learner.observe("tiny", learner.evidence(16 * 11, 0), held=5) == round(1000 / UNPUBLISHED_LOW)
     learner.start("p", 1000, published=True)
     assert learner.observe("p", learner.evidence(16 * 11, 0), held=400) == 1000 - 10  # published: evidence
 
@@ -108,6 +113,24 @@ def test_an_unpublished_replica_is_remembered_until_it_misses():
     assert router.capacity_bound("r0") == 8 * MAX_FACTOR
     router.observe_usage(again, 16)  # the replica held one block of it: a small engine
     assert router.capacity_bound("r0") < 12 and router.index.size("r0") <= router.capacity_bound("r0")
+
+
+def test_a_miss_proves_an_unpublished_estimate_and_its_growth_is_then_the_published_rate():
+    """Round 8: the Zipf tight cache unpublished (330 blocks, 1/25 of the default) ended with an estimate
+    18 x the engine: the first miss's floor was the default, and every ghost hit grew it by 32 x its
+    depth. A miss is evidence as a published capacity is: from the first one the estimate is proven
+    (the eviction term may read it) and grows by ``GROW`` (tune split: 0.896 -> 0.973 of the pooled
+    bound, learned capacity 0.99 x the engine)."""
+    learner = CapacityLearner(16)
+    learner.start("r", 1000)
+    assert not learner.estimate("r").proven
+    assert learner.observe("r", learner.evidence(0, 16, (5,))) is None  # at its ceiling still
+    learner.observe("r", learner.evidence(16 * 11, 0), held=300)
+    assert learner.estimate("r").proven and learner.estimate("r").bound == 290
+    assert learner.observe("r", learner.evidence(0, 16, (5,))) == 290 + GROW * 5
+    assert learner.proven([ReplicaState(id=i, url="") for i in ("r", "other")]) == {"r"}
+    learner.start("p", 1000, published=True)
+    assert learner.estimate("p").proven  # a published capacity is evidence from the start
 
 
 def test_a_published_capacity_is_trusted_within_a_narrower_band():
@@ -243,17 +266,24 @@ def test_without_cached_tokens_the_hit_counter_grows_the_bound_on_ghosts(at_the_
     assert router.capacity_bound("r0") == learned
 
 
-def copied(evict_weight: float, published: bool = True) -> bool:
+def copied(evict_weight: float, published: bool = True, proven: bool = False) -> bool:
     """Two replicas whose caches (24 blocks) are full; a shared prompt homed on one of them, whose queue
     is longer than one re-prefill of the prompt. True when the next request of the prompt goes to the
     other replica (a copy). ``published=False``: the 24 blocks are the policy's default, not the
-    replicas' own."""
+    replicas' own; ``proven``: learned, and a predicted hit that missed on each replica has taken its
+    estimate there (``router.capacity``)."""
     cap = 24 if published else None
     replicas = [ReplicaState(id=f"r{i}", url="", kv_capacity_blocks=cap) for i in range(2)]
     cfg = RoutingConfig(
-        seed=1, evict_weight=evict_weight, default_kv_capacity_blocks=24, learn_capacity=False
+        seed=1, evict_weight=evict_weight, default_kv_capacity_blocks=24, learn_capacity=proven
     )
     router = PoolRouter(replicas, cfg)
+    if proven:
+        for r in replicas:
+            assert router.capacity is not None
+            bound = router.capacity.observe(r.id, Evidence(missing=1, surplus=0), held=25)
+            assert bound == 24
+            router.index.add_replica(r.id, bound)
     prompt = text("shared", 10)
     for q in ("q0", "q1", "q2"):  # q2's match ends where q1's did: the prefix is shared from now on
         d = router.route(chat(prompt + q))
@@ -282,6 +312,13 @@ def test_the_eviction_term_reads_only_a_published_capacity():
     there and the placement is the one without the term."""
     assert copied(1.0, published=False)
     assert copied(0.0, published=False)
+
+
+def test_the_eviction_term_reads_an_unpublished_capacity_a_miss_has_proven():
+    """Round 8: once a predicted hit that missed has taken each replica's learned estimate to what it
+    holds, its free room is evidence, and the copy pays for what it evicts as with a published one."""
+    assert not copied(1.0, published=False, proven=True)
+    assert copied(0.0, published=False, proven=True)
 
 
 def test_a_simulator_that_publishes_no_capacity():

@@ -55,7 +55,7 @@ from typing import Any
 from bench.report import percentile, table, write_section
 from config.routing import RoutingConfig
 from router.fairness.classes import ClassSpec
-from router.fairness.headroom import DERIVE_EVERY_S, AutoHeadroom, TopConcurrency, derived_slots
+from router.fairness.headroom import DERIVE_EVERY_S, MODELS, AutoHeadroom, TopConcurrency, derived_slots
 from router.fairness.queue import FairQueue, QueueFull, Waiter
 from router.fairness.release import not_to, queues_for_home, release, with_room
 from router.fairness.saturation import SaturationLimits, full_for, pool_saturation
@@ -214,7 +214,7 @@ def simulate(
         if auto is None:
             return
         if now - high[0] >= DERIVE_EVERY_S:
-            high[:] = [now, top.quantile(now, auto.quantile, auto.max_slots * replicas)]
+            high[:] = [now, top.needed(now, auto, auto.max_slots * replicas)]
         h = derived_slots(high[1], top.count, replicas, slots, auto)
         lim = replace(base_lim, reserved=h)
         derived_seen.append(h)
@@ -550,6 +550,10 @@ def main(argv: list[str] | None = None) -> None:
         "class's concurrency (fairness.auto_headroom), slots = the engine batch of the first --headroom",
     )  # fmt: skip
     ap.add_argument("--auto-window", type=float, default=30.0, help="auto_headroom_window_s")
+    ap.add_argument(
+        "--auto-model", nargs="+", choices=MODELS, default=["poisson"],
+        help="auto_headroom_model (each, with each --auto quantile)",
+    )  # fmt: skip
     ap.add_argument("--auto-min", type=int, nargs="+", default=[1], help="auto_headroom_min_slots (each)")
     ap.add_argument("--kv-blocks", type=int, default=2048, help="KV blocks of 16 tokens a replica")
     ap.add_argument("--write", action="store_true", help="write the section of docs/benchmarks.md")
@@ -582,8 +586,9 @@ def main(argv: list[str] | None = None) -> None:
     modes += [("fair", f"fair queue, lookahead {n}", {"lookahead": n}) for n in args.lookahead]
     B = S + (args.headroom[0] if args.headroom else 0)
     modes += [
-        ("fair", f"fair queue, auto headroom q {q:g}, min {m} (engine batch {B})",
-         {"slots": B, "auto": AutoHeadroom(B // 2, m, q, args.auto_window)})
+        ("fair", f"fair queue, auto headroom {model} q {q:g}, min {m} (engine batch {B})",
+         {"slots": B, "auto": AutoHeadroom(B // 2, m, q, args.auto_window, model)})
+        for model in args.auto_model
         for m in args.auto_min
         for q in args.auto
     ]  # fmt: skip

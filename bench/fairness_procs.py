@@ -101,7 +101,11 @@ def _words(rng: random.Random, n: int) -> str:
 
 
 def policy(
-    mode: str, urls: list[str], max_prefill: int = MAX_PREFILL, auto_quantile: float | None = None
+    mode: str,
+    urls: list[str],
+    max_prefill: int = MAX_PREFILL,
+    auto_quantile: float | None = None,
+    auto_model: str | None = None,
 ) -> dict[str, Any]:
     tenants = [*CALM, FLOOD]
     out: dict[str, Any] = {
@@ -135,6 +139,8 @@ def policy(
         out["fairness"].update(slots_per_replica=SLOTS + HEADROOM, headroom_slots=0, auto_headroom=True)
         if auto_quantile is not None:
             out["fairness"]["auto_headroom_quantile"] = auto_quantile
+        if auto_model is not None:
+            out["fairness"]["auto_headroom_model"] = auto_model
     return out
 
 
@@ -147,6 +153,7 @@ def serving(
     checkout: str | None = None,
     max_prefill: int = MAX_PREFILL,
     auto_quantile: float | None = None,
+    auto_model: str | None = None,
 ) -> Iterator[tuple[str, str | None]]:
     """The base URL of the router under test (``/v1`` below it), and the gateway's metrics URL."""
     if mode == "smg":
@@ -166,7 +173,7 @@ def serving(
             yield p.proc.url, p.metrics_url
         return
     path = workdir / f"policy-{mode}.yaml"
-    path.write_text(yaml.safe_dump(policy(mode, urls, max_prefill, auto_quantile)))
+    path.write_text(yaml.safe_dump(policy(mode, urls, max_prefill, auto_quantile, auto_model)))
     gw = start_gateway(
         ["--config", str(path)],
         env={"PREFIX_GATEWAY_SECRET": "fairness-bench-0123456789", "PREFIX_GATEWAY_ADMIN_TOKEN": ADMIN_TOKEN},
@@ -498,6 +505,11 @@ def main(argv: list[str] | None = None) -> None:
         "--auto-quantile", type=float, help="fair-auto's fairness.auto_headroom_quantile (else the default)"
     )
     ap.add_argument(
+        "--auto-model",
+        choices=("poisson", "observed"),
+        help="fair-auto's fairness.auto_headroom_model (else the default)",
+    )
+    ap.add_argument(
         "--before",
         metavar="CHECKOUT",
         help="also run the fair mode with this checkout's gateway (a worktree of an earlier commit) right "
@@ -537,6 +549,7 @@ def main(argv: list[str] | None = None) -> None:
                     checkout,
                     args.max_prefill,
                     args.auto_quantile,
+                    args.auto_model,
                 )
                 with running(sim), serve as (base, metrics):
                     res = asyncio.run(

@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument(
         "--auto",
         action="store_true",
-        help="also each fair row with fairness.auto_headroom (the defaults: 0.9 quantile, min 1, max half "
+        help="also each fair row with fairness.auto_headroom (the defaults: poisson, 0.95 quantile, min 1, max half "
         "the slots; neither tenant is of the highest class, so it keeps its floor)",
     )
     ap.add_argument("--write", action="store_true", help="write the section of docs/benchmarks.md")

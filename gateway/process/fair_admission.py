@@ -72,7 +72,11 @@ def auto_headroom(cfg: FairnessConfig, limits: LimitsConfig) -> AutoHeadroom | N
     slots = cfg.slots_per_replica or limits.max_concurrent_per_replica
     most = cfg.auto_headroom_max_slots if cfg.auto_headroom_max_slots is not None else slots // 2
     return AutoHeadroom(
-        most, cfg.auto_headroom_min_slots, cfg.auto_headroom_quantile, cfg.auto_headroom_window_s
+        most,
+        cfg.auto_headroom_min_slots,
+        cfg.auto_headroom_quantile,
+        cfg.auto_headroom_window_s,
+        cfg.auto_headroom_model,
     )
 
 
@@ -128,8 +132,8 @@ class _PoolQueue:
         now = self.router.clock()
         if now - self.derived_at >= DERIVE_EVERY_S:
             self.top.window_s = auto.window_s
-            bound = auto.max_slots * len(self.router.replicas)  # a cold start's missing samples
-            self.high, self.derived_at = self.top.quantile(now, auto.quantile, bound), now
+            bound = auto.max_slots * len(self.router.replicas)  # a cold start's
+            self.high, self.derived_at = self.top.needed(now, auto, bound), now
         healthy = sum(1 for r in self.router.replicas if r.healthy)
         slots = self.cfg.slots_per_replica or self.limits.max_concurrent_per_replica
         self.derived = derived_slots(self.high, self.top.count, healthy, slots, auto)

@@ -39,6 +39,7 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import math
 import multiprocessing
 import random
 import re
@@ -54,6 +55,7 @@ import httpx
 import openai
 import yaml
 
+from bench.fairness import SHARE_TOLERANCE, entitled_shares, within_entitled
 from bench.loadgen import LoadResult, run_load
 from bench.peers import PEERS, start_peer
 from bench.procs import running, start_gateway, start_sim
@@ -471,6 +473,7 @@ def summarize(res: dict[str, Any], seconds: float) -> dict[str, Any]:
     return {
         "pooled": pooled,
         "per_ttfts": {t: list(c["ttfts"]) for t, c in res["calm"].items()},
+        "per_sent": {t: c["sent"] for t, c in res["calm"].items()},
         "calm_met": calm_met,
         "flood_met": flood_met,
         "flood_sent": flood_sent,
@@ -587,6 +590,16 @@ def main(argv: list[str] | None = None) -> None:
         write_section("fairness-procs", md)
 
 
+def _flood_entitled(runs: list[dict[str, Any]], answered: int) -> float:
+    """The flood's weighted max-min share of the answers (weights 1, as the policies): each well-behaved
+    tenant offers what it sent, the flood's closed loop is always backlogged (nan: no flood)."""
+    if not any(r["flood_sent"] for r in runs):
+        return float("nan")
+    offered = {t: float(sum(r.get("per_sent", {}).get(t, 0) for r in runs)) for t in CALM}
+    offered[FLOOD] = math.inf
+    return entitled_shares(offered, float(answered))[FLOOD]
+
+
 def pooled(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """One mode's runs as one: the TTFTs pooled, the counts summed."""
     ttfts = [x for r in runs for x in r["pooled"]]
@@ -609,6 +622,7 @@ def pooled(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "flood_ok": flood_ok,
         "flood_sent": sum(r["flood_sent"] for r in runs),
         "flood_share": flood_ok / (calm_ok + flood_ok) if calm_ok + flood_ok else 0.0,
+        "flood_entitled": _flood_entitled(runs, calm_ok + flood_ok),
         "req_s": (calm_ok + flood_ok) / sum(r["wall"] for r in runs),
         "calm_attain": sum(r["calm_met"] for r in runs) / max(1, sum(r["calm_sent"] for r in runs)),
         "attain": sum(r["calm_met"] + r["flood_met"] for r in runs)
@@ -644,12 +658,13 @@ def report(
         rows.append([
             lab, s["n"], f(s["p50"]), f(s["p99"]), f(s["p99"] / alone, 2) if alone else "-", f(worst / alone, 2) if alone else "-",
             f"{s['calm_ok']} / {s['calm_sent']} ({s['calm_errors']})", f"{s['flood_ok']} / {s['flood_sent']}",
-            f(s["flood_share"]), f(s["req_s"], 1), f(s["req_s"] / fifo_rps) if fifo_rps else "-",
+            f(s["flood_share"]), f(s["flood_entitled"]), within_entitled(s["flood_share"], s["flood_entitled"]),
+            f(s["req_s"], 1), f(s["req_s"] / fifo_rps) if fifo_rps else "-",
             f(s["calm_attain"]), f(s["attain"]), f(s["hit"]), f(s["calm_hit"]), f(s["derived"], 2),
         ])  # fmt: skip
     headers = ["mode", "well-behaved answered (pooled)", "p50 TTFT", "p99 TTFT", "p99 x alone", "worst tenant's p99 x alone",
                "well-behaved answered / sent (errors)", "flood answered / sent", "flood share (weight share 0.167)",
-               "req/s", "x FIFO", "objective (well-behaved, 1 s)", "objective (all; flood 3 s)", "hit rate",
+               "flood entitled (max-min)", f"flood within entitled + {SHARE_TOLERANCE:g}", "req/s", "x FIFO", "objective (well-behaved, 1 s)", "objective (all; flood 3 s)", "hit rate",
                "hit rate (well-behaved)", "derived headroom (end)"]  # fmt: skip
     per_rows = [
         [t, *(f"{f(pool[lab]['per'][t][0])} / {f(pool[lab]['per'][t][1])}" for lab in labels)] for t in CALM
@@ -663,7 +678,8 @@ def report(
             f"the flood a closed loop of {args.flood_concurrency} streams; {args.runs} run(s) of every mode, one "
             "mode after another; load: the machine's 1-minute load average after each mode, 2 cores shared with "
             "other work). TTFT in seconds at the client; req/s: answers over the modes' wall time; x FIFO: "
-            "against `fifo` (today's slot queue); objective: share of the requests sent whose first token "
+            "against `fifo` (today's slot queue); flood entitled: its weighted max-min fair share of the answers "
+            "(weights 1) given what each well-behaved tenant sent and a flood always backlogged; objective: share of the requests sent whose first token "
             "came within it (an error missed it); hit rate: prompt tokens the engines took from their prefix "
             "caches, of every generation they started.",
             "",

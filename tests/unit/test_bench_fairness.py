@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from bench.fairness import CALM, capacity, simulate, summarize, workload
+import math
+
+from bench.fairness import CALM, capacity, entitled_shares, max_min_shares, simulate, summarize, workload
 from bench.fairness_procs import HEADROOM, MODES, SLOTS, SMG_PRIORITY, policy
 from config.policy import Policy
 
@@ -73,3 +75,29 @@ def test_the_sockets_benchmark_builds_valid_policies_and_an_smg_config_that_fits
     classes = SMG_PRIORITY["classes"]
     assert set(classes) == {"system", "interactive", "default", "bulk"}  # smg's four, all required
     assert sum(c["reserved_floor"] for c in classes.values()) <= SLOTS * len(urls)  # else it falls back
+
+
+def test_entitled_shares_are_weighted_max_min_of_what_each_tenant_offers():
+    # the five ask 1 each, less than a sixth of 20: the flood (always backlogged) is entitled to the rest
+    offered = {**{t: 1.0 for t in CALM}, "flood": math.inf}
+    assert max_min_shares(offered, {}, 20.0) == {**{t: 1.0 for t in CALM}, "flood": 15.0}
+    assert entitled_shares(offered, 20.0)["flood"] == 0.75
+    # everyone backlogged: the weights' shares (3 : 1)
+    assert max_min_shares({"h": math.inf, "l": math.inf}, {"h": 3, "l": 1}, 8.0) == {"h": 6.0, "l": 2.0}
+    # the light one asks less than its weight's part: it gets what it asks, the heavy one the rest
+    assert max_min_shares({"h": 10.0, "l": 1.0}, {"h": 3, "l": 1}, 8.0) == {"h": 7.0, "l": 1.0}
+    # capacity beyond every demand: nobody is entitled to more than it asked
+    assert max_min_shares({"a": 1.0, "b": 2.0}, {}, 10.0) == {"a": 1.0, "b": 2.0}
+    # the flood asks for 10 x the fleet while the others are backlogged too: each its sixth
+    backlogged = {**{t: 100.0 for t in CALM}, "flood": 1000.0}
+    assert math.isclose(entitled_shares(backlogged, 60.0)["flood"], 1 / 6)
+
+
+def test_the_report_counts_the_floods_entitled_share_from_the_offered_requests():
+    cap = capacity(2, 4, seconds=8.0)
+    reqs = workload(4.0, 1.0, 10 * cap, 0, seed=1)
+    s = summarize(simulate("fifo", reqs, 2, 4, 4.0))
+    assert 0.5 < s["flood_entitled"] < 1.0  # what the five leave of the completions
+    assert math.isnan(
+        summarize(simulate("alone", workload(4.0, 1.0, 0.0, 0, seed=1), 2, 4, 4.0))["flood_entitled"]
+    )

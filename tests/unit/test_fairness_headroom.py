@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from config.fairness import FairnessConfig
 from config.policy import LimitsConfig
-from gateway.process.fair_admission import _PoolQueue, auto_headroom
+from gateway.observability.metrics import GatewayMetrics
+from gateway.process.fair_admission import FairAdmission, _PoolQueue, auto_headroom
 from router.fairness.headroom import (
     WARM_ARRIVALS,
     AutoHeadroom,
@@ -188,3 +189,28 @@ def test_the_gateway_derives_the_headroom_from_the_poisson_model_by_default():
     assert pq.top.count == 5
     # L = 5: room for 9 at once; 5 open now: (9 - 5) / 2 replicas = 2 a replica
     assert pq.sat_limits().reserved == 2
+
+
+def test_the_gateway_exports_the_load_the_headroom_is_derived_from():
+    cfg = FairnessConfig(enabled=True, slots_per_replica=10, auto_headroom=True)
+    router = _Router()
+    admission = FairAdmission(GatewayMetrics())
+    pq = admission._pool("m", cfg, LimitsConfig(), router)  # type: ignore[arg-type]
+    for k in range(100):  # 4 a second, each held 0.2 s, over 25 s
+        router.now = k / 4
+        pq.top.started(router.now)
+        router.now += 0.2
+        pq.top.ended(router.now)
+    router.now = 25.0
+    pq.sat_limits()
+    admission._gauge_headroom("m", pq)
+    reg = admission.metrics.registry
+
+    def term(name: str) -> float | None:
+        return reg.get_sample_value("prefix_gateway_fair_headroom_model", {"pool": "m", "term": name})
+
+    assert abs(term("arrival_rate_per_s") - 4.0) < 0.01  # type: ignore[operator]
+    assert abs(term("service_s") - 0.2) < 0.01  # type: ignore[operator]
+    assert abs(term("concurrency") - 0.8) < 0.02  # type: ignore[operator]
+    assert term("needed") == 2.0  # Poisson(0.8): P(N <= 1) 0.809, P(N <= 2) 0.953
+    assert reg.get_sample_value("prefix_gateway_fair_headroom_slots", {"pool": "m"}) == 1.0  # 2 over 2

@@ -40,8 +40,12 @@ the engines' batch (``max_num_seqs``), the highest class may take all of them an
 (more than a fixed headroom leaves them), and the reservation follows the class's load up and down
 within the window. An explicit ``headroom_slots`` or ``reserved_slots`` wins (no derivation).
 
-The models, quantile, window and defaults are measured (docs/benchmarks.md "Issue 28, round 5" and
-"round 6").
+Measured (docs/benchmarks.md "Issue 28, round 5" and "round 6"): q 0.95 is the largest quantile that
+kept 0.95 x today's output in model time (``python -m bench.fairness --auto ...``, seed 0: p99 1.03 x
+alone, 0.975 x; q 0.99 0.901 x; held-out seed 1: 1.38 x); through sockets it met 1.25 x alone in 1
+of 3 runs against 2 of 3 for a fixed 3 a replica, and at q 0.99 matched that one's p99 at 0.919 x
+FIFO's answers: ``fairness.auto_headroom`` stays off by default. The model also sizes a fixed
+headroom (docs/operations.md).
 """
 
 from __future__ import annotations

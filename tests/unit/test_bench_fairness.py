@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from bench.fairness import CALM, capacity, entitled_shares, max_min_shares, simulate, summarize, workload
+from bench.fairness_dump import end_waits, waiters
 from bench.fairness_procs import HEADROOM, MODES, SLOTS, SMG_PRIORITY, policy
 from config.policy import Policy
 
@@ -101,3 +102,22 @@ def test_the_report_counts_the_floods_entitled_share_from_the_offered_requests()
     assert math.isnan(
         summarize(simulate("alone", workload(4.0, 1.0, 0.0, 0, seed=1), 2, 4, 4.0))["flood_entitled"]
     )
+
+
+def test_the_dump_reader_finds_the_end_free_gap_a_waiting_request_fell_in():
+    # one replica's view: three flood streams end at 1.0 / 1.0 / 2.0; three well-behaved streams come at
+    # 1.1, 1.2 and 1.3 (queued 0.7 s: admitted at 2.0, after the next end)
+    def gen(rep: int, at: float, end: float, calm: bool) -> dict[str, object]:
+        return {"replica": rep, "received_at": at, "first_write_at": at + 0.05 + at / 100, "finished_at": end,
+                "calm": calm}  # fmt: skip
+
+    gens = [gen(0, 0.0, 1.0, False), gen(0, 0.0, 1.0, False), gen(0, 0.0, 2.0, False)]
+    gens += [gen(0, 1.1, 2.5, True), gen(0, 1.2, 2.6, True), gen(0, 2.001, 3.0, True)]
+    waited = gens[-1]
+    row = {"tenant": "calm0", "replica": "r0", "queue": 0.7, "hop": 0.001,
+           "engine": waited["first_write_at"] - waited["received_at"]}  # fmt: skip
+    (w,) = waiters(gens, [row, {"tenant": "calm1", "replica": "r0", "queue": 0.0}])
+    assert w["gap_start"] == 1.0 and abs(w["gap"] - 1.0) < 1e-9  # the end at 1.0 to the one at 2.0
+    assert w["came"] == 3  # two at the replica, one queued
+    assert (w["class_open"], w["flood_open"]) == (0, 1)  # 10 ms after 1.0: the third flood stream
+    assert [round(x, 3) for x in end_waits([1.0, 2.0], 0.5, 1.5, 0.25)] == [0.5, 0.25, 1.0, 0.75]

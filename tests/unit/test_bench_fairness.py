@@ -6,7 +6,16 @@ import math
 
 from bench.fairness import CALM, capacity, entitled_shares, max_min_shares, simulate, summarize, workload
 from bench.fairness_dump import end_waits, waiters
-from bench.fairness_procs import HEADROOM, MODES, SLOTS, SMG_PRIORITY, policy
+from bench.fairness_procs import (
+    HEADROOM,
+    MAX_TOKENS,
+    MODES,
+    SLOTS,
+    SMG_PRIORITY,
+    SPREAD,
+    output_tokens,
+    policy,
+)
 from config.policy import Policy
 
 
@@ -121,3 +130,12 @@ def test_the_dump_reader_finds_the_end_free_gap_a_waiting_request_fell_in():
     assert w["came"] == 3  # two at the replica, one queued
     assert (w["class_open"], w["flood_open"]) == (0, 1)  # 10 ms after 1.0: the third flood stream
     assert [round(x, 3) for x in end_waits([1.0, 2.0], 0.5, 1.5, 0.25)] == [0.5, 0.25, 1.0, 0.75]
+
+
+def test_spread_tokens_vary_each_requests_output_around_the_same_mean_from_a_generator_of_their_own():
+    assert {output_tokens(False, "flood", 0, i) for i in range(50)} == {MAX_TOKENS}
+    spread = [output_tokens(True, "flood", 0, i) for i in range(2000)]
+    assert min(spread) >= SPREAD[0] and max(spread) <= SPREAD[1] and len(set(spread)) > 50
+    assert abs(sum(spread) / len(spread) - MAX_TOKENS) < 3  # the same mean: the same work a request
+    assert spread[:20] == [output_tokens(True, "flood", 0, i) for i in range(20)]  # a run repeats
+    assert spread[:20] != [output_tokens(True, "flood", 1000, i) for i in range(20)]  # each run its own

@@ -55,7 +55,7 @@ from typing import Any
 from bench.report import percentile, table, write_section
 from config.routing import RoutingConfig
 from router.fairness.classes import ClassSpec
-from router.fairness.headroom import DERIVE_EVERY_S, AutoHeadroom, TopConcurrency, derived_slots
+from router.fairness.headroom import DERIVE_EVERY_S, MODELS, AutoHeadroom, TopConcurrency, derived_slots
 from router.fairness.queue import FairQueue, QueueFull, Waiter
 from router.fairness.release import not_to, queues_for_home, release, with_room
 from router.fairness.saturation import SaturationLimits, full_for, pool_saturation
@@ -159,6 +159,7 @@ class Run:
     hits: int = 0
     queries: int = 0
     extra: dict[str, float] = field(default_factory=dict)
+    weights: dict[str, float] = field(default_factory=dict)  # the fair queue's (1 when absent)
 
 
 def simulate(
@@ -214,7 +215,7 @@ def simulate(
         if auto is None:
             return
         if now - high[0] >= DERIVE_EVERY_S:
-            high[:] = [now, top.quantile(now, auto.quantile, auto.max_slots * replicas)]
+            high[:] = [now, top.needed(now, auto, auto.max_slots * replicas)]
         h = derived_slots(high[1], top.count, replicas, slots, auto)
         lim = replace(base_lim, reserved=h)
         derived_seen.append(h)
@@ -396,7 +397,7 @@ def simulate(
     for r in reqs:  # still waiting at the end: the gateway would have answered 503 at its deadline
         if r.decision is None and r.shed is None:
             r.shed = "timeout"
-    run = Run(mode, reqs, seconds)
+    run = Run(mode, reqs, seconds, weights=dict(weights or {}))
     run.queries = sum(e.stats.prefix_queries for e in engines)
     run.hits = sum(e.stats.prefix_hits for e in engines)
     run.extra["most_in_flight_low"] = most_low[0]
@@ -454,6 +455,42 @@ def capacity(replicas: int, slots: int, seconds: float = 20.0, seed: int = 0, kv
     return done / (seconds - warm)
 
 
+SHARE_TOLERANCE = 0.02  # the flood's share may exceed its entitled share by this much (about 1 request in 50)
+
+
+def max_min_shares(demand: dict[str, float], weights: dict[str, float], capacity: float) -> dict[str, float]:
+    """Weighted max-min fair allocation of ``capacity`` between tenants offering ``demand`` (the same unit,
+    ``math.inf`` for a tenant that is always backlogged): a tenant asking less than its weight's part of
+    what is left gets what it asks, the others share the rest by weight (water-filling). What the flood
+    is entitled to when the others ask less than their share: all they leave (work conserving)."""
+    alloc: dict[str, float] = {}
+    left = {t: d for t, d in demand.items() if d > 0}
+    rest = capacity
+    while left and rest > 0:
+        wsum = sum(weights.get(t, 1.0) for t in left)
+        fair = {t: rest * weights.get(t, 1.0) / wsum for t in left}
+        under = [t for t, d in left.items() if d <= fair[t]]
+        if not under:
+            alloc.update(fair)
+            break
+        for t in under:
+            alloc[t] = left.pop(t)
+            rest -= alloc[t]
+    return {t: alloc.get(t, 0.0) for t in demand}
+
+
+def entitled_shares(
+    offered: dict[str, float], completed: float, weights: dict[str, float] | None = None
+) -> dict[str, float]:
+    """Each tenant's entitled share of the ``completed`` requests: weighted max-min of the fleet's
+    throughput (what it completed, everyone included) given each tenant's ``offered`` requests; a
+    tenant-less batch band is after every tenant, so the tenants' entitlements add up to 1."""
+    if completed <= 0:
+        return {t: float("nan") for t in offered}
+    alloc = max_min_shares(offered, weights or {}, completed)
+    return {t: a / completed for t, a in alloc.items()}
+
+
 def _ttfts(run: Run, tenant: str) -> list[float]:
     return [r.first - r.at for r in run.reqs if r.tenant == tenant and r.first is not None]
 
@@ -477,8 +514,11 @@ def summarize(run: Run) -> dict[str, Any]:
     sent = [r for r in run.reqs if r.tenant in CALM and r.first is not None and r.decision is not None]
     gateway_wait = [r.decision.routed_at - r.at for r in sent]  # type: ignore[union-attr]
     engine_wait = [r.first - r.decision.routed_at for r in sent]  # type: ignore[operator,union-attr]
+    offered = {t: float(sum(1 for r in run.reqs if r.tenant == t and r.at < t_end)) for t in (*CALM, FLOOD)}
+    entitled = entitled_shares(offered, float(len(completed)), run.weights)
     return {
         "per": per,
+        "flood_entitled": entitled[FLOOD] if offered[FLOOD] else float("nan"),
         "throughput": len(completed) / t_end,
         "tokens_per_s": out_tokens / t_end,
         "flood_share": flood_done / len(completed) if completed else 0.0,
@@ -498,7 +538,8 @@ def summarize(run: Run) -> dict[str, Any]:
 
 
 HEADERS = [
-    "mode", "p50 TTFT", "p99 TTFT", "p99 x alone", "p99 wait: gateway / engine", "flood share", "req/s", "output tok/s", "x today",
+    "mode", "p50 TTFT", "p99 TTFT", "p99 x alone", "p99 wait: gateway / engine", "flood share",
+    "flood entitled (max-min)", f"flood within entitled + {SHARE_TOLERANCE:g}", "req/s", "output tok/s", "x today",
     "objective (well-behaved)", "objective (all)", "hit rate", "hit rate (well-behaved)",
     "shed (well-behaved / flood)",
     "batch lines done",
@@ -514,6 +555,12 @@ def _differs(args: argparse.Namespace) -> str:
     if args.kv_blocks != 2048:
         parts.append(f"{args.kv_blocks} KV blocks a replica")
     return ", ".join(parts) or args.section
+
+
+def within_entitled(share: float, entitled: float) -> str:
+    if entitled != entitled:
+        return "-"
+    return f"{'yes' if share <= entitled + SHARE_TOLERANCE else 'no'} ({share - entitled:+.3f})"
 
 
 def _f(x: float, digits: int = 3) -> str:
@@ -550,6 +597,10 @@ def main(argv: list[str] | None = None) -> None:
         "class's concurrency (fairness.auto_headroom), slots = the engine batch of the first --headroom",
     )  # fmt: skip
     ap.add_argument("--auto-window", type=float, default=30.0, help="auto_headroom_window_s")
+    ap.add_argument(
+        "--auto-model", nargs="+", choices=MODELS, default=["poisson"],
+        help="auto_headroom_model (each, with each --auto quantile)",
+    )  # fmt: skip
     ap.add_argument("--auto-min", type=int, nargs="+", default=[1], help="auto_headroom_min_slots (each)")
     ap.add_argument("--kv-blocks", type=int, default=2048, help="KV blocks of 16 tokens a replica")
     ap.add_argument("--write", action="store_true", help="write the section of docs/benchmarks.md")
@@ -582,8 +633,9 @@ def main(argv: list[str] | None = None) -> None:
     modes += [("fair", f"fair queue, lookahead {n}", {"lookahead": n}) for n in args.lookahead]
     B = S + (args.headroom[0] if args.headroom else 0)
     modes += [
-        ("fair", f"fair queue, auto headroom q {q:g}, min {m} (engine batch {B})",
-         {"slots": B, "auto": AutoHeadroom(B // 2, m, q, args.auto_window)})
+        ("fair", f"fair queue, auto headroom {model} q {q:g}, min {m} (engine batch {B})",
+         {"slots": B, "auto": AutoHeadroom(B // 2, m, q, args.auto_window, model)})
+        for model in args.auto_model
         for m in args.auto_min
         for q in args.auto
     ]  # fmt: skip
@@ -622,6 +674,7 @@ def main(argv: list[str] | None = None) -> None:
         rows.append([
             name, _f(s["p50"]), _f(s["p99"]), _f(s["p99"] / alone_p99, 2),
             f"{_f(s['p99_gateway'])} / {_f(s['p99_engine'])}", f"{s['flood_share']:.3f}",
+            "-" if s["flood_entitled"] != s["flood_entitled"] else f"{s['flood_entitled']:.3f}", within_entitled(s["flood_share"], s["flood_entitled"]),
             f"{s['throughput']:.2f}", f"{s['tokens_per_s']:.0f}", f"{s['tokens_per_s'] / today:.3f}", f"{s['calm_attain']:.3f}",
             f"{s['attain']:.3f}", f"{s['hit']:.3f}", f"{s['calm_hit']:.3f}",
             f"{s['calm_shed']} / {s['flood_shed']}", s["batch_done"],
@@ -644,7 +697,9 @@ def main(argv: list[str] | None = None) -> None:
             "well-behaved tenants' requests that were served, pooled; x alone: their p99 against the same tenants with no flood and no batch. "
             "Throughput: requests completed before the arrivals stop, per second, and their output tokens "
             "(x today: tokens against today's; requests differ by the mix served). Flood share: of the "
-            "requests completed. Objective: share of "
+            "requests completed; flood entitled: its weighted max-min fair share of those completions given "
+            "each tenant's offered requests (weights 1; the batch band after every tenant): the five ask "
+            "less than their share, so the flood is entitled to what they leave. Objective: share of "
             "requests with one (well-behaved 1 s, flood 3 s) whose first token came within it; a shed "
             "request missed it.",
             "",

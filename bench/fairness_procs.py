@@ -1,7 +1,7 @@
 """The flood case through sockets: real ``serve`` and simulator processes, smg's priority scheduler beside.
 
     python -m bench.fairness_procs [--seconds 20] [--flood-concurrency 48] [--modes alone none fifo fair smg]
-        [--max-prefill 256] [--before CHECKOUT] [--dump FILE] [--write]
+        [--max-prefill 256] [--before CHECKOUT] [--spread-tokens] [--dump FILE] [--write]
 
 ``bench.fairness`` measures the gateway's queue in model time; this runs the same case for real, one
 short run per mode: ``python -m sim`` (2 replicas, ``--mode engine``: vLLM V1's scheduler in real
@@ -11,7 +11,9 @@ tenants (``calm0``..``calm4``), each Poisson at 1 request/s for ``--seconds``, s
 real ``openai`` client, class ``interactive`` (``x-gateway-priority``, or ``x-smg-priority`` for smg);
 one tenant (``flood``) in a closed loop of ``--flood-concurrency`` streams (``bench.loadgen``, 3 x the
 fleet's 16 slots: a closed loop can only hold the queues full, not offer 10 x). Every prompt is its
-tenant's 512-token system prompt and 128 tokens of its own, 64 output tokens.
+tenant's 512-token system prompt and 128 tokens of its own, 64 output tokens (``--spread-tokens``:
+each request's ``max_tokens`` drawn from 16-112, mean 64, as ``bench.fairness``'s, from a generator of
+its own, so the arrivals are the same runs' arrivals; streams admitted together then end apart).
 
 Modes: ``alone`` (the fair policy, no flood: the reference), ``none`` (no gateway limit: the engines'
 FIFO), ``fifo`` (today: ``limits.max_concurrent_per_replica`` 8, its FIFO queue, 5 s), ``fair``
@@ -27,8 +29,8 @@ TTFT is the client's: request sent to the first streamed chunk. After each mode,
 well-behaved request's TTFT went (``where``): the three processes' wall clocks (the client's, the
 gateway's decision log with its ``fair_queue``, the simulator's ``/sim/generations``) split it into the
 client-to-queue time, the gateway queue (and what released it), the hop, the engine and the relay back,
-beside the load generator's loop lag. Throughput: requests answered in the
-window (all of 64 tokens). Bounded: at most 60 s a mode, 10,000 flood requests.
+beside the load generator's loop lag. Throughput: requests answered in the window (64 tokens each, or
+16-112 with ``--spread-tokens``). Bounded: at most 60 s a mode, 10,000 flood requests.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import math
 import multiprocessing
 import random
 import re
@@ -54,6 +57,7 @@ import httpx
 import openai
 import yaml
 
+from bench.fairness import SHARE_TOLERANCE, entitled_shares, within_entitled
 from bench.loadgen import LoadResult, run_load
 from bench.peers import PEERS, start_peer
 from bench.procs import running, start_gateway, start_sim
@@ -63,6 +67,8 @@ CALM = tuple(f"calm{i}" for i in range(5))
 FLOOD = "flood"
 MODEL = "sim-llama"
 MAX_TOKENS = 64
+# --spread-tokens: uniform, mean MAX_TOKENS (bench.fairness's)
+SPREAD = (MAX_TOKENS // 4, MAX_TOKENS * 7 // 4)
 SLOTS, HEADROOM = 8, 2
 MODES = ("alone", "none", "fifo", "fair", "fair-prefill", "fair-headroom3", "fair-auto", "smg")
 OBJECTIVE_S = {"calm": 1.0, FLOOD: 3.0}  # TTFT objectives the attainment is counted against (at the client)
@@ -101,7 +107,11 @@ def _words(rng: random.Random, n: int) -> str:
 
 
 def policy(
-    mode: str, urls: list[str], max_prefill: int = MAX_PREFILL, auto_quantile: float | None = None
+    mode: str,
+    urls: list[str],
+    max_prefill: int = MAX_PREFILL,
+    auto_quantile: float | None = None,
+    auto_model: str | None = None,
 ) -> dict[str, Any]:
     tenants = [*CALM, FLOOD]
     out: dict[str, Any] = {
@@ -135,6 +145,8 @@ def policy(
         out["fairness"].update(slots_per_replica=SLOTS + HEADROOM, headroom_slots=0, auto_headroom=True)
         if auto_quantile is not None:
             out["fairness"]["auto_headroom_quantile"] = auto_quantile
+        if auto_model is not None:
+            out["fairness"]["auto_headroom_model"] = auto_model
     return out
 
 
@@ -147,6 +159,7 @@ def serving(
     checkout: str | None = None,
     max_prefill: int = MAX_PREFILL,
     auto_quantile: float | None = None,
+    auto_model: str | None = None,
 ) -> Iterator[tuple[str, str | None]]:
     """The base URL of the router under test (``/v1`` below it), and the gateway's metrics URL."""
     if mode == "smg":
@@ -166,7 +179,7 @@ def serving(
             yield p.proc.url, p.metrics_url
         return
     path = workdir / f"policy-{mode}.yaml"
-    path.write_text(yaml.safe_dump(policy(mode, urls, max_prefill, auto_quantile)))
+    path.write_text(yaml.safe_dump(policy(mode, urls, max_prefill, auto_quantile, auto_model)))
     gw = start_gateway(
         ["--config", str(path)],
         env={"PREFIX_GATEWAY_SECRET": "fairness-bench-0123456789", "PREFIX_GATEWAY_ADMIN_TOKEN": ADMIN_TOKEN},
@@ -337,7 +350,15 @@ def _headers(mode: str, tenant: str, interactive: bool) -> dict[str, str]:
     return {"x-gateway-priority": "interactive"} if interactive else {}
 
 
-async def _calm(base: str, mode: str, tenant: str, system: str, seconds: float, seed: int) -> dict[str, Any]:
+def output_tokens(spread: bool, *key: object) -> int:
+    """A request's ``max_tokens``: ``MAX_TOKENS``, or with ``spread`` uniform over ``SPREAD`` from a
+    generator seeded by ``key`` alone (the arrivals' generators draw nothing for it)."""
+    return random.Random("tokens:" + ":".join(map(str, key))).randint(*SPREAD) if spread else MAX_TOKENS
+
+
+async def _calm(
+    base: str, mode: str, tenant: str, system: str, seconds: float, seed: int, spread: bool = False
+) -> dict[str, Any]:
     rng = random.Random(seed)
     client = openai.AsyncOpenAI(base_url=base + "/v1", api_key=_key(tenant), max_retries=0, timeout=60.0)
     ttfts: list[float] = []
@@ -345,14 +366,14 @@ async def _calm(base: str, mode: str, tenant: str, system: str, seconds: float, 
     traced: list[dict[str, Any]] = []  # per answered request: wall clock sent / first chunk, the gateway's id
     tasks = []
 
-    async def one(text: str) -> None:
+    async def one(text: str, max_tokens: int) -> None:
         t0 = time.perf_counter()
         sent_at = time.time()
         try:
             stream = await client.chat.completions.create(
                 model=MODEL,
                 messages=[{"role": "system", "content": system}, {"role": "user", "content": text}],
-                max_tokens=MAX_TOKENS, stream=True, extra_headers=_headers(mode, tenant, True),
+                max_tokens=max_tokens, stream=True, extra_headers=_headers(mode, tenant, True),
             )  # fmt: skip
             first = first_at = None
             async for _ in stream:
@@ -374,7 +395,7 @@ async def _calm(base: str, mode: str, tenant: str, system: str, seconds: float, 
         delay = start + at - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
-        tasks.append(asyncio.create_task(one(_words(rng, 100))))
+        tasks.append(asyncio.create_task(one(_words(rng, 100), output_tokens(spread, seed, len(tasks)))))
         at += rng.expovariate(1.0)
     await asyncio.gather(*tasks)
     await client.close()
@@ -396,7 +417,9 @@ def _texts(seed: int) -> tuple[dict[str, str], list[str]]:
     return systems, [_words(rng, 100) for _ in range(256)]
 
 
-def _flood(base: str, mode: str, seconds: float, flood_concurrency: int, seed: int) -> LoadResult:
+def _flood(
+    base: str, mode: str, seconds: float, flood_concurrency: int, seed: int, spread: bool = False
+) -> LoadResult:
     """The flood's closed loop, in a process of its own (``load``)."""
     systems, flood_texts = _texts(seed)
 
@@ -407,7 +430,7 @@ def _flood(base: str, mode: str, seconds: float, flood_concurrency: int, seed: i
                 {"role": "system", "content": systems[FLOOD]},
                 {"role": "user", "content": flood_texts[i % 256]},
             ],
-            "max_tokens": MAX_TOKENS,
+            "max_tokens": output_tokens(spread, FLOOD, seed, i),
         }
 
     flood_headers = {"Authorization": f"Bearer {_key(FLOOD)}", **_headers(mode, FLOOD, False)}
@@ -423,7 +446,9 @@ def _ready() -> None:
     """A first call, so that the flood's process exists before the clock starts."""
 
 
-async def load(base: str, mode: str, seconds: float, flood_concurrency: int, seed: int) -> dict[str, Any]:
+async def load(
+    base: str, mode: str, seconds: float, flood_concurrency: int, seed: int, spread: bool = False
+) -> dict[str, Any]:
     """The well-behaved tenants on this process's loop; the flood on another process's (its 48 streams
     on the same loop lagged it by up to 0.4 s at load 11, time every well-behaved TTFT counted)."""
     systems, _ = _texts(seed)
@@ -434,9 +459,9 @@ async def load(base: str, mode: str, seconds: float, flood_concurrency: int, see
         await loop.run_in_executor(pool, _ready)
         monitor = asyncio.create_task(_lag_monitor(lags, stop))
         t0 = time.perf_counter()
-        jobs = [_calm(base, mode, t, systems[t], seconds, seed + 1 + k) for k, t in enumerate(CALM)]
+        jobs = [_calm(base, mode, t, systems[t], seconds, seed + 1 + k, spread) for k, t in enumerate(CALM)]
         if mode != "alone":
-            flood = loop.run_in_executor(pool, _flood, base, mode, seconds, flood_concurrency, seed)
+            flood = loop.run_in_executor(pool, _flood, base, mode, seconds, flood_concurrency, seed, spread)
             *calm, fl = await asyncio.gather(*jobs, flood)
         else:
             calm, fl = await asyncio.gather(*jobs), None
@@ -464,6 +489,7 @@ def summarize(res: dict[str, Any], seconds: float) -> dict[str, Any]:
     return {
         "pooled": pooled,
         "per_ttfts": {t: list(c["ttfts"]) for t, c in res["calm"].items()},
+        "per_sent": {t: c["sent"] for t, c in res["calm"].items()},
         "calm_met": calm_met,
         "flood_met": flood_met,
         "flood_sent": flood_sent,
@@ -498,12 +524,22 @@ def main(argv: list[str] | None = None) -> None:
         "--auto-quantile", type=float, help="fair-auto's fairness.auto_headroom_quantile (else the default)"
     )
     ap.add_argument(
+        "--auto-model",
+        choices=("poisson", "observed"),
+        help="fair-auto's fairness.auto_headroom_model (else the default)",
+    )
+    ap.add_argument(
         "--before",
         metavar="CHECKOUT",
         help="also run the fair mode with this checkout's gateway (a worktree of an earlier commit) right "
         "after this tree's: mode fair@before",
     )
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--spread-tokens",
+        action="store_true",
+        help="each request's max_tokens uniform over 16-112 (mean 64) instead of 64; the same arrivals",
+    )
     ap.add_argument("--runs", type=int, default=1, help="runs of every mode, one after another (pooled)")
     ap.add_argument("--write", action="store_true")
     ap.add_argument("--dump", help="write every request's parts (where) and the results as JSON here")
@@ -537,10 +573,18 @@ def main(argv: list[str] | None = None) -> None:
                     checkout,
                     args.max_prefill,
                     args.auto_quantile,
+                    args.auto_model,
                 )
                 with running(sim), serve as (base, metrics):
                     res = asyncio.run(
-                        load(base, mode, args.seconds, args.flood_concurrency, args.seed + 1000 * n)
+                        load(
+                            base,
+                            mode,
+                            args.seconds,
+                            args.flood_concurrency,
+                            args.seed + 1000 * n,
+                            args.spread_tokens,
+                        )
                     )
                     if mode == "smg":
                         smg_admits[mode] = smg_admitted(metrics)
@@ -574,6 +618,16 @@ def main(argv: list[str] | None = None) -> None:
         write_section("fairness-procs", md)
 
 
+def _flood_entitled(runs: list[dict[str, Any]], answered: int) -> float:
+    """The flood's weighted max-min share of the answers (weights 1, as the policies): each well-behaved
+    tenant offers what it sent, the flood's closed loop is always backlogged (nan: no flood)."""
+    if not any(r["flood_sent"] for r in runs):
+        return float("nan")
+    offered = {t: float(sum(r.get("per_sent", {}).get(t, 0) for r in runs)) for t in CALM}
+    offered[FLOOD] = math.inf
+    return entitled_shares(offered, float(answered))[FLOOD]
+
+
 def pooled(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """One mode's runs as one: the TTFTs pooled, the counts summed."""
     ttfts = [x for r in runs for x in r["pooled"]]
@@ -596,6 +650,7 @@ def pooled(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "flood_ok": flood_ok,
         "flood_sent": sum(r["flood_sent"] for r in runs),
         "flood_share": flood_ok / (calm_ok + flood_ok) if calm_ok + flood_ok else 0.0,
+        "flood_entitled": _flood_entitled(runs, calm_ok + flood_ok),
         "req_s": (calm_ok + flood_ok) / sum(r["wall"] for r in runs),
         "calm_attain": sum(r["calm_met"] for r in runs) / max(1, sum(r["calm_sent"] for r in runs)),
         "attain": sum(r["calm_met"] + r["flood_met"] for r in runs)
@@ -631,12 +686,13 @@ def report(
         rows.append([
             lab, s["n"], f(s["p50"]), f(s["p99"]), f(s["p99"] / alone, 2) if alone else "-", f(worst / alone, 2) if alone else "-",
             f"{s['calm_ok']} / {s['calm_sent']} ({s['calm_errors']})", f"{s['flood_ok']} / {s['flood_sent']}",
-            f(s["flood_share"]), f(s["req_s"], 1), f(s["req_s"] / fifo_rps) if fifo_rps else "-",
+            f(s["flood_share"]), f(s["flood_entitled"]), within_entitled(s["flood_share"], s["flood_entitled"]),
+            f(s["req_s"], 1), f(s["req_s"] / fifo_rps) if fifo_rps else "-",
             f(s["calm_attain"]), f(s["attain"]), f(s["hit"]), f(s["calm_hit"]), f(s["derived"], 2),
         ])  # fmt: skip
     headers = ["mode", "well-behaved answered (pooled)", "p50 TTFT", "p99 TTFT", "p99 x alone", "worst tenant's p99 x alone",
                "well-behaved answered / sent (errors)", "flood answered / sent", "flood share (weight share 0.167)",
-               "req/s", "x FIFO", "objective (well-behaved, 1 s)", "objective (all; flood 3 s)", "hit rate",
+               "flood entitled (max-min)", f"flood within entitled + {SHARE_TOLERANCE:g}", "req/s", "x FIFO", "objective (well-behaved, 1 s)", "objective (all; flood 3 s)", "hit rate",
                "hit rate (well-behaved)", "derived headroom (end)"]  # fmt: skip
     per_rows = [
         [t, *(f"{f(pool[lab]['per'][t][0])} / {f(pool[lab]['per'][t][1])}" for lab in labels)] for t in CALM
@@ -647,10 +703,12 @@ def report(
             "",
             f"`{cmd}` (2 simulated replicas, `--mode engine --max-num-seqs {SLOTS + HEADROOM}`, real time; five "
             f"tenants Poisson at 1/s each for {args.seconds:g} s, streamed with the openai client, interactive; "
-            f"the flood a closed loop of {args.flood_concurrency} streams; {args.runs} run(s) of every mode, one "
+            f"the flood a closed loop of {args.flood_concurrency} streams; "
+            f"{'max_tokens 16-112, mean 64' if args.spread_tokens else 'max_tokens 64'}; {args.runs} run(s) of every mode, one "
             "mode after another; load: the machine's 1-minute load average after each mode, 2 cores shared with "
             "other work). TTFT in seconds at the client; req/s: answers over the modes' wall time; x FIFO: "
-            "against `fifo` (today's slot queue); objective: share of the requests sent whose first token "
+            "against `fifo` (today's slot queue); flood entitled: its weighted max-min fair share of the answers "
+            "(weights 1) given what each well-behaved tenant sent and a flood always backlogged; objective: share of the requests sent whose first token "
             "came within it (an error missed it); hit rate: prompt tokens the engines took from their prefix "
             "caches, of every generation they started.",
             "",

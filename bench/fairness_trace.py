@@ -29,7 +29,7 @@ import time
 from typing import Any
 
 from bench import traces
-from bench.fairness import Req, simulate
+from bench.fairness import Req, entitled_shares, simulate
 from bench.report import percentile, table, write_section
 from router.fairness.classes import ClassSpec
 from router.fairness.headroom import AutoHeadroom
@@ -57,8 +57,12 @@ def trace_reqs(records: list[traces.TraceRecord], scale: traces.Scale, rate: flo
     return out
 
 
-def summarize(reqs: list[Req], seconds: float, hit: float) -> dict[str, Any]:
+def summarize(
+    reqs: list[Req], seconds: float, hit: float, weights: dict[str, float] | None = None
+) -> dict[str, Any]:
     done = [r for r in reqs if r.done is not None and r.done <= seconds]
+    offered = {t: float(sum(1 for r in reqs if r.tenant == t)) for t in TENANTS}
+    entitled = entitled_shares(offered, float(len(done)), weights)
     out_tokens = sum(r.body["max_tokens"] for r in done)
     per: dict[str, dict[str, float]] = {}
     for t in TENANTS:
@@ -69,6 +73,7 @@ def summarize(reqs: list[Req], seconds: float, hit: float) -> dict[str, Any]:
             "p50": percentile(ttft, 50) if ttft else float("nan"),
             "p99": percentile(ttft, 99) if ttft else float("nan"),
             "share": len(mine) / len(done) if done else 0.0,
+            "entitled": entitled[t],
             "token_share": sum(r.body["max_tokens"] for r in mine) / out_tokens if out_tokens else 0.0,
             "shed": sum(1 for r in reqs if r.tenant == t and r.shed is not None),
         }
@@ -98,7 +103,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument(
         "--auto",
         action="store_true",
-        help="also each fair row with fairness.auto_headroom (the defaults: 0.9 quantile, min 1, max half "
+        help="also each fair row with fairness.auto_headroom (the defaults: poisson, 0.95 quantile, min 1, max half "
         "the slots; neither tenant is of the highest class, so it keeps its floor)",
     )
     ap.add_argument("--write", action="store_true", help="write the section of docs/benchmarks.md")
@@ -134,7 +139,7 @@ def main(argv: list[str] | None = None) -> None:
             mode, reqs, args.replicas, args.slots, seconds, kv_blocks=args.kv_blocks, weights=weights,
             watch=frozenset(TENANTS), costs=costs, max_prefill=max_prefill, auto=auto,
         )  # fmt: skip
-        results[name] = summarize(run.reqs, seconds, run.hits / run.queries if run.queries else 0.0)
+        results[name] = summarize(run.reqs, seconds, run.hits / run.queries if run.queries else 0.0, weights)
         results[name]["decode_tokens"] = run.extra["decode_tokens"]
         results[name]["busy_s"] = run.extra["busy_s"]
         results[name]["off_home"] = run.extra["off_home"] / run.extra["sent"] if run.extra["sent"] else 0.0
@@ -143,7 +148,7 @@ def main(argv: list[str] | None = None) -> None:
     headers = ["mode", "req/s", "output tok/s", "decode tokens (whole run)", "engine busy s", "hit rate"]
     headers += ["sent off their best-prefix replica", "prefix tokens lost there"]
     for t in TENANTS:
-        headers += [f"{t}: p50 / p99 TTFT", f"{t}: share (requests / tokens)", f"{t}: shed"]
+        headers += [f"{t}: p50 / p99 TTFT", f"{t}: share (requests / tokens)", f"{t}: entitled", f"{t}: shed"]
     rows = []
     for name, s in results.items():
         row = [name, f"{s['req_s']:.2f}", f"{s['tok_s']:.0f}", str(s["decode_tokens"]), f"{s['busy_s']:.0f}"]
@@ -153,6 +158,7 @@ def main(argv: list[str] | None = None) -> None:
             row += [
                 f"{p['p50']:.2f} / {p['p99']:.2f}",
                 f"{p['share']:.3f} / {p['token_share']:.3f}",
+                f"{p['entitled']:.3f}",
                 str(p["shed"]),
             ]
         rows.append(row)
@@ -172,7 +178,9 @@ def main(argv: list[str] | None = None) -> None:
             f"{args.weights[1]:g}) {offered['light']}; {wall:.0f} s of wall time). TTFT in model seconds "
             "of the served requests; req/s, output tok/s and the shares: of the requests completed before "
             "the last arrival (a queue that holds requests longer completes more of them after it) and of "
-            "their output tokens; decode tokens and engine busy seconds: the whole run's, the engines' own "
+            "their output tokens; entitled: the tenant's weighted max-min fair share of those completions given "
+            "the requests each offered (over the whole slice: a tenant asking less than its weight's part is "
+            "entitled to what it asks); decode tokens and engine busy seconds: the whole run's, the engines' own "
             f"counters (the engines' costs are scaled with the tokens: model seconds are real "
             "seconds); today's queue timeout 5 s.",
             "",

@@ -90,11 +90,18 @@ class FairnessConfig(_Strict):
         le=100_000,
         description="derived headroom of a replica at least (kept while the class is idle)",
     )
+    auto_headroom_model: str = Field(
+        "poisson",
+        pattern="^(poisson|observed)$",
+        description="how the highest class's concurrency is taken (router.fairness.headroom): poisson, the "
+        "quantile of a Poisson count of mean arrival rate x time in the system (Little's law) over the "
+        "window; observed, the quantile of the counts its arrivals made in the window",
+    )
     auto_headroom_quantile: float = Field(
-        0.9,
+        0.95,
         gt=0,
         le=1,
-        description="the quantile of the highest class's recent concurrency kept free for it",
+        description="the quantile of the highest class's concurrency kept room for (auto_headroom_model)",
     )
     auto_headroom_window_s: float = Field(
         30.0,

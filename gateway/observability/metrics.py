@@ -180,6 +180,10 @@ _SPECS: tuple[tuple[Any, ...], ...] = (
     ("fair_headroom", Gauge, "fair_headroom_slots",
      "Slots of each replica kept for the highest class, derived from its recent concurrency "
      "(fairness.auto_headroom), by pool.", ("pool",)),
+    ("fair_headroom_model", Gauge, "fair_headroom_model",
+     "The highest class's load the derived headroom is taken from (fairness.auto_headroom), by pool and "
+     "term: arrival_rate_per_s, service_s (arrival to its attempt's end), concurrency (their product, "
+     "Little's law), needed (the count room is kept for: the model's quantile).", ("pool", "term")),
     ("fair_capped", Counter, "fair_priority_capped_total",
      "Requests that asked for a priority above their tenant's ceiling (served at the ceiling).",
      ("tenant",)),
@@ -286,6 +290,7 @@ class GatewayMetrics:
     fair_wait: Histogram
     fair_shed: Counter
     fair_headroom: Gauge
+    fair_headroom_model: Gauge
     fair_capped: Counter
     ttft_objective: Counter
     reloads: Counter

@@ -37,7 +37,7 @@ from config.fairness import FairnessConfig
 from config.policy import LimitsConfig
 from gateway.errors import GatewayError
 from gateway.observability.metrics import GatewayMetrics
-from router.fairness.headroom import DERIVE_EVERY_S, AutoHeadroom, TopConcurrency, derived_slots
+from router.fairness.headroom import DERIVE_EVERY_S, AutoHeadroom, ClassLoad, TopConcurrency, derived_slots
 from router.fairness.queue import FairQueue, QueueFull, Waiter
 from router.fairness.release import could_take, not_to, queues_for_home, release, with_room
 from router.fairness.saturation import SaturationLimits, full_for, pool_saturation
@@ -72,7 +72,11 @@ def auto_headroom(cfg: FairnessConfig, limits: LimitsConfig) -> AutoHeadroom | N
     slots = cfg.slots_per_replica or limits.max_concurrent_per_replica
     most = cfg.auto_headroom_max_slots if cfg.auto_headroom_max_slots is not None else slots // 2
     return AutoHeadroom(
-        most, cfg.auto_headroom_min_slots, cfg.auto_headroom_quantile, cfg.auto_headroom_window_s
+        most,
+        cfg.auto_headroom_min_slots,
+        cfg.auto_headroom_quantile,
+        cfg.auto_headroom_window_s,
+        cfg.auto_headroom_model,
     )
 
 
@@ -101,6 +105,7 @@ class _PoolQueue:
         "derived_at",
         "high",
         "limits",
+        "load",
         "queue",
         "router",
         "service",
@@ -118,6 +123,7 @@ class _PoolQueue:
             cfg.auto_headroom_window_s, router.clock()
         )  # the highest class's, arrival to end
         self.derived, self.derived_at, self.high = 0, float("-inf"), 0.0
+        self.load = ClassLoad(0.0, 0.0, 0.0, 0)  # the highest class's, at the last derivation
 
     def sat_limits(self) -> SaturationLimits:
         """The limits now: with ``auto_headroom``, the headroom derived from the highest class's recent
@@ -128,8 +134,9 @@ class _PoolQueue:
         now = self.router.clock()
         if now - self.derived_at >= DERIVE_EVERY_S:
             self.top.window_s = auto.window_s
-            bound = auto.max_slots * len(self.router.replicas)  # a cold start's missing samples
-            self.high, self.derived_at = self.top.quantile(now, auto.quantile, bound), now
+            bound = auto.max_slots * len(self.router.replicas)  # a cold start's
+            self.high, self.derived_at = self.top.needed(now, auto, bound), now
+            self.load = self.top.load(now)
         healthy = sum(1 for r in self.router.replicas if r.healthy)
         slots = self.cfg.slots_per_replica or self.limits.max_concurrent_per_replica
         self.derived = derived_slots(self.high, self.top.count, healthy, slots, auto)
@@ -190,7 +197,16 @@ class FairAdmission:
 
     def _gauge_headroom(self, pool: str, pq: _PoolQueue) -> None:
         if auto_headroom(pq.cfg, pq.limits) is not None:
-            self.metrics.child(self.metrics.fair_headroom, pool).set(pq.derived)
+            m = self.metrics
+            m.child(m.fair_headroom, pool).set(pq.derived)
+            load = pq.load
+            for term, value in (
+                ("arrival_rate_per_s", load.rate_per_s),
+                ("service_s", load.service_s),
+                ("concurrency", load.concurrency),
+                ("needed", pq.high),
+            ):
+                m.child(m.fair_headroom_model, pool, term).set(value)
 
     async def _route(
         self,

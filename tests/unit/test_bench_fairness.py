@@ -2,8 +2,20 @@
 
 from __future__ import annotations
 
-from bench.fairness import CALM, capacity, simulate, summarize, workload
-from bench.fairness_procs import HEADROOM, MODES, SLOTS, SMG_PRIORITY, policy
+import math
+
+from bench.fairness import CALM, capacity, entitled_shares, max_min_shares, simulate, summarize, workload
+from bench.fairness_dump import end_waits, waiters
+from bench.fairness_procs import (
+    HEADROOM,
+    MAX_TOKENS,
+    MODES,
+    SLOTS,
+    SMG_PRIORITY,
+    SPREAD,
+    output_tokens,
+    policy,
+)
 from config.policy import Policy
 
 
@@ -73,3 +85,57 @@ def test_the_sockets_benchmark_builds_valid_policies_and_an_smg_config_that_fits
     classes = SMG_PRIORITY["classes"]
     assert set(classes) == {"system", "interactive", "default", "bulk"}  # smg's four, all required
     assert sum(c["reserved_floor"] for c in classes.values()) <= SLOTS * len(urls)  # else it falls back
+
+
+def test_entitled_shares_are_weighted_max_min_of_what_each_tenant_offers():
+    # the five ask 1 each, less than a sixth of 20: the flood (always backlogged) is entitled to the rest
+    offered = {**{t: 1.0 for t in CALM}, "flood": math.inf}
+    assert max_min_shares(offered, {}, 20.0) == {**{t: 1.0 for t in CALM}, "flood": 15.0}
+    assert entitled_shares(offered, 20.0)["flood"] == 0.75
+    # everyone backlogged: the weights' shares (3 : 1)
+    assert max_min_shares({"h": math.inf, "l": math.inf}, {"h": 3, "l": 1}, 8.0) == {"h": 6.0, "l": 2.0}
+    # the light one asks less than its weight's part: it gets what it asks, the heavy one the rest
+    assert max_min_shares({"h": 10.0, "l": 1.0}, {"h": 3, "l": 1}, 8.0) == {"h": 7.0, "l": 1.0}
+    # capacity beyond every demand: nobody is entitled to more than it asked
+    assert max_min_shares({"a": 1.0, "b": 2.0}, {}, 10.0) == {"a": 1.0, "b": 2.0}
+    # the flood asks for 10 x the fleet while the others are backlogged too: each its sixth
+    backlogged = {**{t: 100.0 for t in CALM}, "flood": 1000.0}
+    assert math.isclose(entitled_shares(backlogged, 60.0)["flood"], 1 / 6)
+
+
+def test_the_report_counts_the_floods_entitled_share_from_the_offered_requests():
+    cap = capacity(2, 4, seconds=8.0)
+    reqs = workload(4.0, 1.0, 10 * cap, 0, seed=1)
+    s = summarize(simulate("fifo", reqs, 2, 4, 4.0))
+    assert 0.5 < s["flood_entitled"] < 1.0  # what the five leave of the completions
+    assert math.isnan(
+        summarize(simulate("alone", workload(4.0, 1.0, 0.0, 0, seed=1), 2, 4, 4.0))["flood_entitled"]
+    )
+
+
+def test_the_dump_reader_finds_the_end_free_gap_a_waiting_request_fell_in():
+    # one replica's view: three flood streams end at 1.0 / 1.0 / 2.0; three well-behaved streams come at
+    # 1.1, 1.2 and 1.3 (queued 0.7 s: admitted at 2.0, after the next end)
+    def gen(rep: int, at: float, end: float, calm: bool) -> dict[str, object]:
+        return {"replica": rep, "received_at": at, "first_write_at": at + 0.05 + at / 100, "finished_at": end,
+                "calm": calm}  # fmt: skip
+
+    gens = [gen(0, 0.0, 1.0, False), gen(0, 0.0, 1.0, False), gen(0, 0.0, 2.0, False)]
+    gens += [gen(0, 1.1, 2.5, True), gen(0, 1.2, 2.6, True), gen(0, 2.001, 3.0, True)]
+    waited = gens[-1]
+    row = {"tenant": "calm0", "replica": "r0", "queue": 0.7, "hop": 0.001,
+           "engine": waited["first_write_at"] - waited["received_at"]}  # fmt: skip
+    (w,) = waiters(gens, [row, {"tenant": "calm1", "replica": "r0", "queue": 0.0}])
+    assert w["gap_start"] == 1.0 and abs(w["gap"] - 1.0) < 1e-9  # the end at 1.0 to the one at 2.0
+    assert w["came"] == 3  # two at the replica, one queued
+    assert (w["class_open"], w["flood_open"]) == (0, 1)  # 10 ms after 1.0: the third flood stream
+    assert [round(x, 3) for x in end_waits([1.0, 2.0], 0.5, 1.5, 0.25)] == [0.5, 0.25, 1.0, 0.75]
+
+
+def test_spread_tokens_vary_each_requests_output_around_the_same_mean_from_a_generator_of_their_own():
+    assert {output_tokens(False, "flood", 0, i) for i in range(50)} == {MAX_TOKENS}
+    spread = [output_tokens(True, "flood", 0, i) for i in range(2000)]
+    assert min(spread) >= SPREAD[0] and max(spread) <= SPREAD[1] and len(set(spread)) > 50
+    assert abs(sum(spread) / len(spread) - MAX_TOKENS) < 3  # the same mean: the same work a request
+    assert spread[:20] == [output_tokens(True, "flood", 0, i) for i in range(20)]  # a run repeats
+    assert spread[:20] != [output_tokens(True, "flood", 1000, i) for i in range(20)]  # each run its own

@@ -5,8 +5,15 @@ from __future__ import annotations
 
 from config.fairness import FairnessConfig
 from config.policy import LimitsConfig
-from gateway.process.fair_admission import _PoolQueue, auto_headroom
-from router.fairness.headroom import AutoHeadroom, TopConcurrency, derived_slots
+from gateway.observability.metrics import GatewayMetrics
+from gateway.process.fair_admission import FairAdmission, _PoolQueue, auto_headroom
+from router.fairness.headroom import (
+    WARM_ARRIVALS,
+    AutoHeadroom,
+    TopConcurrency,
+    derived_slots,
+    poisson_quantile,
+)
 from router.replica import ReplicaState
 
 
@@ -72,7 +79,9 @@ class _Router:
 
 
 def test_the_gateway_keeps_the_derived_headroom_for_the_highest_class_and_an_explicit_one_wins():
-    cfg = FairnessConfig(enabled=True, slots_per_replica=10, auto_headroom=True)
+    cfg = FairnessConfig(
+        enabled=True, slots_per_replica=10, auto_headroom=True, auto_headroom_model="observed"
+    )
     router = _Router()
     pq = _PoolQueue(4, cfg, LimitsConfig(), router)  # type: ignore[arg-type]
     assert pq.sat_limits().reserved == 5  # a cold start: the bound (half the slots) until it is measured
@@ -96,3 +105,112 @@ def test_the_gateway_keeps_the_derived_headroom_for_the_highest_class_and_an_exp
     assert auto_headroom(explicit, LimitsConfig()) is None
     fixed = _PoolQueue(4, explicit, LimitsConfig(), router)  # type: ignore[arg-type]
     assert (fixed.sat_limits().reserved, fixed.sat_limits().headroom) == (0, 2)
+
+
+# -- the Poisson model (issue 28, round 6) ----------------------------------------------------------------
+def test_the_poisson_quantile_is_the_least_count_whose_cdf_reaches_q():
+    # Poisson(5): P(N <= 4) 0.440, <= 5 0.616, <= 8 0.932, <= 9 0.968, <= 10 0.986, <= 11 0.995
+    assert [poisson_quantile(5.0, q) for q in (0.5, 0.9, 0.95, 0.99)] == [5, 8, 9, 11]
+    assert poisson_quantile(0.0, 0.99) == 0  # never seen: nothing to keep
+    assert poisson_quantile(5.0, 1.0, most=40) == 40  # the whole tail: the cap
+    assert poisson_quantile(50.0, 0.999, most=20) == 20
+    assert 1_000 <= poisson_quantile(1_000.0, 0.5) <= 1_001  # no underflow at a large mean (e^-1000)
+
+
+def _steady(top: TopConcurrency, rate: float, hold: float, until: float, start: float = 0.0) -> list[float]:
+    """Arrivals every 1 / ``rate`` s from ``start`` to ``until``, each ending ``hold`` s later: the ends
+    after ``until`` are returned, not applied."""
+    ends: list[float] = []
+    t = start
+    while t < until:
+        while ends and ends[0] <= t:
+            top.ended(ends.pop(0))
+        top.started(t)
+        ends.append(t + hold)
+        t += 1 / rate
+    return ends
+
+
+def test_the_load_is_littles_law_over_the_window():
+    top = TopConcurrency(window_s=10.0)
+    left = _steady(top, rate=4.0, hold=1.5, until=40.0)
+    got = top.load(40.0)
+    assert got.seconds == 10.0 and abs(got.rate_per_s - 4.0) < 0.11
+    assert abs(got.service_s - 1.5) < 0.1 and abs(got.concurrency - 6.0) < 0.2  # L = lambda x W
+    for end in left:
+        top.ended(end)
+    _steady(top, rate=1.0, hold=0.5, until=80.0, start=42.0)  # the load falls: the window follows it
+    got = top.load(80.0)
+    assert abs(got.rate_per_s - 1.0) < 0.11 and abs(got.concurrency - 0.5) < 0.1
+
+
+def test_the_poisson_model_keeps_room_for_a_burst_the_window_never_showed():
+    # arrivals evenly 0.2 s apart, held 0.99 s: every arrival makes a count of 5 (the observed quantile
+    # sees no burst at all); five independent arrivals a second, held 0.99 s, are 9 at once 5 % of the time
+    top = TopConcurrency(window_s=30.0)
+    _steady(top, rate=5.0, hold=0.99, until=60.0)
+    observed = AutoHeadroom(max_slots=5, quantile=0.95, model="observed")
+    poisson = AutoHeadroom(max_slots=5, quantile=0.95, model="poisson")
+    assert top.needed(60.0, observed, prior=10.0) == 5.0
+    assert top.needed(60.0, poisson, prior=10.0) == 9.0
+    # with 4 open now, 2 replicas of 10 slots: the observed model keeps the floor, the model (9 - 4) / 2
+    assert derived_slots(5.0, 4, 2, 10, observed) == 1
+    assert derived_slots(9.0, 4, 2, 10, poisson) == 3
+
+
+def test_the_poisson_model_keeps_the_bound_until_its_rate_is_measured_then_the_floor_when_idle():
+    auto = AutoHeadroom(max_slots=5, quantile=0.95)
+    top = TopConcurrency(window_s=30.0, since=0.0)
+    assert top.needed(0.0, auto, prior=10.0) == 10.0  # nothing seen: the bound
+    for k in range(WARM_ARRIVALS - 1):
+        top.started(k * 0.1)
+        top.ended(k * 0.1 + 0.05)
+    assert top.needed(1.0, auto, prior=10.0) == 10.0  # too few arrivals in the first window
+    top.started(1.0)
+    top.ended(1.05)
+    assert top.needed(1.1, auto, prior=10.0) < 10.0  # measured
+    assert top.needed(200.0, auto, prior=10.0) == 0.0  # idle past the window: none kept (the floor's)
+    assert derived_slots(0.0, 0, 2, 10, auto) == 1
+
+
+def test_the_gateway_derives_the_headroom_from_the_poisson_model_by_default():
+    cfg = FairnessConfig(enabled=True, slots_per_replica=10, auto_headroom=True)
+    assert (cfg.auto_headroom_model, cfg.auto_headroom_quantile) == ("poisson", 0.95)
+    assert auto_headroom(cfg, LimitsConfig()) == AutoHeadroom(5, 1, 0.95, 30.0, "poisson")
+    router = _Router()
+    pq = _PoolQueue(4, cfg, LimitsConfig(), router)  # type: ignore[arg-type]
+    ends: list[float] = []
+    for k in range(300):  # 5 a second, each held 1 s, over 60 s
+        router.now = k / 5
+        while ends and ends[0] <= router.now:
+            pq.top.ended(ends.pop(0))
+        pq.top.started(router.now)
+        ends.append(router.now + 1.0)
+    assert pq.top.count == 5
+    # L = 5: room for 9 at once; 5 open now: (9 - 5) / 2 replicas = 2 a replica
+    assert pq.sat_limits().reserved == 2
+
+
+def test_the_gateway_exports_the_load_the_headroom_is_derived_from():
+    cfg = FairnessConfig(enabled=True, slots_per_replica=10, auto_headroom=True)
+    router = _Router()
+    admission = FairAdmission(GatewayMetrics())
+    pq = admission._pool("m", cfg, LimitsConfig(), router)  # type: ignore[arg-type]
+    for k in range(100):  # 4 a second, each held 0.2 s, over 25 s
+        router.now = k / 4
+        pq.top.started(router.now)
+        router.now += 0.2
+        pq.top.ended(router.now)
+    router.now = 25.0
+    pq.sat_limits()
+    admission._gauge_headroom("m", pq)
+    reg = admission.metrics.registry
+
+    def term(name: str) -> float | None:
+        return reg.get_sample_value("prefix_gateway_fair_headroom_model", {"pool": "m", "term": name})
+
+    assert abs(term("arrival_rate_per_s") - 4.0) < 0.01  # type: ignore[operator]
+    assert abs(term("service_s") - 0.2) < 0.01  # type: ignore[operator]
+    assert abs(term("concurrency") - 0.8) < 0.02  # type: ignore[operator]
+    assert term("needed") == 2.0  # Poisson(0.8): P(N <= 1) 0.809, P(N <= 2) 0.953
+    assert reg.get_sample_value("prefix_gateway_fair_headroom_slots", {"pool": "m"}) == 1.0  # 2 over 2

@@ -23,10 +23,12 @@ once, totals only; ``--split heldout3`` the fifth pass's (bench/data/semantic_he
 parts of bench/data/semantic_heldout4.jsonl (``bench.semantic_heldout4_source``, split by a seeded hash):
 ``tune4`` to change rules on, ``heldout4`` run once. Round 7 promoted ``heldout2`` and ``heldout3`` (each
 run and reported once) to development sets and added ``heldout5`` (bench/data/semantic_heldout5.jsonl,
-``bench.semantic_heldout5_source``), run once. Mode ``phrases`` is fingerprint mode without the
+``bench.semantic_heldout5_source``), run once; round 8 promoted ``heldout5`` (run once) to a development
+set and added ``heldout6`` (bench/data/semantic_heldout6.jsonl, ``bench.semantic_heldout6_source``, with a
+fifth domain, a hotel), run once. Mode ``phrases`` is fingerprint mode without the
 intent-word rule (``intent_words: false``), to compare the two in one run.
 ``--show`` lists the pairs that hit wrongly or missed (on ``SHOWN``: ``tune``, ``dev``, ``tune4``, ``heldout2``,
-``heldout3``; never a held-out set); ``--write`` runs both
+``heldout3``, ``heldout5``; never a held-out set); ``--write`` runs both
 splits and writes the tables to docs/benchmarks.md (section ``semantic-independent``).
 """
 
@@ -58,7 +60,8 @@ DEV = Path("bench/data/semantic_dev.jsonl")  # round 3's development split (benc
 HELDOUT2 = Path("bench/data/semantic_heldout2.jsonl")  # round 4, held out; dev since round 7
 HELDOUT3 = Path("bench/data/semantic_heldout3.jsonl")  # round 5, held out; dev since round 7
 SET4 = Path("bench/data/semantic_heldout4.jsonl")  # the sixth pass's set: tune4, and heldout4 run once
-HELDOUT5 = Path("bench/data/semantic_heldout5.jsonl")  # round 7's held-out set, run once
+HELDOUT5 = Path("bench/data/semantic_heldout5.jsonl")  # round 7, held out; dev since round 8
+HELDOUT6 = Path("bench/data/semantic_heldout6.jsonl")  # round 8's held-out set, run once
 FILES = {
     "dev": DEV,
     "heldout2": HELDOUT2,
@@ -66,10 +69,17 @@ FILES = {
     "tune4": SET4,
     "heldout4": SET4,
     "heldout5": HELDOUT5,
+    "heldout6": HELDOUT6,
 }
-SPLITS = ("tune", "heldout", "dev", "heldout2", "heldout3", "tune4", "heldout4", "heldout5")
-SHOWN = ("tune", "dev", "tune4", "heldout2", "heldout3")  # the splits whose pairs --show may list
-DOMAINS = {"shop": "e-commerce", "air": "airline", "tel": "mobile plans", "bank": "bank cards"}
+SPLITS = ("tune", "heldout", "dev", "heldout2", "heldout3", "tune4", "heldout4", "heldout5", "heldout6")
+SHOWN = ("tune", "dev", "tune4", "heldout2", "heldout3", "heldout5")  # the splits whose pairs --show may list
+DOMAINS = {
+    "shop": "e-commerce",
+    "air": "airline",
+    "tel": "mobile plans",
+    "bank": "bank cards",
+    "hotel": "hotel",
+}
 
 
 async def probe(route: SemanticRoute, embedder: Embedder | None, p: dict[str, Any]) -> tuple[bool, str]:

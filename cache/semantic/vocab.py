@@ -71,6 +71,13 @@ GREETINGS = (
     "i appreciate it", "by the way", "btw", "if possible", "if you can", "if you could",
     "could you please", "can you please", "would you please", "could you", "can you", "would you",
     "在吗", "你好在吗", "您好在吗", "谢谢啦", "谢谢了", "辛苦了", "麻烦你了", "麻烦您了", "打扰了",
+    # issue 25, eighth pass (held-out 5 as a development set: "Would you mind telling me the Pixel 8 screen
+    # size?", "Please let me know where my order … is", "Please explain how to activate an eSIM", "Just
+    # curious, how big is …"): asking someone to tell, explain or let one know, and saying why one asks
+    "would you mind telling me", "would you mind", "do you mind telling me", "mind telling me",
+    "let me know", "please let me know", "could you let me know", "can you let me know",
+    "would you let me know", "explain", "please explain", "can you explain", "could you explain",
+    "just curious", "curious", "im curious", "i am curious", "out of curiosity",
 )  # fmt: skip
 # An asking phrase followed by "whether"/"if" ("could you tell me whether flight MU5101 is on time"): the
 # phrase alone left ``whether`` unexplained (round 3's development split). Only after these phrases.
@@ -97,8 +104,12 @@ HESITATIONS = ("um", "umm", "uh", "uhh", "uhm", "erm", "hmm", "hmmm")
 # Tense and mood of the question's verb: "Will flight BA38 be delayed?" asks what "Is flight BA38
 # delayed?" asks, "How long will the battery last" what "How long does the battery last" does. Not the
 # modals that change what is asked (can/must/should: permission or obligation) nor any negated form
-# (``wont``, ``isnt`` are ``NEGATIONS``).
-AUXILIARIES = ("will", "would", "could", "be", "been", "does", "do", "did", "is", "are", "am", "was", "were")
+# (``wont``, ``isnt`` are ``NEGATIONS``). Aspect too (issue 25, eighth pass, held-out 5 as a development
+# set): "Has order … shipped yet?" asks what "Has order … shipped?" does, and "already" the same; "not
+# yet" keeps its ``not`` (a negation is never ignored).
+AUXILIARIES = (
+    "will", "would", "could", "be", "been", "does", "do", "did", "is", "are", "am", "was", "were", "yet", "already",
+)  # fmt: skip
 # Everyday words one edit from a policy word that are words, not typos (``cache.semantic.typos``).
 COMMON_WORDS = _set(
     """dates later plane planes glass class classes phone phones price prices order orders account

@@ -158,9 +158,19 @@ def test_guard_features_veto_near_misses(a: str, b: str, guard: str) -> None:
     ga, gb = (route.analyse("chat", body(t)).guards for t in (a, b))
     assert ga is not None and gb is not None
     assert veto(ga, gb, route.cfg.embedding.guards) == guard  # type: ignore[union-attr]
-    # A question whose fingerprint is incomplete cannot be verified: not even its own twin is served.
-    same = None if ga.meaning is not None else "unverified"
-    assert veto(ga, ga, route.cfg.embedding.guards) == same  # type: ignore[union-attr]
+    # A question whose fingerprint is incomplete is not served even against its own twin: with no partial
+    # fingerprint it cannot be verified; with one (an intent found, words left over: 退货 is a term of the
+    # return window since the eighth pass) the compatible rule serves only a language the embedding model
+    # covers, and this test's model covers English only.
+    guards = route.cfg.embedding.guards  # type: ignore[union-attr]
+    if ga.meaning is not None:
+        same = None
+    elif ga.partial is None or not guards.compatible:
+        same = "unverified"
+    else:
+        assert ga.partial[3] not in guards.languages
+        same = "language"
+    assert veto(ga, ga, guards) == same
 
 
 def test_event_plans_name_exactly_the_mapped_intents() -> None:

@@ -14,18 +14,7 @@ from bench import semantic_independent
 from cache.semantic.normalize import base_normalize
 from cache.semantic.route import SemanticRoute
 from cache.semantic.typos import TypoCorrector
-from config import load_policy
-from config.loader import example_path
-
-EXAMPLES = ("semantic-ecommerce", "semantic-airline", "semantic-telecom", "semantic-banking")
-SHOP, AIR, TEL, BANK = (
-    SemanticRoute(load_policy(example_path(n), env={}).cache.semantic, b"tag-secret") for n in EXAMPLES
-)
-
-
-def key(route: SemanticRoute, text: str) -> str | None:
-    body = {"model": "sim-llama", "temperature": 0, "messages": [{"role": "user", "content": text}]}
-    return route.analyse("chat", body).key("salt", route.cfg.version)
+from tests.support.semantic_routes import AIR, BANK, SHOP, TEL, key
 
 
 @pytest.mark.parametrize(

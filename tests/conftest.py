@@ -15,7 +15,12 @@ CHECKOUT = Path(__file__).resolve().parents[1]
 # Property tests assert properties, not speed: Hypothesis's 200 ms per-example deadline and its
 # too-slow health check fail a correct example on a loaded two-core machine (a 259 ms example of
 # tests/unit/test_placements.py did under a helper's benchmark). Tests that set their own settings keep them.
-settings.register_profile("suite", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# Derandomized: a property test draws the same examples on every run, so a red CI names a fixed input
+# (a clean-clone run once failed on a normaliser input no earlier run had drawn); the cases it finds are
+# kept as @example.
+settings.register_profile(
+    "suite", deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
+)
 settings.load_profile("suite")
 
 

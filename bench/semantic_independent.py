@@ -25,8 +25,9 @@ parts of bench/data/semantic_heldout4.jsonl (``bench.semantic_heldout4_source``,
 run and reported once) to development sets and added ``heldout5`` (bench/data/semantic_heldout5.jsonl,
 ``bench.semantic_heldout5_source``), run once; round 8 promoted ``heldout5`` (run once) to a development
 set and added ``heldout6`` (bench/data/semantic_heldout6.jsonl, ``bench.semantic_heldout6_source``, with a
-fifth domain, a hotel), run once. Mode ``phrases`` is fingerprint mode without the
-intent-word rule (``intent_words: false``), to compare the two in one run.
+fifth domain, a hotel), run once; round 9 added ``heldout7`` (bench/data/semantic_heldout7.jsonl,
+``bench.semantic_heldout7_source``, with a sixth domain, a car rental company), run once. Mode
+``phrases`` is fingerprint mode without the intent-word rule (``intent_words: false``), to compare the two in one run.
 ``--show`` lists the pairs that hit wrongly or missed (on ``SHOWN``: ``tune``, ``dev``, ``tune4``, ``heldout2``,
 ``heldout3``, ``heldout5``; never a held-out set); ``--write`` runs both
 splits and writes the tables to docs/benchmarks.md (section ``semantic-independent``).
@@ -62,6 +63,7 @@ HELDOUT3 = Path("bench/data/semantic_heldout3.jsonl")  # round 5, held out; dev 
 SET4 = Path("bench/data/semantic_heldout4.jsonl")  # the sixth pass's set: tune4, and heldout4 run once
 HELDOUT5 = Path("bench/data/semantic_heldout5.jsonl")  # round 7, held out; dev since round 8
 HELDOUT6 = Path("bench/data/semantic_heldout6.jsonl")  # round 8's held-out set, run once
+HELDOUT7 = Path("bench/data/semantic_heldout7.jsonl")  # round 9's held-out set, run once
 FILES = {
     "dev": DEV,
     "heldout2": HELDOUT2,
@@ -70,8 +72,20 @@ FILES = {
     "heldout4": SET4,
     "heldout5": HELDOUT5,
     "heldout6": HELDOUT6,
+    "heldout7": HELDOUT7,
 }
-SPLITS = ("tune", "heldout", "dev", "heldout2", "heldout3", "tune4", "heldout4", "heldout5", "heldout6")
+SPLITS = (
+    "tune",
+    "heldout",
+    "dev",
+    "heldout2",
+    "heldout3",
+    "tune4",
+    "heldout4",
+    "heldout5",
+    "heldout6",
+    "heldout7",
+)
 SHOWN = ("tune", "dev", "tune4", "heldout2", "heldout3", "heldout5")  # the splits whose pairs --show may list
 DOMAINS = {
     "shop": "e-commerce",
@@ -79,6 +93,7 @@ DOMAINS = {
     "tel": "mobile plans",
     "bank": "bank cards",
     "hotel": "hotel",
+    "car": "car rental",
 }
 
 

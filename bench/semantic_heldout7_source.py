@@ -2,7 +2,7 @@
 
     python -m bench.semantic_heldout7_source
 
-Written by hand by the ``semdata`` helper on 2026-12-04 (00:47-01:20 UTC), before the ninth pass's rule
+Written by hand by the ``semdata`` helper on 2026-12-04 (00:46-00:52 UTC), before the ninth pass's rule
 changes were run on it, from docs/semantic-cache.md's description of the modes, the five example
 policies' catalogues (config/examples/semantic-{ecommerce,airline,telecom,banking,hotel}.yaml: a phone
 shop, an airline, a mobile operator, a bank's cards, a hotel chain) and ordinary customer phrasing; not

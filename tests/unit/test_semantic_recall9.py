@@ -66,7 +66,8 @@ def test_an_embedded_question_moves_only_is_and_are() -> None:
 
 
 _EMBEDDED = st.lists(
-    st.sampled_from(["tell", "me", "know", "ask", "when", "how", "much", "if", "is", "are", "my", "fee", "not", "你好", "那个", ",", "!"]),
+    st.sampled_from(["tell", "me", "know", "knows", "ask", "when", "how", "much", "if", "is", "are", "does", "my",
+                     "fee", "charges", "ares", "not", "bus", "你好", "那个", ",", "!"]),
     max_size=10,
 ).map(" ".join)  # fmt: skip
 
@@ -77,7 +78,39 @@ _EMBEDDED = st.lists(
 @example("tell me when my x is is")
 @example("你好 , 那个 ! tell me if my fee is")
 @example("know when tell 你好 tell is")  # the CJK join glued the moved words together
+@example("tell me how my knows when my fee is")  # a verb that is an asking word would make a new match
+@example("know when my fee ares know when my fee is")
 def test_normalisation_stays_idempotent_on_the_new_rules(text: str) -> None:
     for route in (SHOP, BANK):
         once = route.normalize(text)
         assert route.normalize(once) == once
+
+
+@pytest.mark.parametrize(
+    ("route", "embedded", "direct", "other"),
+    [
+        (SHOP, "Can I ask how fast the Xiaomi 14 charges?", "How fast does the Xiaomi 14 charge?",
+         "How fast does the Pixel 8 charge?"),
+        (SHOP, "I would like to know how fast the Pixel 8 charges", "Pixel 8 charging speed", "Pixel 8 battery capacity"),
+        (SHOP, "Do you know how much the Galaxy S24 costs?", "How much does the Galaxy S24 cost?",
+         "How much does the Galaxy S24 weigh?"),
+    ],
+)  # fmt: skip
+def test_an_embedded_question_with_a_third_person_verb_is_the_direct_one(
+    route: SemanticRoute, embedded: str, direct: str, other: str
+) -> None:
+    k = key(route, embedded)
+    assert k is not None and k == key(route, direct)
+    assert key(route, other) not in (None, k)
+
+
+def test_an_embedded_verb_is_never_an_auxiliary_nor_an_asking_word() -> None:
+    assert base_normalize("tell me how x knows when y is") == "tell me how x knows when y is"
+    assert (
+        base_normalize("tell me if the lite plan includes 5g") == "tell me if does the lite plan include 5g"
+    )
+    assert base_normalize("know what the plan watches") == "know what does the plan watch"
+    assert base_normalize("know when the shop closes") == "know when does the shop close"
+    assert base_normalize("know how the plan carries over") == "know how does the plan carry over"
+    # "why it charges" is another question than "how fast it charges": the question word is kept
+    assert key(SHOP, "Can I ask why the Pixel 8 charges slowly?") != key(SHOP, "Pixel 8 charging speed")

@@ -114,3 +114,27 @@ def test_an_embedded_verb_is_never_an_auxiliary_nor_an_asking_word() -> None:
     assert base_normalize("know how the plan carries over") == "know how does the plan carry over"
     # "why it charges" is another question than "how fast it charges": the question word is kept
     assert key(SHOP, "Can I ask why the Pixel 8 charges slowly?") != key(SHOP, "Pixel 8 charging speed")
+
+
+def test_come_with_in_a_do_question_is_include() -> None:
+    five_g = key(TEL, "Is 5G included in the Lite plan?")
+    assert five_g is not None and key(TEL, "Does the Lite plan come with 5G?") == five_g
+    assert key(TEL, "Does the Plus plan come with 5G?") not in (None, five_g)  # another plan
+    data = key(TEL, "Max plan data allowance")
+    assert data is not None and key(TEL, "How much data does the Max plan come with?") == data
+    assert key(TEL, "How much data does the Lite plan come with?") not in (None, data)
+    # without do/does "come with" is to accompany: the words stay
+    assert base_normalize("can my child come with me") == "can my child come with me"
+
+
+_COME = st.lists(
+    st.sampled_from(["does", "do", "it", "come", "with", "comes", "plan", "tell", "me", "what"]), max_size=12
+)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(_COME.map(" ".join))
+@example("does it come with come with")  # one rewrite brought the next "come with" within reach
+def test_come_with_reaches_a_fixed_point(text: str) -> None:
+    once = base_normalize(text)
+    assert base_normalize(once) == once

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from cache.semantic.normalize import base_normalize
 from cache.semantic.route import SemanticRoute
-from tests.support.semantic_routes import BANK, SHOP, TEL, key
+from tests.support.semantic_routes import AIR, BANK, SHOP, TEL, key
 
 
 @pytest.mark.parametrize(
@@ -138,3 +138,20 @@ _COME = st.lists(
 def test_come_with_reaches_a_fixed_point(text: str) -> None:
     once = base_normalize(text)
     assert base_normalize(once) == once
+
+
+def test_an_entity_name_with_two_letters_exchanged_is_corrected() -> None:
+    economy = key(AIR, "Economy baggage allowance")
+    assert economy is not None and key(AIR, "Ecomony baggage allowance") == economy
+    assert (
+        key(AIR, "Busniess class baggage allowance")
+        == key(AIR, "Business class baggage allowance")
+        is not None
+    )
+    assert key(BANK, "Platnium card annual fee") == key(BANK, "Platinum card annual fee") is not None
+
+
+def test_an_exchange_outside_the_entity_names_or_wider_is_no_correction() -> None:
+    assert "allowcnae" in AIR.normalize("economy baggage allowcnae")  # a synonym word, not an entity name
+    assert "ecmonoy" in AIR.normalize("ecmonoy baggage allowance")  # three letters moved: not one exchange
+    assert key(AIR, "Ecomony baggage allowance") != key(AIR, "Business class baggage allowance")

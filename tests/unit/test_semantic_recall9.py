@@ -9,7 +9,11 @@ from hypothesis import strategies as st
 
 from cache.semantic.normalize import base_normalize
 from cache.semantic.route import SemanticRoute
+from config import load_policy
+from config.loader import example_path
 from tests.support.semantic_routes import AIR, BANK, SHOP, TEL, key
+
+HOTEL = SemanticRoute(load_policy(example_path("semantic-hotel"), env={}).cache.semantic, b"tag-secret")
 
 
 @pytest.mark.parametrize(
@@ -155,3 +159,19 @@ def test_an_exchange_outside_the_entity_names_or_wider_is_no_correction() -> Non
     assert "allowcnae" in AIR.normalize("economy baggage allowcnae")  # a synonym word, not an entity name
     assert "ecmonoy" in AIR.normalize("ecmonoy baggage allowance")  # three letters moved: not one exchange
     assert key(AIR, "Ecomony baggage allowance") != key(AIR, "Business class baggage allowance")
+
+
+def test_asking_whether_a_service_is_offered_is_the_service() -> None:
+    shuttle = key(HOTEL, "Shanghai airport transfer")
+    assert shuttle is not None and key(HOTEL, "Do you have an airport shuttle in Shanghai?") == shuttle
+    assert key(HOTEL, "Do you have an airport shuttle in Tokyo?") not in (None, shuttle)  # another city
+    # the phrase, never the word: "have" alone still counts, and a content word after it still counts
+    assert key(HOTEL, "Do I have an airport shuttle in Shanghai?") is None  # "have" left: no key
+    assert key(SHOP, "Do you have a charger for the iPhone 15?") != key(SHOP, "iPhone 15 price")
+
+
+def test_saying_it_is_urgent_asks_nothing_and_the_word_alone_is_kept() -> None:
+    status = key(HOTEL, "Is my booking HB20250101 confirmed?")
+    assert status is not None and key(HOTEL, "Is my booking HB20250101 confirmed? It's urgent") == status
+    assert key(HOTEL, "Is my booking HB20250102 confirmed? It's urgent") not in (None, status)
+    assert key(HOTEL, "Is my booking HB20250101 urgent?") != status  # the word alone is not the phrase

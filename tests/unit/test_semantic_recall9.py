@@ -175,3 +175,13 @@ def test_saying_it_is_urgent_asks_nothing_and_the_word_alone_is_kept() -> None:
     assert status is not None and key(HOTEL, "Is my booking HB20250101 confirmed? It's urgent") == status
     assert key(HOTEL, "Is my booking HB20250102 confirmed? It's urgent") not in (None, status)
     assert key(HOTEL, "Is my booking HB20250101 urgent?") != status  # the word alone is not the phrase
+
+
+def test_how_much_to_verb_is_the_fee_to_verb() -> None:
+    fee = key(AIR, "Business class change fee")
+    assert fee is not None and key(AIR, "How much to change my business class ticket?") == fee
+    assert key(AIR, "How much is it to change business class?") == fee
+    assert key(AIR, "How much to change my economy ticket?") not in (None, fee)  # another cabin
+    # only into a term the policy has: the price of charging is not the phone's price
+    assert SHOP.normalize("how much to charge the iphone 15") == "how much to charge the iphone 15"
+    assert key(SHOP, "How much to charge the iPhone 15?") != key(SHOP, "iPhone 15 price")

@@ -131,7 +131,17 @@ def _embedded_verb(m: re.Match[str]) -> str:
 _COME_WITH = re.compile(r"(?<![a-z0-9_])(do|does)((?: [a-z0-9]+){0,6}) come with(?![a-z0-9_])")
 
 
+# Chat spellings of function words (issue 25, ninth pass: "can u tell me the iPhone 15 price", "i wanna
+# know", "lemme know", "whats ur return policy" had no key where the spelled-out words are built-in
+# fillers): ``u`` → ``you``, ``ur`` → ``your``, ``wanna`` → ``want to``, ``lemme`` → ``let me``, ``gimme`` →
+# ``give me``. Whole words between spaces only (``U盘`` is a USB drive and keeps its ``u``); no output is an
+# input (idempotent). Before the embedded-question rules, which read ``tell me``.
+_CHAT = {"u": "you", "ur": "your", "wanna": "want to", "lemme": "let me", "gimme": "give me"}
+_CHAT_WORD = re.compile(r"(?<![^ ])(?:u|ur|wanna|lemme|gimme)(?![^ ])")
+
+
 def _embedded(text: str) -> str:
+    text = _CHAT_WORD.sub(lambda m: _CHAT[m.group()], text)
     text = _EMBEDDED_VERB.sub(_embedded_verb, _EMBEDDED.sub(r"\1 \3 \2", text))
     while True:  # to a fixed point: one rewrite can bring another "come with" within reach of ``does``
         done = _COME_WITH.sub(r"\1\2 include", text)

@@ -71,7 +71,7 @@ def test_an_embedded_question_moves_only_is_and_are() -> None:
 
 _EMBEDDED = st.lists(
     st.sampled_from(["tell", "me", "know", "knows", "ask", "when", "how", "much", "if", "is", "are", "does", "my",
-                     "fee", "charges", "ares", "not", "bus", "你好", "那个", ",", "!"]),
+                     "fee", "charges", "ares", "not", "bus", "u", "ur", "wanna", "lemme", "你好", "那个", ",", "!"]),
     max_size=10,
 ).map(" ".join)  # fmt: skip
 
@@ -185,3 +185,25 @@ def test_how_much_to_verb_is_the_fee_to_verb() -> None:
     # only into a term the policy has: the price of charging is not the phone's price
     assert SHOP.normalize("how much to charge the iphone 15") == "how much to charge the iphone 15"
     assert key(SHOP, "How much to charge the iPhone 15?") != key(SHOP, "iPhone 15 price")
+
+
+@pytest.mark.parametrize(
+    ("chat", "plain", "other"),
+    [
+        ("can u tell me the iPhone 15 price", "iPhone 15 price", "iPhone 15 Pro price"),
+        ("i wanna know the Pixel 8 weight", "Pixel 8 weight", "Pixel 8 screen size"),
+        ("lemme know where my order SO2024120401 is", "Where is my order SO2024120401?",
+         "Where is my order SO2024120402?"),
+        ("whats ur return policy", "What is your return policy?", "How do I exchange an item?"),
+    ],
+)  # fmt: skip
+def test_chat_spellings_of_function_words_are_the_words(chat: str, plain: str, other: str) -> None:
+    k = key(SHOP, chat)
+    assert k is not None and k == key(SHOP, plain)
+    assert key(SHOP, other) != k
+
+
+def test_a_chat_spelling_is_a_whole_word_only() -> None:
+    assert base_normalize("U盘多少钱") == "u盘多少钱"  # a USB drive
+    assert base_normalize("u 盘") == "u盘"
+    assert base_normalize("ur u uk") == "your you uk"

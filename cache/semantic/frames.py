@@ -10,6 +10,7 @@ already has* (a synonym term, after normalisation), so it adds no meaning of its
   VERB``: the first of them that is a policy term, and nothing when the text is one already or none is
   ("How much does it cost to charge the iPhone 15?" stays as it is: ``charge fee`` is no term of the
   shop, and the price of charging is not the price of the phone);
+* ``how much [is it] to VERB`` (ninth pass) the same way as ``cost to VERB``;
 * ``how much`` as the last words, after another word ("Galaxy S24, how much?") → ``how much is``, only
   where ``how much is`` is a policy term (the shop's price): a bare "how much" after a name asks what
   "how much is" before it does. Anything else left in the question still has to be explained.
@@ -28,6 +29,10 @@ _COST_TO = re.compile(
     r"(?<![a-z0-9_])(?:you )?(?:cost|costs|charge|price|fee)(?: me| us)? to ([a-z]+)(?![a-z0-9_])"
 )
 _HOW_MUCH_END = re.compile(r"(?<=[a-z0-9] )how much$")
+# ``how much [is it] to VERB`` asks what ``cost to VERB`` does (issue 25, ninth pass, held-out 5 as a
+# development set: "How much to change my business class ticket?" kept ``change``): the same candidates,
+# the same rule (rewritten only into a policy term; "how much to charge the iPhone 15" stays as it is).
+_HOW_MUCH_TO = re.compile(r"(?<![a-z0-9_])how much (?:is it )?to ([a-z]+)(?![a-z0-9_])")
 
 
 class Frames:
@@ -49,5 +54,5 @@ class Frames:
         return m.group()
 
     def __call__(self, text: str) -> str:
-        text = _COST_TO.sub(self._cost, text)
+        text = _HOW_MUCH_TO.sub(self._cost, _COST_TO.sub(self._cost, text))
         return _HOW_MUCH_END.sub("how much is", text) if self._price else text

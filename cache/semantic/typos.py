@@ -28,6 +28,14 @@ candidate, and only when the word is not known. A swap keeps every letter, so it
 entity name into this one unless both are anagrams sharing a first letter, and then there are two
 candidates and nothing is corrected.
 
+An entity name of ``LONG_NAME`` (6) letters or more gets one wider rule (issue 25, ninth pass, held-out 5
+as a development set: "Ecomony baggage allowance" kept ``ecomony``, which is ``economy`` with ``m`` and
+``n`` exchanged, two substitutions and not one edit): two letters exchanged at any distance, every other
+letter in place, the same first letter, the word not known, and among the policy's entity names (slot and
+constraint values and aliases, ``names``; never an intent or synonym word). An exchange keeps every
+letter, so only another name that is an anagram of it with two letters exchanged could compete, and then
+there are two candidates and nothing is corrected; the one-candidate and same-meaning rules above hold.
+
 One word may be one edit from two targets that mean the same (issue 25, sixth pass: "iphone 15 weigth"
 is one edit from both ``weight`` and ``weigh``, and stayed a miss). Two or more candidates are still
 one correction when every one of them is ``same``: a whole synonym term by itself, of one synonym
@@ -47,6 +55,7 @@ from collections.abc import Iterable, Mapping
 
 MIN_LEN = 5
 SHORT_LEN = 4  # swaps only, entity names only
+LONG_NAME = 6  # entity names this long: also two letters exchanged at any distance
 _WORD = re.compile(r"(?<![a-z0-9_])[a-z]+(?![a-z0-9_])")
 _INFLECTION = frozenset("sdr")
 
@@ -74,6 +83,14 @@ def _swap(a: str, b: str) -> bool:
     return len(diff) == 2 and diff[1] == diff[0] + 1 and a[diff[0]] == b[diff[1]] and a[diff[1]] == b[diff[0]]
 
 
+def _exchange(a: str, b: str) -> bool:
+    """``a`` is ``b`` with two letters exchanged, at any distance, every other letter in place."""
+    if len(a) != len(b):
+        return False
+    diff = [i for i in range(len(a)) if a[i] != b[i]]
+    return len(diff) == 2 and a[diff[0]] == b[diff[1]] and a[diff[1]] == b[diff[0]]
+
+
 def _inflection(a: str, b: str) -> bool:
     """The two differ only by an ``s``/``d``/``r`` at the end (added, removed or in place of a letter);
     not one ``s`` of a final ``ss`` (``busines`` is no singular of ``business``)."""
@@ -86,7 +103,7 @@ def _inflection(a: str, b: str) -> bool:
 class TypoCorrector:
     """``corrector(text)``: normalised text with each typo of a target word replaced by that word."""
 
-    __slots__ = ("_known", "_same", "_short", "_targets")
+    __slots__ = ("_known", "_long", "_same", "_short", "_targets")
 
     def __init__(
         self,
@@ -106,6 +123,9 @@ class TypoCorrector:
         self._short: dict[str, tuple[str, ...]] = {}
         for w in sorted(short):
             self._short[w[0]] = (*self._short.get(w[0], ()), w)
+        self._long: dict[str, tuple[str, ...]] = {}
+        for w in sorted({w for t in names for w in _WORD.findall(t) if len(w) >= LONG_NAME}):
+            self._long[w[0]] = (*self._long.get(w[0], ()), w)
 
     def __bool__(self) -> bool:
         return bool(self._targets) or bool(self._short)
@@ -120,6 +140,7 @@ class TypoCorrector:
             hits = [
                 t for t in self._targets.get(word[0], ()) if one_edit(word, t) and not _inflection(word, t)
             ]
+            hits += [t for t in self._long.get(word[0], ()) if t not in hits and _exchange(word, t)]
         else:
             return None
         if len(hits) == 1:

@@ -78,6 +78,10 @@ GREETINGS = (
     "let me know", "please let me know", "could you let me know", "can you let me know",
     "would you let me know", "explain", "please explain", "can you explain", "could you explain",
     "just curious", "curious", "im curious", "i am curious", "out of curiosity",
+    # issue 25, ninth pass (held-out 6 as a development set: "Do you have an airport shuttle in Shanghai?",
+    # "Is my booking … confirmed? It's urgent"): asking whether a service is offered, which the service's
+    # own term answers ("do you have" is not "have": "I have lost my card" keeps it), and saying it is urgent
+    "do you have", "do you offer", "do you provide", "it is urgent", "this is urgent", "its urgent",
 )  # fmt: skip
 # An asking phrase followed by "whether"/"if" ("could you tell me whether flight MU5101 is on time"): the
 # phrase alone left ``whether`` unexplained (round 3's development split). Only after these phrases.

@@ -18,17 +18,14 @@ looking at it. ``SEED`` shuffles the written order. Rows are not edited after be
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 
-import orjson
-
 from bench.semantic_independent_source import POLICY as POLICY4
+from bench.semantic_sets import labelled_rows, write_set
 
 SEED = 8026
 OUT = Path("bench/data/semantic_heldout6.jsonl")
 POLICY = {**POLICY4, "hotel": "config/examples/semantic-hotel.yaml"}
-EARLIER = sorted(Path("bench/data").glob("semantic_*.jsonl"))
 
 # (domain, lang, label, kind, cached, probe)
 S, D = "same", "different"
@@ -322,41 +319,12 @@ PAIRS: list[tuple[str, str, str, str, str, str]] = [
 ]  # fmt: skip
 
 
-def _earlier() -> set[tuple[str, str]]:
-    seen: set[tuple[str, str]] = set()
-    for path in EARLIER:
-        if path == OUT:
-            continue
-        for line in path.read_text(encoding="utf-8").splitlines():
-            if line:
-                r = orjson.loads(line)
-                seen.add((r["cached"].lower(), r["probe"].lower()))
-                seen.add((r["probe"].lower(), r["cached"].lower()))
-    return seen
-
-
-def rows() -> list[dict[str, str]]:
-    seen = _earlier()
-    out = [
-        {
-            "id": f"h6-{domain}-{i:03d}", "split": "heldout6", "seed": SEED, "round": 8,
-            "domain": domain, "policy": POLICY[domain], "lang": lang, "label": label, "kind": kind,
-            "cached": cached, "probe": probe,
-        }
-        for i, (domain, lang, label, kind, cached, probe) in enumerate(PAIRS)
-        if (cached.lower(), probe.lower()) not in seen
-    ]  # fmt: skip
-    random.Random(SEED).shuffle(out)
-    return out
+def rows() -> list[dict[str, object]]:
+    return labelled_rows(PAIRS, out=OUT, split="heldout6", prefix="h6", seed=SEED, round_=8, policy=POLICY)
 
 
 def main() -> None:
-    rs = rows()
-    OUT.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rs))
-    same = sum(r["label"] == S for r in rs)
-    print(
-        f"{OUT} heldout6: {len(rs)} pairs ({same} same, {len(rs) - same} different), {len(PAIRS) - len(rs)} dropped"
-    )
+    write_set(OUT, rows(), len(PAIRS))
 
 
 if __name__ == "__main__":

@@ -473,7 +473,7 @@ def split_of(n: int, seed: int) -> list[str]:
     return ["heldout" if i in heldout else "tune" for i in range(n)]
 
 
-def rows() -> list[dict[str, str]]:
+def rows() -> list[dict[str, object]]:
     # Each round keeps its own draw, so adding round 2 moved no pair of round 1 between splits.
     splits = [(s, SEED) for s in split_of(len(PAIRS), SEED)] + [
         (s, SEED_2) for s in split_of(len(PAIRS_2), SEED_2)

@@ -1,0 +1,37 @@
+"""The hand-written labelled sets regenerate byte for byte from their sources, and a set drops only the
+repeats of sets written before it (bench/semantic_sets.py)."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from bench import semantic_heldout6_source, semantic_heldout7_source
+from bench.semantic_sets import WRITTEN, earlier_texts, labelled_rows
+
+
+@pytest.mark.parametrize("source", [semantic_heldout6_source, semantic_heldout7_source])
+def test_a_source_regenerates_its_committed_file(source) -> None:
+    rows = source.rows()
+    assert b"".join(orjson.dumps(r) + b"\n" for r in rows) == source.OUT.read_bytes()
+
+
+def test_only_sets_written_before_count_as_earlier() -> None:
+    h6, h7 = semantic_heldout6_source.OUT, semantic_heldout7_source.OUT
+    assert WRITTEN.index(h6) < WRITTEN.index(h7)
+    first7 = orjson.loads(h7.read_text(encoding="utf-8").splitlines()[0])
+    pair = (first7["cached"].lower(), first7["probe"].lower())
+    assert pair not in earlier_texts(h6)  # a later set's text never drops an earlier set's row
+    assert pair not in earlier_texts(h7)  # nor its own
+
+
+def test_a_repeat_of_an_earlier_set_is_dropped_either_order_and_case() -> None:
+    earlier = orjson.loads(semantic_heldout6_source.OUT.read_text(encoding="utf-8").splitlines()[0])
+    pairs = [
+        ("shop", "en", "same", "frame", earlier["probe"].upper(), earlier["cached"]),  # a repeat, swapped
+        ("shop", "en", "same", "frame", "an unseen question", "another unseen question"),
+    ]
+    rows = labelled_rows(
+        pairs, out=semantic_heldout7_source.OUT, split="t", prefix="t", seed=1, round_=0, policy={"shop": "p"}
+    )
+    assert [r["id"] for r in rows] == ["t-shop-001"]

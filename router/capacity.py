@@ -95,9 +95,10 @@ PUBLISHED_START = 1.0  # a published estimate starts at this x the value (above 
 # it as an unpublished one's; round 8 measured 2 and left it out: docs/benchmarks.md, "Round 8")
 PUBLISHED_LOW: float = PUBLISHED_FACTOR  # a published estimate stays above the value / this
 PROVEN_GROW: float | None = GROW  # ghost growth of a proven unpublished estimate (None: UNPUBLISHED_GROW)
-# Round 9: the depth estimator (``DepthTally``) instead of the rules above for answers that carry
-# ``cached_tokens`` ("r8": the rules above; the hit-counter path keeps them either way)
-ESTIMATOR = "depth"
+# Round 9: "depth": the depth estimator (``DepthTally``) instead of the rules above for answers that
+# carry ``cached_tokens``; "r8" (committed): the rules above. The hit-counter path keeps them either
+# way. Measured and not adopted: published cells fell 0.010-0.118 (docs/benchmarks.md, "Round 9").
+ESTIMATOR = "r8"
 HALF_LIFE = 256.0  # a replica's answers after which a label weighs half (the decay)
 PRIOR_WEIGHT = 8.0  # a published value's weight, in labels of the newest answer's weight (not a floor)
 PER_OCTAVE = 8  # depth buckets per doubling (9 % wide), anchored at the start

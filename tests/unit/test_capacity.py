@@ -474,9 +474,12 @@ def test_the_index_reports_recency_depth():
     assert [index.depth("r0", h) for h in (7, 8, 1, 2, 3, 99)] == [1, 2, 3, 4, 5, 0]
 
 
-def test_a_decision_carries_the_depths_of_its_match():
+def test_a_decision_carries_the_depths_of_its_match(monkeypatch):
+    monkeypatch.setattr(capacity, "ESTIMATOR", "depth")
     router = one(default_kv_capacity_blocks=64)
     router.release(router.route(chat(text("a", 6))))
     router.release(router.route(chat(text("b", 4))))
     d = router.route(chat(text("a", 6) + "?"))
     assert d.listed_depths == (6, 5, 10, 10)  # "a"'s 6 blocks under "b"'s 4: first at 5, deepest at 10
+    monkeypatch.setattr(capacity, "ESTIMATOR", "r8")  # the committed rules: no depth scans
+    assert router.route(chat(text("b", 4) + "?")).listed_depths == ()

@@ -65,6 +65,20 @@ cell but bs1; docs/benchmarks.md, "Round 8"): the 12 unpublished cells' mean 0.9
 0.925, floor back at the default / 8 (``low8``) 0.924, growth 32 x (``grow32``) 0.935 (``zipf-unpub``
 0.938, busy 1.18); proven only after 2 misses 0.929 (bs64 e0.25 0.741).
 
+A depth estimator (round 9, ``ESTIMATOR = "depth"``, ``DepthTally``; off: measured, not adopted). Round
+8's evidence is biased downwards (a miss shrinks on every request, a ghost hit comes only from requests
+still routed there), so this reads both directions with one weight: each answer labels the listed
+blocks (matched, and ghosts past the match) by their recency depth in the index's order, held or not by
+the engine, and the capacity is the threshold the fewest decayed labels contradict, a published value a
+prior of ``PRIOR_WEIGHT`` labels. It is unbiased where it starts right (the published 64-token twin held
+at 1.00 x the engine for its whole run, against round 8's drift to 0.86 x) and that did not score: tune
+split, ``python -m bench.routing_matrix --split tune --small-grid heldout --variants r8 depth
+depth-gone0.5 --cells <every cell but bs1>`` (docs/benchmarks.md, "Round 9"): the twin 0.869 -> 0.859;
+where the published value is wrong it barely leaves the prior (ghosts are in 4 % of the answers: bs16
+x0.5 0.980 -> 0.934, bs64 x0.5 0.910 -> 0.792, the CPU tier 0.921 -> 0.862), Zipf 0.989 -> 0.973; the 12
+unpublished cells' mean 0.938 -> 0.940 with the worst 0.812 -> 0.764 (on 64-token engines the fit ends at
+2-3.4 x the engine's blocks) and ``zipf-unpub``'s busy imbalance 1.16.
+
 Without ``cached_tokens`` in the answers (vLLM without ``--enable-prompt-tokens-details``) the replica's
 scraped ``vllm:prefix_cache_hits`` counter is the evidence (``CounterWindow``): summed over the prefills
 between two scrapes, its surplus over the index's predictions is read as the window's shallowest ghosts.

@@ -219,8 +219,8 @@ class DepthTally:
                 hi = t
         if hi == n:
             return None
-        t = (lo + hi) / 2 if PLATEAU == "mid" else float(hi)
-        return self.start * 2.0 ** ((t - at) / PER_OCTAVE)
+        edge = (lo + hi) / 2 if PLATEAU == "mid" else float(hi)
+        return self.start * 2.0 ** ((edge - at) / PER_OCTAVE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -318,7 +318,7 @@ class CapacityLearner:
         replica_id: str,
         ev: Evidence,
         cached_tokens: int,
-        listed: tuple[int, int, int, int],
+        listed: tuple[int, ...],
         ghost_depths: tuple[int, ...] = (),
         blocks: int = 0,
     ) -> int | None:

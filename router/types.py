@@ -76,7 +76,7 @@ class Decision:
     matched_sent_at: float | None = None  # when the index had last sent the match's deepest block there
     # the capacity learner's depth estimator: (matched blocks, depth of the match's first and deepest
     # block in the index's order, entries the index listed for the replica), at the decision
-    listed_depths: tuple[int, int, int, int] = ()
+    listed_depths: tuple[int, ...] = ()
     _prefill_released: bool = False
     _released: bool = False
 

@@ -121,6 +121,17 @@ VARIANTS: dict[str, dict[str, object]] = {
     "pubstart1.5": {"_capacity": {"PUBLISHED_START": 1.5}},
     # round 8, item 2: a published estimate never below the value (misses shrink it to it, not under)
     "pubfloor1": {"_capacity": {"PUBLISHED_LOW": 1.0}},
+    # round 9 (``router.capacity``): round 8's rules (a miss shrinks by its blocks, a ghost hit grows by
+    # 2 x its depth), still the committed default, and the depth estimator (``ESTIMATOR`` "depth"),
+    # measured and not adopted; its knobs moved one at a time
+    "r8": {"_capacity": {"ESTIMATOR": "r8"}},
+    "depth": {"_capacity": {"ESTIMATOR": "depth"}},
+    "depth-hl64": {"_capacity": {"ESTIMATOR": "depth", "HALF_LIFE": 64.0}},
+    "depth-hl1024": {"_capacity": {"ESTIMATOR": "depth", "HALF_LIFE": 1024.0}},
+    "depth-prior1": {"_capacity": {"ESTIMATOR": "depth", "PRIOR_WEIGHT": 1.0}},
+    "depth-prior32": {"_capacity": {"ESTIMATOR": "depth", "PRIOR_WEIGHT": 32.0}},
+    "depth-top": {"_capacity": {"ESTIMATOR": "depth", "PLATEAU": "top"}},
+    "depth-gone0.5": {"_capacity": {"ESTIMATOR": "depth", "GONE_WEIGHT": 0.5}},
 }
 # router.capacity's values as committed, restored before each variant sets its own
 CAPACITY_DEFAULTS = {k: getattr(capacity, k) for v in VARIANTS.values() for k in v.get("_capacity", {})}  # type: ignore[union-attr]

@@ -65,6 +65,21 @@ cell but bs1; docs/benchmarks.md, "Round 8"): the 12 unpublished cells' mean 0.9
 0.925, floor back at the default / 8 (``low8``) 0.924, growth 32 x (``grow32``) 0.935 (``zipf-unpub``
 0.938, busy 1.18); proven only after 2 misses 0.929 (bs64 e0.25 0.741).
 
+A depth estimator (round 9, ``ESTIMATOR = "depth"``, ``DepthTally``; off: measured, not adopted). Round
+8's evidence is biased downwards (a miss shrinks on every request, a ghost hit comes only from requests
+still routed there), so this reads both directions with one weight: each answer labels the listed
+blocks (matched, and ghosts past the match) by their recency depth in the index's order, held or not by
+the engine, and the capacity is the threshold the fewest decayed labels contradict, a published value a
+prior of ``PRIOR_WEIGHT`` labels. It is unbiased where it starts right (the published 64-token twin held
+at 1.00 x the engine for its whole run, against round 8's drift to 0.86 x) and that did not score: tune
+split, ``python -m bench.routing_matrix --split tune --small-grid heldout --variants r8 depth
+depth-gone0.5 --cells <every cell but bs1>`` (docs/benchmarks.md, "Round 9"): the twin 0.869 -> 0.859;
+where the published value is too small it leaves the prior late or never (ghosts are in 4 % of the
+answers: bs16 x0.5 0.50 x for a quarter of the run, 0.980 -> 0.934; bs64 x0.5 0.50 x throughout, 0.910
+-> 0.792; the CPU tier 0.921 -> 0.862), Zipf 0.989 -> 0.973; the 12
+unpublished cells' mean 0.938 -> 0.940 with the worst 0.812 -> 0.764 (on 64-token engines the fit ends at
+2-3.4 x the engine's blocks) and ``zipf-unpub``'s busy imbalance 1.16.
+
 Without ``cached_tokens`` in the answers (vLLM without ``--enable-prompt-tokens-details``) the replica's
 scraped ``vllm:prefix_cache_hits`` counter is the evidence (``CounterWindow``): summed over the prefills
 between two scrapes, its surplus over the index's predictions is read as the window's shallowest ghosts.
@@ -76,8 +91,8 @@ surplus). Unpublished capacity on the trace, before -> after: 0.821 -> 0.980 of 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
-from math import gcd
+from dataclasses import dataclass, field
+from math import floor, gcd, log2
 
 from router.replica import ReplicaState
 
@@ -95,6 +110,17 @@ PUBLISHED_START = 1.0  # a published estimate starts at this x the value (above 
 # it as an unpublished one's; round 8 measured 2 and left it out: docs/benchmarks.md, "Round 8")
 PUBLISHED_LOW: float = PUBLISHED_FACTOR  # a published estimate stays above the value / this
 PROVEN_GROW: float | None = GROW  # ghost growth of a proven unpublished estimate (None: UNPUBLISHED_GROW)
+# Round 9: "depth": the depth estimator (``DepthTally``) instead of the rules above for answers that
+# carry ``cached_tokens``; "r8" (committed): the rules above. The hit-counter path keeps them either
+# way. Measured and not adopted: published cells fell 0.010-0.118 (docs/benchmarks.md, "Round 9").
+ESTIMATOR = "r8"
+HALF_LIFE = 256.0  # a replica's answers after which a label weighs half (the decay)
+PRIOR_WEIGHT = 8.0  # a published value's weight, in labels of the newest answer's weight (not a floor)
+PER_OCTAVE = 8  # depth buckets per doubling (9 % wide), anchored at the start
+OCTAVES_BELOW = 8  # buckets span start / 2**OCTAVES_BELOW ..
+OCTAVES_ABOVE = 5  # .. start * 2**OCTAVES_ABOVE (ghosts reach twice a ceiling of 8 x); beyond: the end ones
+GONE_WEIGHT = 1.0  # a not-held label's weight against a held one's (below 1: the fit leans generous)
+PLATEAU = "mid"  # where in the least-error plateau the estimate sits: "mid" (geometric middle) or "top"
 
 
 @dataclass(slots=True)
@@ -105,7 +131,8 @@ class CapacityEstimate:
     blocks: float
     factor: float = MAX_FACTOR  # the estimate stays within [start / factor, start * factor]
     grown: int = 0  # answers that grew it
-    shrunk: int = 0  # answers that shrank it
+    shrunk: int = 0  # answers that shrank it (the depth estimator: answers with a not-held label)
+    tally: DepthTally | None = None  # the depth estimator's labels (None: not used yet)
 
     @property
     def published(self) -> bool:
@@ -125,6 +152,76 @@ class CapacityEstimate:
         lo = max(1.0, self.start / (PUBLISHED_LOW if self.published else UNPUBLISHED_LOW))
         hi = float(self.start * f)
         self.blocks = min(hi, max(lo, self.blocks))
+
+
+@dataclass(slots=True)
+class DepthTally:
+    """Decayed labels of one replica: blocks the index listed for it (matched, or ghosts past the match)
+    by their recency depth in the index's order, held by the engine or not (its ``cached_tokens``).
+
+    The capacity is the depth where "held" turns into "not held": the threshold that the fewest labels
+    (by weight) contradict, a held label deeper than it or a not-held one shallower. An order error
+    (the engine evicted a shallow block the index still lists) is one label against every held label
+    deeper than it, and a deep ghost held counts as much as a shallow miss. Memory: two lists of
+    ``PER_OCTAVE * (OCTAVES_BELOW + OCTAVES_ABOVE)`` floats (104) a replica; a label is O(1), the fit
+    O(buckets). Decay: each answer's labels weigh ``2 ** (1 / HALF_LIFE)`` x the previous answer's
+    (renormalised before they overflow), so an answer ``HALF_LIFE`` answers old weighs half."""
+
+    start: int
+    prior: float  # the published value's weight (0: none), in units of the newest answer's weight
+    held: list[float] = field(default_factory=list)
+    gone: list[float] = field(default_factory=list)
+    weight: float = 1.0  # the next label's weight
+
+    def __post_init__(self) -> None:
+        n = PER_OCTAVE * (OCTAVES_BELOW + OCTAVES_ABOVE)
+        self.held = [0.0] * n
+        self.gone = [0.0] * n
+
+    def bucket(self, depth: float) -> int:
+        """Bucket b holds depths in [start * 2**((b - o) / PER_OCTAVE), start * 2**((b - o + 1) / ...))."""
+        b = floor(log2(max(depth, 1e-9) / self.start) * PER_OCTAVE) + PER_OCTAVE * OCTAVES_BELOW
+        return min(len(self.held) - 1, max(0, b))
+
+    def add(self, held: Iterable[int], gone: Iterable[int]) -> None:
+        """One answer's labels (depths, 1 = the most recent entry)."""
+        w = self.weight
+        for d in held:
+            self.held[self.bucket(d)] += w
+        g = w * GONE_WEIGHT
+        for d in gone:
+            self.gone[self.bucket(d)] += g
+        self.weight = w * 2.0 ** (1.0 / HALF_LIFE)
+        if self.weight > 1e100:
+            k = 1.0 / self.weight
+            self.held = [x * k for x in self.held]
+            self.gone = [x * k for x in self.gone]
+            self.weight = 1.0
+
+    def fit(self) -> float | None:
+        """The capacity the labels (and the prior) contradict least; None: the least-error plateau
+        reaches past the deepest bucket (no not-held label above the held ones: no upper limit)."""
+        held, gone = self.held, self.gone
+        n = len(held)
+        at = PER_OCTAVE * OCTAVES_BELOW  # the threshold at the start itself (a bucket edge)
+        prior = self.prior * self.weight
+        err = sum(held) + prior  # threshold 0: every held label (and the prior's held one) contradicts
+        best, lo, hi = err, 0, 0
+        eps = 1e-9 * (err + 1.0)
+        for t in range(1, n + 1):  # threshold t: held below bucket t, not held from it on
+            err += gone[t - 1] - held[t - 1]
+            if t == at:
+                err -= prior
+            if t == at + 1:
+                err += prior  # the prior's not-held label sits in bucket ``at``
+            if err < best - eps:
+                best, lo, hi = err, t, t
+            elif err <= best + eps and hi == t - 1:
+                hi = t
+        if hi == n:
+            return None
+        edge = (lo + hi) / 2 if PLATEAU == "mid" else float(hi)
+        return self.start * 2.0 ** ((edge - at) / PER_OCTAVE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,6 +307,69 @@ class CapacityLearner:
                 est.blocks = target
                 est.grown += 1
         est.clamp()
+        return est.bound if est.bound != before else None
+
+    @property
+    def uses_depths(self) -> bool:
+        """Answers with ``cached_tokens`` go to ``observe_depths`` (``ESTIMATOR``), else to ``observe``."""
+        return ESTIMATOR == "depth"
+
+    def observe_depths(
+        self,
+        replica_id: str,
+        ev: Evidence,
+        cached_tokens: int,
+        listed: tuple[int, ...],
+        ghost_depths: tuple[int, ...] = (),
+        blocks: int = 0,
+    ) -> int | None:
+        """Label one answer's listed blocks held or not by their depth, refit; the new bound when it
+        changed. ``listed``: at the decision, (matched blocks, depth of the match's first and deepest
+        block, entries the index listed for the replica); ``ghost_depths`` as for ``evidence``;
+        ``blocks``: the prompt's hashed blocks (a ghost within one engine block of its end may be the
+        engine's last-token rule, not an eviction).
+
+        Labels: a predicted hit that missed (``ev.missing``) puts "not held" at the first block the
+        engine lacked and "held" at the last it had; otherwise "held" at the match's deepest block, and
+        past it, on ghosts, "held" at the deepest ghost the engine had and "not held" at the first it
+        lacked. A chain's blocks are listed together, deepest last, so a block's depth between the
+        match's first and deepest is the deepest one's less its distance from the end; a ghost's is the
+        entries listed plus its ghost depth (the evictions since it)."""
+        est = self._est.get(replica_id)
+        if est is None:
+            return None
+        known, d0, dlast, size = listed
+        held_blocks = cached_tokens // self.block_size
+        held: list[int] = []
+        gone: list[int] = []
+        if ev.missing and held_blocks < known:
+            gone.append(max(d0, dlast - (known - 1 - held_blocks)))
+            if held_blocks:
+                held.append(max(d0, dlast - (known - held_blocks)))
+        else:
+            if known:
+                held.append(dlast)
+            extra = max(0, held_blocks - known)
+            if ghost_depths:
+                if extra:
+                    held.append(size + ghost_depths[min(extra, len(ghost_depths)) - 1])
+                tol = -(-max(self.block_size, self.grain) // self.block_size)  # one engine block
+                if len(ghost_depths) > extra and known + extra + tol < blocks:
+                    gone.append(size + ghost_depths[extra])
+        if not held and not gone:
+            return None
+        tally = est.tally
+        if tally is None:
+            tally = est.tally = DepthTally(est.start, PRIOR_WEIGHT if est.published else 0.0)
+        tally.add(held, gone)
+        before = est.bound
+        fit = tally.fit()
+        est.blocks = float(est.start * est.factor) if fit is None else fit
+        est.clamp()
+        if gone:
+            est.shrunk += 1
+        if est.bound > before:
+            est.grown += 1
         return est.bound if est.bound != before else None
 
 

@@ -23,6 +23,7 @@ from collections import OrderedDict, deque
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from itertools import repeat
+from operator import indexOf
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,6 +212,15 @@ class PrefixIndex:
     def size(self, replica_id: str) -> int:
         lru = self._lru.get(replica_id)
         return len(lru) if lru is not None else 0
+
+    def depth(self, replica_id: str, block_hash: int) -> int:
+        """How recent ``block_hash`` is among the replica's entries: 1 for the most recently sent, 0 when
+        not listed. O(depth), one C-level scan from the recent end (``router.capacity``'s depth estimator
+        asks it for two blocks a decision)."""
+        lru = self._lru.get(replica_id)
+        if lru is None or block_hash not in lru:
+            return 0
+        return indexOf(reversed(lru), block_hash) + 1
 
     def ghost_depths(self, replica_id: str, hashes: Sequence[int], start: int) -> tuple[int, ...]:
         """For ``hashes[start:]``, as far as each is a ghost of the replica: how many blocks the index

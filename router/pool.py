@@ -255,6 +255,11 @@ class PoolRouter:
                 decision.matched_sent_at = self.index.sent_at(replica.id, hashes[known - 1])
             if self.capacity is not None:
                 decision.ghost_depths = self.index.ghost_depths(replica.id, hashes, known)
+                if self.capacity.uses_depths:
+                    index, rid = self.index, replica.id
+                    d0 = index.depth(rid, hashes[0]) if known else 0
+                    dlast = index.depth(rid, hashes[known - 1]) if known else 0
+                    decision.listed_depths = (known, d0, dlast, index.size(rid))
         if hashes:
             # Speculative: the replica will hold this prefix once it has prefilled it.
             self.index.insert(replica.id, hashes, now, known=approx.get(replica.id, 0))
@@ -370,7 +375,12 @@ class PoolRouter:
         else:
             ev = learner.evidence(decision.matched_tokens, cached, decision.ghost_depths)
             missing = ev.missing
-            bound = learner.observe(rid, ev, self.index.size(rid))
+            if decision.listed_depths and learner.uses_depths:
+                bound = learner.observe_depths(
+                    rid, ev, cached, decision.listed_depths, decision.ghost_depths, len(decision.block_hashes)
+                )
+            else:
+                bound = learner.observe(rid, ev, self.index.size(rid))
             if bound is not None:
                 self.index.add_replica(rid, bound)
         if missing <= 0 or UNLEARN == "none":

@@ -74,6 +74,9 @@ class Decision:
     explanation: Explanation | None = None  # the score terms (``PoolRouter.explain``), else None
     ghost_depths: tuple[int, ...] = ()  # past the match: how far each block was in the index's ghost list
     matched_sent_at: float | None = None  # when the index had last sent the match's deepest block there
+    # the capacity learner's depth estimator: (matched blocks, depth of the match's first and deepest
+    # block in the index's order, entries the index listed for the replica), at the decision
+    listed_depths: tuple[int, ...] = ()
     _prefill_released: bool = False
     _released: bool = False
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import random
 
 import pytest
 
@@ -16,6 +17,7 @@ from router.capacity import (
     UNPUBLISHED_LOW,
     CapacityLearner,
     CounterWindow,
+    DepthTally,
     Evidence,
 )
 from router.index import PrefixIndex
@@ -365,3 +367,119 @@ def test_unlearn_older_stops_at_the_first_entry_sent_since():
     assert index.unlearn_older("r", 10, 3.0, keep=(2,)) == 3  # 1, 3, 4; 2 is kept (just computed)
     assert [h for h in (1, 2, 3, 4, 5) if index.holds("r", h)] == [2, 5]
     assert index.unlearn_older("r", 1, 0.5) == 0
+
+
+# -- round 9: the depth estimator (router.capacity.DepthTally, CapacityLearner.observe_depths) ----------
+
+
+def labels(rng, truth: int, top: int, order_errors: float) -> tuple[list[int], list[int]]:
+    """One answer's labels from an engine that holds the ``truth`` most recent blocks, read at a depth
+    drawn up to ``top``; with probability ``order_errors`` a block shallower than the truth is gone
+    anyway (the engine's LRU order is not the index's)."""
+    d = rng.randint(1, top)
+    if d > truth:
+        return [], [d]
+    return ([], [d]) if rng.random() < order_errors else ([d], [])
+
+
+def test_order_errors_at_shallow_depths_keep_the_estimate_at_the_truth():
+    """A quarter of the shallow blocks reported gone: a rule that shrinks on every miss ends far below
+    the truth (round 8: a published 64-token engine drifted to 0.82 x); the fit stays within a bucket."""
+    rng = random.Random(3)
+    tally = DepthTally(start=1000, prior=0.0)
+    for _ in range(3000):
+        tally.add(*labels(rng, 1000, 2000, 0.25))
+    fit = tally.fit()
+    assert fit is not None and 0.9 * 1000 <= fit <= 1.1 * 1000
+
+
+def test_a_published_start_at_the_truth_does_not_drift_below_it_under_symmetric_noise():
+    """Through the learner: a published capacity of 400 blocks, answers whose held and not-held labels
+    straddle it with the same noise on both sides (order errors either way, 15 %)."""
+    rng = random.Random(5)
+    learner = CapacityLearner(16)
+    learner.start("r0", 400, published=True)
+    lows = []
+    for _ in range(2000):
+        d = rng.randint(200, 600)
+        held = (d <= 400) != (rng.random() < 0.15)
+        ev = Evidence(missing=0 if held else 1, surplus=0)
+        # a single matched block at depth d: held (cached 16 tokens) or not (cached 0)
+        learner.observe_depths("r0", ev, 16 if held else 0, (1, d, d, 400), ())
+        lows.append(learner.estimate("r0").blocks)
+    est = learner.estimate("r0")
+    assert 0.92 * 400 <= est.blocks <= 1.08 * 400
+    assert min(lows[500:]) >= 0.85 * 400  # never wandered far below on the way
+
+
+def test_ghost_hits_deep_past_the_bound_grow_the_estimate():
+    """The engine holds 1.6 x the published value: matches are held, and so are the ghosts past the
+    match up to that depth (the blocks the bound made the index forget); the ones deeper are not."""
+    learner = CapacityLearner(16)
+    learner.start("r0", 500, published=True)
+    rng = random.Random(7)
+    for _ in range(400):
+        g = rng.randint(1, 500)  # a ghost's depth past the 500 listed entries
+        held = 500 + g <= 800
+        # 2 matched blocks (depths 100 and 300), one ghost past them, then the prompt goes on (8 blocks)
+        cached = 3 * 16 if held else 2 * 16
+        ev = learner.evidence(2 * 16, cached, (g,))
+        learner.observe_depths("r0", ev, cached, (2, 100, 300, 500), (g,), 8)
+    assert 1.45 * 500 <= learner.estimate("r0").blocks <= 1.75 * 500
+
+
+def test_the_estimate_tracks_an_engine_that_shrinks_and_its_labels_stay_bounded():
+    rng = random.Random(11)
+    tally = DepthTally(start=1000, prior=0.0)
+    for _ in range(1500):
+        tally.add(*labels(rng, 1200, 2500, 0.05))
+    for _ in range(3000):  # another tenant takes half of the cache
+        tally.add(*labels(rng, 600, 2500, 0.05))
+    fit = tally.fit()
+    assert fit is not None and 0.9 * 600 <= fit <= 1.1 * 600
+    assert (
+        len(tally.held)
+        == len(tally.gone)
+        == capacity.PER_OCTAVE * (capacity.OCTAVES_BELOW + capacity.OCTAVES_ABOVE)
+    )
+    assert tally.weight < 1e100  # renormalised, not overflowing
+
+
+def test_without_a_not_held_label_an_unpublished_estimate_stays_at_its_ceiling():
+    learner = CapacityLearner(16)
+    learner.start("r0", 1000)
+    learner.observe_depths("r0", Evidence(0, 0), 64, (4, 10, 900, 5000), ())
+    assert learner.estimate("r0").blocks == MAX_FACTOR * 1000 and not learner.estimate("r0").proven
+    # a miss at depth 3,000 with hits at 900: the fit moves between them, and it is proven
+    learner.observe_depths("r0", Evidence(8, 0), 0, (8, 3000, 3000, 5000), ())
+    est = learner.estimate("r0")
+    assert 900 <= est.blocks <= 3000 and est.proven
+
+
+def test_a_ghost_at_the_prompt_end_is_not_read_as_gone():
+    """The engine never reports a prompt's last block cached (the last token is recomputed): a ghost
+    there, not reported, says nothing."""
+    learner = CapacityLearner(16)
+    learner.start("r0", 100, published=True)
+    ev = learner.evidence(16, 16, (5,))
+    assert learner.observe_depths("r0", ev, 16, (1, 3, 3, 100), (5,), 2) is None
+    assert learner.estimate("r0").tally.gone == [0.0] * len(learner.estimate("r0").tally.gone)
+
+
+def test_the_index_reports_recency_depth():
+    index = PrefixIndex()
+    index.add_replica("r0", 10)
+    index.insert("r0", [1, 2, 3])  # chain inserted deepest first: 1 is the most recent
+    index.insert("r0", [7, 8])
+    assert [index.depth("r0", h) for h in (7, 8, 1, 2, 3, 99)] == [1, 2, 3, 4, 5, 0]
+
+
+def test_a_decision_carries_the_depths_of_its_match(monkeypatch):
+    monkeypatch.setattr(capacity, "ESTIMATOR", "depth")
+    router = one(default_kv_capacity_blocks=64)
+    router.release(router.route(chat(text("a", 6))))
+    router.release(router.route(chat(text("b", 4))))
+    d = router.route(chat(text("a", 6) + "?"))
+    assert d.listed_depths == (6, 5, 10, 10)  # "a"'s 6 blocks under "b"'s 4: first at 5, deepest at 10
+    monkeypatch.setattr(capacity, "ESTIMATOR", "r8")  # the committed rules: no depth scans
+    assert router.route(chat(text("b", 4) + "?")).listed_depths == ()

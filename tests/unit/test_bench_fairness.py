@@ -16,7 +16,7 @@ from bench.fairness import (
     summarize,
     workload,
 )
-from bench.fairness_dump import end_waits, waiters
+from bench.fairness_dump import end_waits, pool_tails, waiters
 from bench.fairness_procs import (
     HEADROOM,
     MAX_TOKENS,
@@ -187,3 +187,19 @@ def test_the_sockets_report_judges_each_tenant_on_its_runs_pooled_against_its_ow
     assert cells[3].endswith("missed")  # calm0 at 3 x alone in one of its two runs
     # calm1 as alone but 5 of 805 unanswered (inf): 1.00 x, and the interval's top rank falls on them
     assert cells[4].startswith("1.00 [0.99, open]") and cells[4].endswith("unresolved")
+
+
+def test_the_dump_reader_pools_tails_over_dumps_and_leaves_out_a_loaded_run():
+    def run(x: float) -> dict[str, Any]:
+        return {"per_tail": {t: [x, x, "Infinity" if x > 1 else x] for t in CALM}}
+
+    a = {"runs": [{"alone": run(0.1), "fair": run(0.2)}], "loads": [{"alone": "1.0", "fair": "5.0"}]}
+    b = {"runs": [{"alone": run(0.1), "fair": run(2.0)}], "loads": [{"alone": "2.0", "fair": "2.5"}]}
+    tails, left = pool_tails([a, b], max_load=3.0)
+    assert left == 1 and len(tails["alone"]["calm0"]) == 6
+    assert tails["fair"]["calm3"] == [
+        2.0,
+        2.0,
+        math.inf,
+    ]  # a's fair run (load 5) left out; JSON's inf read back
+    assert pool_tails([a, b])[1] == 0 and len(pool_tails([a, b])[0]["fair"]["calm0"]) == 6

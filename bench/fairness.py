@@ -580,7 +580,7 @@ def tails_md(tails: dict[str, dict[str, list[float]]], alone: str, over: str) ->
         "",
     ]
     for q in (0.95, 0.99):
-        rows = []
+        rows: list[list[object]] = []
         for name, per in tails.items():
             if name == alone:
                 continue

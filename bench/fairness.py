@@ -1,7 +1,7 @@
 """A saturated fleet shared by tenants, in model time: no gateway queue, today's slot queue, the fair queue.
 
     python -m bench.fairness [--replicas 2] [--slots 8] [--seconds 30] [--calm-rate 1.0] [--flood-x 10]
-        [--batch-lines 200] [--seed 0] [--write]
+        [--batch-lines 200] [--seed 0] [--tail-seeds 1 2 ...] [--write]
 
 No processes and no sockets, as ``bench.routing_offline``: ``router.pool.PoolRouter`` decides,
 ``sim.engine.Engine`` replicas (vLLM V1's scheduler, Llama-3-8B on an A100 step costs) serve,
@@ -36,6 +36,10 @@ Modes:
 99th percentile of each: held at the gateway (arrival to routing), and in the engine (routing to
 the first token: its queue, then the prefill).
 
+``--tail-seeds``: every mode again with these seeds, and each well-behaved tenant's p95 / p99 pooled
+over them against its own alone, with the order-statistic intervals of ``bench.tails`` (one 30 s seed
+gives a tenant ~30 requests: its "p99" is its max; a p99 bounded from above needs 368).
+
 Arrivals stop at ``--seconds``; throughput and shares count completions before it. The run goes on
 until every well-behaved request had its first token (a request left in an engine's queue at the end
 is served late, not dropped, so its TTFT is counted) or a horizon of 20 x ``--seconds``.
@@ -53,6 +57,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from bench.report import percentile, table, write_section
+from bench.tails import ratio_cell, ratio_ci, tenant_tails
 from config.routing import RoutingConfig
 from router.fairness.classes import ClassSpec
 from router.fairness.headroom import DERIVE_EVERY_S, MODELS, AutoHeadroom, TopConcurrency, derived_slots
@@ -80,6 +85,7 @@ CLASSES = (
 BATCH = ClassSpec("batch", 3, 60.0, None)
 FIFO_QUEUE, FIFO_TIMEOUT_S = 1024, 5.0
 FAIR_QUEUE, FAIR_PER_TENANT, FAIR_TIMEOUT_S = 1024, 256, 30.0
+TAIL_TARGET = 1.25  # issue 28: each well-behaved tenant's p99 within 1.25 x its p99 alone
 DECODE_WEIGHT, LOOKAHEAD, OVERHEAD_S, SERVICE_S = 5.0, 8, 0.0097, 2.0
 
 
@@ -495,6 +501,11 @@ def _ttfts(run: Run, tenant: str) -> list[float]:
     return [r.first - r.at for r in run.reqs if r.tenant == tenant and r.first is not None]
 
 
+def _tail_ttfts(run: Run, tenant: str) -> list[float]:
+    """Every request of the tenant's: one never answered (shed, or past the horizon) as no first token (inf)."""
+    return [r.first - r.at if r.first is not None else float("inf") for r in run.reqs if r.tenant == tenant]
+
+
 def summarize(run: Run) -> dict[str, Any]:
     t_end = run.seconds
     completed = [r for r in run.reqs if r.done is not None and r.done <= t_end]
@@ -557,6 +568,37 @@ def _differs(args: argparse.Namespace) -> str:
     return ", ".join(parts) or args.section
 
 
+def tails_md(tails: dict[str, dict[str, list[float]]], alone: str, over: str) -> str:
+    """Each mode's tenants' tails pooled ``over`` runs against each tenant's own alone (bench.tails)."""
+    ref = tails[alone]
+    pooled_alone = [x for xs in ref.values() for x in xs]
+    out = [
+        f"Each well-behaved tenant's tail, pooled over {over} (n a tenant, min-max: "
+        f"{min(len(xs) for xs in ref.values())}-{max(len(xs) for xs in ref.values())} alone), against its own "
+        f"alone; every request of theirs (one shed or never answered: as no first token, inf); [95 % CI]: order-statistic bounds (bench.tails), a ratio's from two 97.5 % ones; 'open': too "
+        f"few values to bound it from above; met / missed: the whole interval under / over {TAIL_TARGET:g}:",
+        "",
+    ]
+    for q in (0.95, 0.99):
+        rows: list[list[object]] = []
+        for name, per in tails.items():
+            if name == alone:
+                continue
+            pooled = [x for xs in per.values() for x in xs]
+            rows.append([
+                name, f"{min(map(len, per.values()))}-{max(map(len, per.values()))}",
+                ratio_cell(ratio_ci(pooled, pooled_alone, q, TAIL_TARGET)),
+                *(ratio_cell(ratio_ci(per[t], ref[t], q, TAIL_TARGET)) for t in per),
+            ])  # fmt: skip
+        p = f"p{round(q * 100)}"
+        out += [
+            table(["mode", "n a tenant", f"pooled {p} x alone", *(f"{t} {p} x alone" for t in CALM)], rows),
+            "",
+        ]
+    out += ["Alone, each tenant:", "", tenant_tails(ref)]
+    return "\n".join(out)
+
+
 def within_entitled(share: float, entitled: float) -> str:
     if entitled != entitled:
         return "-"
@@ -576,6 +618,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--flood-x", type=float, default=10.0)
     ap.add_argument("--batch-lines", type=int, default=200)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--tail-seeds", type=int, nargs="*", default=[],
+        help="also run every mode with these seeds and give each tenant's p90/p95/p99 pooled over "
+        "--seed and these, with 95 %% intervals (bench.tails); the main table stays --seed's",
+    )  # fmt: skip
     ap.add_argument("--reserved", type=int, nargs="*", default=[1], help="also run the fair queue with these")
     ap.add_argument("--lookahead", type=int, nargs="*", default=[], help="also run the fair queue with these")
     ap.add_argument(
@@ -648,13 +695,20 @@ def main(argv: list[str] | None = None) -> None:
             )
         )
     results: dict[str, dict[str, Any]] = {}
+    seeds = [args.seed, *(s for s in args.tail_seeds if s != args.seed)]
+    tails: dict[str, dict[str, list[float]]] = {}  # each mode's tenants' TTFTs over the seeds
     for mode, name, kw in modes:
         flood = 0.0 if mode == "alone" else flood_rate
         batch = 0 if mode == "alone" else args.batch_lines
-        reqs = workload(args.seconds, args.calm_rate, flood, batch, args.seed)
         kw = {"slots": S, "reserved": 0, "lookahead": LOOKAHEAD, "kv_blocks": args.kv_blocks, **kw}
-        run = simulate(mode, reqs, args.replicas, seconds=args.seconds, **kw)
-        results[name] = summarize(run)
+        tails[name] = {t: [] for t in CALM}
+        for seed in seeds if args.tail_seeds else seeds[:1]:
+            reqs = workload(args.seconds, args.calm_rate, flood, batch, seed)
+            run = simulate(mode, reqs, args.replicas, seconds=args.seconds, **kw)
+            if seed == args.seed:
+                results[name] = summarize(run)
+            for t in CALM:
+                tails[name][t] += _tail_ttfts(run, t)
     wall = time.perf_counter() - started
     alone_p99 = results["well-behaved alone"]["p99"]
     today = results["today (slot FIFO)"]["tokens_per_s"]
@@ -712,6 +766,8 @@ def main(argv: list[str] | None = None) -> None:
             table(["tenant", *results], per_rows),
         ]
     )
+    if args.tail_seeds:
+        md += "\n\n" + tails_md(tails, "well-behaved alone", f"seeds {' '.join(map(str, seeds))}")
     print(md)
     if args.write:
         write_section(args.section, md)

@@ -1,6 +1,7 @@
 """What a ``bench.fairness_procs --dump`` file says about the slow well-behaved requests: the gaps between ends.
 
     python -m bench.fairness_dump DUMP.json [--modes fair-headroom3 fair-auto ...]
+    python -m bench.fairness_dump DUMP.json [DUMP.json ...] --tails [--max-load 3]
 
 Reads the dump's simulator generations (each stream's replica, arrival at the replica, end, whether
 a well-behaved tenant sent it) and its ``where`` rows (each answered well-behaved request's parts,
@@ -26,9 +27,11 @@ from __future__ import annotations
 import argparse
 import bisect
 import json
+import math
 from pathlib import Path
 from typing import Any
 
+from bench.fairness import CALM, tails_md
 from bench.fairness_procs import HEADROOM, SLOTS
 from bench.report import percentile, table
 
@@ -149,12 +152,56 @@ def analyze(dump: dict[str, Any], modes: list[str] | None = None) -> str:
     return out
 
 
+def pool_tails(
+    dumps: list[dict[str, Any]], max_load: float = math.inf
+) -> tuple[dict[str, dict[str, list[float]]], int]:
+    """Each mode's tenants' requests (``per_tail``) over every run of every dump whose load after that mode
+    was at most ``max_load``; and how many (run, mode) were left out for it."""
+    out: dict[str, dict[str, list[float]]] = {}
+    left = 0
+    for d in dumps:
+        for run, load in zip(d["runs"], d["loads"], strict=True):
+            for mode, s in run.items():
+                if float(load.get(mode, "nan")) > max_load:
+                    left += 1
+                    continue
+                per = out.setdefault(mode, {t: [] for t in CALM})
+                for t in CALM:
+                    per[t] += [float(x) for x in s["per_tail"][t]]
+    return out, left
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("dump", type=Path)
+    ap.add_argument("dump", type=Path, nargs="+")
     ap.add_argument("--modes", nargs="*", help="only these modes (default: every one in the dump)")
+    ap.add_argument(
+        "--tails", action="store_true",
+        help="instead: each tenant's p95/p99 x its alone pooled over every run of every dump (bench.tails)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--max-load", type=float, default=math.inf, help="--tails: leave out a mode's run past this load"
+    )
     args = ap.parse_args(argv)
-    print(analyze(json.loads(args.dump.read_text()), args.modes))
+    dumps = [json.loads(p.read_text()) for p in args.dump]
+    if args.tails:
+        tails, left = pool_tails(dumps, args.max_load)
+        runs = sum(len(d["runs"]) for d in dumps)
+        if "alone" not in tails:
+            print(
+                f"no alone run at load <= {args.max_load:g} ({left} (run, mode) left out): nothing to compare"
+            )
+            return
+        print(
+            tails_md(
+                tails,
+                "alone",
+                f"{runs} run(s) of {len(dumps)} dump(s), {left} (run, mode) past load {args.max_load:g} left out",
+            )
+        )
+        return
+    for d in dumps:
+        print(analyze(d, args.modes))
 
 
 if __name__ == "__main__":

@@ -30,7 +30,9 @@ well-behaved request's TTFT went (``where``): the three processes' wall clocks (
 gateway's decision log with its ``fair_queue``, the simulator's ``/sim/generations``) split it into the
 client-to-queue time, the gateway queue (and what released it), the hop, the engine and the relay back,
 beside the load generator's loop lag. Throughput: requests answered in the window (64 tokens each, or
-16-112 with ``--spread-tokens``). Bounded: at most 60 s a mode, 10,000 flood requests.
+16-112 with ``--spread-tokens``). Each tenant's tail: every request it sent over the runs pooled (one
+unanswered as no first token), p95 / p99 against its own alone with ``bench.tails``' intervals (round
+6's "worst tenant" was a p99 of ~15 requests, a max). Bounded: at most 60 s a mode, 10,000 flood requests.
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ import httpx
 import openai
 import yaml
 
-from bench.fairness import SHARE_TOLERANCE, entitled_shares, within_entitled
+from bench.fairness import SHARE_TOLERANCE, entitled_shares, tails_md, within_entitled
 from bench.loadgen import LoadResult, run_load
 from bench.peers import PEERS, start_peer
 from bench.procs import running, start_gateway, start_sim
@@ -490,6 +492,10 @@ def summarize(res: dict[str, Any], seconds: float) -> dict[str, Any]:
         "pooled": pooled,
         "per_ttfts": {t: list(c["ttfts"]) for t, c in res["calm"].items()},
         "per_sent": {t: c["sent"] for t, c in res["calm"].items()},
+        # every request sent: one not answered (an error) as no first token (inf), for bench.tails
+        "per_tail": {
+            t: [*c["ttfts"], *[math.inf] * (c["sent"] - len(c["ttfts"]))] for t, c in res["calm"].items()
+        },
         "calm_met": calm_met,
         "flood_met": flood_met,
         "flood_sent": flood_sent,
@@ -723,6 +729,17 @@ def report(
             "Each well-behaved tenant, pooled, p50 / p99 TTFT (s):",
             "",
             table(["tenant", *labels], per_rows),
+            "",
+            tails_md(
+                {
+                    lab: {t: [x for r in rs for x in r["per_tail"][t]] for t in CALM}
+                    for lab, rs in by_label.items()
+                },
+                "alone",
+                f"{len(per_run)} run(s) of {args.seconds:g} s",
+            )
+            if "alone" in by_label
+            else "",
         ]
     )
 

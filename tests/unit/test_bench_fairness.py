@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import argparse
 import math
+from typing import Any
 
-from bench.fairness import CALM, capacity, entitled_shares, max_min_shares, simulate, summarize, workload
-from bench.fairness_dump import end_waits, waiters
+from bench.fairness import (
+    CALM,
+    _tail_ttfts,
+    capacity,
+    entitled_shares,
+    max_min_shares,
+    simulate,
+    summarize,
+    workload,
+)
+from bench.fairness_dump import end_waits, pool_tails, waiters
 from bench.fairness_procs import (
     HEADROOM,
     MAX_TOKENS,
@@ -15,7 +26,9 @@ from bench.fairness_procs import (
     SPREAD,
     output_tokens,
     policy,
+    report,
 )
+from bench.fairness_procs import summarize as summarize_procs
 from config.policy import Policy
 
 
@@ -139,3 +152,54 @@ def test_spread_tokens_vary_each_requests_output_around_the_same_mean_from_a_gen
     assert abs(sum(spread) / len(spread) - MAX_TOKENS) < 3  # the same mean: the same work a request
     assert spread[:20] == [output_tokens(True, "flood", 0, i) for i in range(20)]  # a run repeats
     assert spread[:20] != [output_tokens(True, "flood", 1000, i) for i in range(20)]  # each run its own
+
+
+def test_the_tails_count_every_request_a_shed_one_as_no_first_token():
+    cap = capacity(2, 4, seconds=8.0)
+    run = simulate("fifo", workload(6.0, 1.0, 10 * cap, 0, seed=1), 2, 4, 6.0)
+    for t in CALM:
+        xs = _tail_ttfts(run, t)
+        mine = [r for r in run.reqs if r.tenant == t]
+        assert len(xs) == len(mine) and xs.count(math.inf) == sum(1 for r in mine if r.first is None)
+    assert sum(r.shed is not None for r in run.reqs if r.tenant in CALM) > 0  # FIFO sheds some at 5 s
+
+
+def test_the_sockets_report_judges_each_tenant_on_its_runs_pooled_against_its_own_alone():
+    def res(scale: dict[str, float], unanswered: int) -> dict[str, Any]:
+        calm = {
+            t: {"ttfts": [scale.get(t, 1.0) * (0.1 + i / 4000) for i in range(400)], "errors": {"503": unanswered},
+                "sent": 400 + unanswered, "traced": []}
+            for t in CALM
+        }  # fmt: skip
+        return {"calm": calm, "flood": None, "wall": 10.0}
+
+    runs = [
+        {"alone": summarize_procs(res({}, 0), 10.0), "fair": summarize_procs(res({"calm0": 3.0}, 0), 10.0)},
+        {"alone": summarize_procs(res({}, 0), 10.0), "fair": summarize_procs(res({}, 5), 10.0)},
+    ]
+    assert runs[1]["fair"]["per_tail"]["calm1"].count(math.inf) == 5
+    args = argparse.Namespace(seconds=10.0, flood_concurrency=48, spread_tokens=False, runs=2)
+    md = report(runs, [{"alone": "0.5", "fair": "0.5"}] * 2, "cmd", args)
+    p99 = md.split("| mode | n a tenant | pooled p99 x alone |")[1].splitlines()
+    fair = next(line for line in p99 if line.startswith("| fair |"))
+    cells = [c.strip() for c in fair.strip("|").split("|")]
+    assert cells[1] == "805-805"  # 2 x 400 answered + 5 not, every tenant
+    assert cells[3].endswith("missed")  # calm0 at 3 x alone in one of its two runs
+    # calm1 as alone but 5 of 805 unanswered (inf): 1.00 x, and the interval's top rank falls on them
+    assert cells[4].startswith("1.00 [0.99, open]") and cells[4].endswith("unresolved")
+
+
+def test_the_dump_reader_pools_tails_over_dumps_and_leaves_out_a_loaded_run():
+    def run(x: float) -> dict[str, Any]:
+        return {"per_tail": {t: [x, x, "Infinity" if x > 1 else x] for t in CALM}}
+
+    a = {"runs": [{"alone": run(0.1), "fair": run(0.2)}], "loads": [{"alone": "1.0", "fair": "5.0"}]}
+    b = {"runs": [{"alone": run(0.1), "fair": run(2.0)}], "loads": [{"alone": "2.0", "fair": "2.5"}]}
+    tails, left = pool_tails([a, b], max_load=3.0)
+    assert left == 1 and len(tails["alone"]["calm0"]) == 6
+    assert tails["fair"]["calm3"] == [
+        2.0,
+        2.0,
+        math.inf,
+    ]  # a's fair run (load 5) left out; JSON's inf read back
+    assert pool_tails([a, b])[1] == 0 and len(pool_tails([a, b])[0]["fair"]["calm0"]) == 6

@@ -102,7 +102,7 @@ def apps(seed: int) -> list[App]:
     out.append(App("rag_passages_first", rag, "variable_prefix"))
 
     # 2. Agent: 16 tools shuffled per request (a set kept in a hash map), a fixed system prompt.
-    tools = [
+    tools: list[dict[str, Any]] = [
         {
             "type": "function",
             "function": {

@@ -23,7 +23,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
@@ -33,7 +33,7 @@ from config.routing import RoutingConfig
 from router.batch_plan import line_prefix, plan
 from router.tokenizers import ApproxTokenizer
 
-URL = "/v1/chat/completions"
+URL: Final = "/v1/chat/completions"
 
 
 @dataclass(frozen=True, slots=True)

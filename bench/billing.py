@@ -99,7 +99,11 @@ async def main(records: int, concurrency: int) -> None:
     with tempfile.TemporaryDirectory() as d:
         for sync in ("full", "normal"):
             led = await SqliteLedger.open(str(Path(d) / f"{sync}.db"), synchronous=sync)
-            r = await rate(records, concurrency, lambda i, led=led: led.record(items[i]))
+
+            def one(i: int, led: SqliteLedger = led) -> Awaitable[object]:
+                return led.record(items[i])
+
+            r = await rate(records, concurrency, one)
             print(
                 f"sqlite ledger ({sync:6s}): {r:8.0f} records/s, {records / led.commits:5.1f} records/commit"
             )

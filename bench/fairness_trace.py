@@ -48,7 +48,7 @@ def trace_reqs(records: list[traces.TraceRecord], scale: traces.Scale, rate: flo
     wl = traces.trace_workload(records, scale, "mooncake", "mooncake")
     spec = STANDARD
     out = [
-        Req(i, tenant_of(rec), spec, r.at / rate, r.body)
+        Req(i, tenant_of(rec), spec, (r.at or 0.0) / rate, r.body)
         for i, (rec, r) in enumerate(zip(records, wl.requests, strict=True))
     ]
     out.sort(key=lambda r: r.at)

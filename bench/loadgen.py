@@ -45,11 +45,12 @@ async def run_load(
     result = LoadResult()
     counter = iter(range(requests))
     own = session is None
-    if own:
+    if session is None:
         session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0, force_close=False),
             json_serialize=lambda o: orjson.dumps(o).decode(),
         )
+    client = session
     deadline = time.perf_counter() + max_seconds
 
     async def worker() -> None:
@@ -61,7 +62,7 @@ async def run_load(
                 body["stream"] = True
             start = time.perf_counter()
             try:
-                async with session.post(
+                async with client.post(
                     url,
                     data=orjson.dumps(body),
                     headers={"Content-Type": "application/json", **(headers or {})},
@@ -90,5 +91,5 @@ async def run_load(
     finally:
         result.wall_s = time.perf_counter() - t0
         if own:
-            await session.close()
+            await client.close()
     return result

@@ -192,7 +192,7 @@ def _micro_ctx(stream_chunks: int) -> tuple[Any, list[dict[str, Any]], dict[str,
         ],
         "usage": usage,
     }
-    body = {
+    body: dict[str, Any] = {
         "model": MODEL,
         "input": QUESTION.format(i=1),
         "instructions": "Be terse.",
@@ -217,7 +217,7 @@ def micro(n: int) -> str:
     ctx, chunks, whole = _micro_ctx(16)
     chunk = chunks[3]
     raw = b"data: " + orjson.dumps(chunk) + b"\n\n"
-    req_r = {
+    req_r: dict[str, Any] = {
         "model": MODEL,
         "input": QUESTION.format(i=1),
         "instructions": "Be terse.",

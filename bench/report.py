@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 from pathlib import Path
 
 DEFAULT_DOC = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
@@ -40,7 +41,7 @@ def median(values: list[float]) -> float:
     return statistics.median(values)
 
 
-def table(headers: list[str], rows: list[list[object]]) -> str:
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     out = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
     out += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     return "\n".join(out)

@@ -133,6 +133,8 @@ def replay(
     queue_err: list[int] = []  # |router's queued prefill - the engine's prefill left|, per scrape and replica
     timers: dict[int, tuple[int, Decision]] = {}  # non-streamed: prefill releases due (router, decision)
 
+    seq = 0  # the events' tie-break order (shared with push below)
+
     def share_event(g: int, d: Decision, what: int) -> None:
         nonlocal seq
         wanted = share != "none" if what == _PLACED else share.startswith("index+")
@@ -144,7 +146,6 @@ def replay(
     engines = [make_engine(engine) for _ in range(replicas)]
     stepping = [False] * replicas
     events: list[tuple[float, int, int, int]] = []
-    seq = 0
 
     def push(t: float, kind: int, arg: int) -> None:
         nonlocal seq
@@ -190,7 +191,9 @@ def replay(
             for k, e in enumerate(engines):  # the router's queued prefill against the engine's
                 reqs_in = (*e.running, *e.waiting)
                 left = sum(max(0, q.num_prompt_tokens - q.num_computed_tokens) for q in reqs_in)
-                queue_err.append(abs(sum(r.replica(f"r{k}").queued_prefill_tokens for r in routers) - left))
+                states_k = [r.replica(f"r{k}") for r in routers]
+                queued = sum(st.queued_prefill_tokens for st in states_k if st is not None)
+                queue_err.append(abs(queued - left))
             for router, states in zip(routers, fleets, strict=True):
                 for k, e in enumerate(engines):
                     router.update_reported(states[k].id, len(e.running), len(e.waiting), e.pool.usage(), now)
@@ -415,4 +418,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

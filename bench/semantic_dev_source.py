@@ -290,7 +290,7 @@ PAIRS: list[tuple[str, str, str, str, str, str]] = [
 ]  # fmt: skip
 
 
-def rows() -> list[dict[str, str]]:
+def rows() -> list[dict[str, object]]:
     out = [
         {
             "id": f"dev-{domain}-{i:03d}", "split": "dev", "seed": SEED, "round": 3, "domain": domain,

@@ -190,7 +190,7 @@ PAIRS: list[tuple[str, str, str, str, str, str]] = [
 ]  # fmt: skip
 
 
-def rows() -> list[dict[str, str]]:
+def rows() -> list[dict[str, object]]:
     out = [
         {
             "id": f"h3-{domain}-{i:03d}", "split": "heldout3", "seed": SEED, "round": 5, "domain": domain,

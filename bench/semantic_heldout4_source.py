@@ -263,7 +263,7 @@ def split_of(cached: str, probe: str) -> str:
     return "tune4" if hashlib.sha256(f"{SEED}|{cached}|{probe}".encode()).digest()[0] < 128 else "heldout4"
 
 
-def rows() -> list[dict[str, str]]:
+def rows() -> list[dict[str, object]]:
     out = [
         {
             "id": f"h4-{domain}-{i:03d}", "split": split_of(cached, probe), "seed": SEED, "round": 6,

@@ -253,7 +253,7 @@ PAIRS: list[tuple[str, str, str, str, str, str]] = [
 ]  # fmt: skip
 
 
-def rows() -> list[dict[str, str]]:
+def rows() -> list[dict[str, object]]:
     out = [
         {
             "id": f"h5-{domain}-{i:03d}", "split": "heldout5", "seed": SEED, "round": 7,

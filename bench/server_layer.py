@@ -42,7 +42,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import httptools  # type: ignore[import-untyped]
+import httptools
 import orjson
 import psutil
 import uvloop
@@ -177,7 +177,7 @@ def low_level_server() -> GuardedServer:
         except GatewayError as err:
             return error_response(err)
 
-    def make_request(message, payload, protocol, writer, task, _cls=web.BaseRequest):  # type: ignore[no-untyped-def]
+    def make_request(message, payload, protocol, writer, task, _cls=web.BaseRequest):
         return _cls(message, payload, protocol, writer, task, protocol._loop, client_max_size=MAX_BODY)
 
     server = GuardedServer(handler, request_factory=make_request, **runner_kwargs())
@@ -303,7 +303,7 @@ async def run(ports: dict[str, int], pids: dict[str, int], args: argparse.Namesp
             )
     for pool in pools.values():
         for conn in pool.idle:
-            conn.transport.close()  # type: ignore[attr-defined]
+            conn.transport.close()
     headers = ["scenario", "server", "req/s", "× Application's", "server CPU ms / req", "× Application's"]
     return table(headers, rows)
 

@@ -222,7 +222,7 @@ def check(result: SoakResult, max_rss_growth_mb: float = 50.0) -> list[str]:
 def markdown(result: SoakResult, command: str) -> str:
     assert result.warm and result.end
     lat = sorted(result.latencies) or [0.0]
-    rows = [
+    rows: list[list[object]] = [
         ["requests (after warm-up)", f"{result.requests:,}"],
         ["warm-up requests", f"{result.warmup:,}"],
         ["concurrency", result.concurrency],

@@ -44,7 +44,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import aiohttp
-import httptools  # type: ignore[import-untyped]
+import httptools
 import orjson
 import uvloop
 
@@ -64,8 +64,8 @@ EVENT = b'data: {"choices":[{"delta":{"content":"token"}}]}\n\n'
 
 def _response(stream: bool) -> bytes:
     if not stream:
-        head = f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len(ANSWER)}\r\n\r\n"
-        return head.encode() + ANSWER
+        plain = f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len(ANSWER)}\r\n\r\n"
+        return plain.encode() + ANSWER
     chunks = b"".join(b"%x\r\n%s\r\n" % (len(EVENT), EVENT) for _ in range(SSE_EVENTS))
     head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
     return head + chunks + b"0\r\n\r\n"
@@ -75,7 +75,7 @@ class _Server(asyncio.Protocol):
     """Answers each request as soon as its body is complete (``/stream`` paths with the SSE answer)."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = transport
         self.parser = httptools.HttpRequestParser(self)
         self.stream = False
 
@@ -114,7 +114,7 @@ class _Conn(asyncio.Protocol):
         self.status = 0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = transport
 
     def data_received(self, data: bytes) -> None:
         self.parser.feed_data(data)
@@ -147,7 +147,7 @@ class LeanPool:
     async def _conn(self) -> _Conn:
         while self.idle:
             conn = self.idle.pop()
-            if not conn.transport.is_closing():  # type: ignore[attr-defined]
+            if not conn.transport.is_closing():
                 return conn
         _, conn = await asyncio.get_running_loop().create_connection(_Conn, self.host, self.port)
         return conn
@@ -263,7 +263,7 @@ def lean_client(port: int) -> Client:
 
     async def close() -> None:
         for conn in pool.idle:
-            conn.transport.close()  # type: ignore[attr-defined]
+            conn.transport.close()
 
     return Client("httptools floor", whole, stream, close)
 

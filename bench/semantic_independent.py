@@ -26,7 +26,9 @@ run and reported once) to development sets and added ``heldout5`` (bench/data/se
 ``bench.semantic_heldout5_source``), run once; round 8 promoted ``heldout5`` (run once) to a development
 set and added ``heldout6`` (bench/data/semantic_heldout6.jsonl, ``bench.semantic_heldout6_source``, with a
 fifth domain, a hotel), run once; round 9 added ``heldout7`` (bench/data/semantic_heldout7.jsonl,
-``bench.semantic_heldout7_source``, with a sixth domain, a car rental company), run once. Mode
+``bench.semantic_heldout7_source``, with a sixth domain, a car rental company), run once; round 10 added
+``heldout8`` (bench/data/semantic_heldout8.jsonl, ``bench.semantic_heldout8_source``, with a seventh domain,
+a food delivery app), run once. Mode
 ``phrases`` is fingerprint mode without the intent-word rule (``intent_words: false``), to compare the two in one run.
 ``--show`` lists the pairs that hit wrongly or missed (on ``SHOWN``: ``tune``, ``dev``, ``tune4``, ``heldout2``,
 ``heldout3``, ``heldout5``, ``heldout6`` (round 9 promoted it); never a held-out set); ``--write`` runs both
@@ -64,6 +66,7 @@ SET4 = Path("bench/data/semantic_heldout4.jsonl")  # the sixth pass's set: tune4
 HELDOUT5 = Path("bench/data/semantic_heldout5.jsonl")  # round 7, held out; dev since round 8
 HELDOUT6 = Path("bench/data/semantic_heldout6.jsonl")  # round 8's held-out set, run once
 HELDOUT7 = Path("bench/data/semantic_heldout7.jsonl")  # round 9's held-out set, run once
+HELDOUT8 = Path("bench/data/semantic_heldout8.jsonl")  # round 10's held-out set, run once
 FILES = {
     "dev": DEV,
     "heldout2": HELDOUT2,
@@ -73,6 +76,7 @@ FILES = {
     "heldout5": HELDOUT5,
     "heldout6": HELDOUT6,
     "heldout7": HELDOUT7,
+    "heldout8": HELDOUT8,
 }
 SPLITS = (
     "tune",
@@ -85,6 +89,7 @@ SPLITS = (
     "heldout5",
     "heldout6",
     "heldout7",
+    "heldout8",
 )
 # the splits whose pairs --show may list (never a held-out split not yet run)
 SHOWN = ("tune", "dev", "tune4", "heldout2", "heldout3", "heldout5", "heldout6")
@@ -95,6 +100,7 @@ DOMAINS = {
     "bank": "bank cards",
     "hotel": "hotel",
     "car": "car rental",
+    "food": "food delivery",
 }
 
 

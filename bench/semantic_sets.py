@@ -27,6 +27,7 @@ WRITTEN = tuple(
         "heldout5",
         "heldout6",
         "heldout7",
+        "heldout8",
     )
 )
 

@@ -86,6 +86,7 @@ def test_the_sockets_benchmark_builds_valid_policies_and_an_smg_config_that_fits
         "fair",
         "fair-prefill",
         "fair-headroom3",
+        "fair-headroom3-prio",
         "fair-auto",
         "smg",
     }
@@ -95,6 +96,11 @@ def test_the_sockets_benchmark_builds_valid_policies_and_an_smg_config_that_fits
     assert (bounded.max_queued_prefill_tokens, bounded.headroom_slots) == (512, HEADROOM)
     wider = Policy.model_validate(policy("fair-headroom3", urls)).fairness
     assert wider.slots_per_replica + wider.headroom_slots == SLOTS + HEADROOM  # the same engine batch
+    prio = Policy.model_validate(policy("fair-headroom3-prio", urls))
+    assert (
+        prio.models[0].engine_priority == "vllm" and prio.fairness == wider
+    )  # fair-headroom3, and the field
+    assert Policy.model_validate(policy("fair-headroom3", urls)).models[0].engine_priority == "none"
     classes = SMG_PRIORITY["classes"]
     assert set(classes) == {"system", "interactive", "default", "bulk"}  # smg's four, all required
     assert sum(c["reserved_floor"] for c in classes.values()) <= SLOTS * len(urls)  # else it falls back
@@ -203,3 +209,16 @@ def test_the_dump_reader_pools_tails_over_dumps_and_leaves_out_a_loaded_run():
         math.inf,
     ]  # a's fair run (load 5) left out; JSON's inf read back
     assert pool_tails([a, b])[1] == 0 and len(pool_tails([a, b])[0]["fair"]["calm0"]) == 6
+
+
+def test_engine_priority_lets_interactive_requests_pass_the_floods_engine_queue():
+    """No gateway queue, the flood in the engines' queues: FCFS engines make an interactive request
+    wait behind it; priority engines (each request carrying its band) admit it at the next free seat."""
+    worst = {}
+    for prio in (False, True):
+        reqs = workload(4.0, 0.5, 150.0, 0, seed=3)
+        run = simulate("none", reqs, 1, 4, 4.0, engine_priority=prio)
+        calm = [r.first - r.at if r.first is not None else math.inf for r in run.reqs if r.tenant in CALM]
+        assert len(calm) >= 5
+        worst[prio] = max(calm)  # one never answered (past the horizon): inf
+    assert worst[True] < 1.0 < worst[False]

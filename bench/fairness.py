@@ -109,6 +109,7 @@ class Req:
     decision: Decision | None = None
     best: int = 0  # the longest prefix match anywhere at its arrival (tokens, the router's index)
     home: str | None = None  # the replica holding it
+    scheduled: float | None = None  # the start of the engine step that first scheduled it
 
     @property
     def objective(self) -> float | None:
@@ -384,7 +385,7 @@ def simulate(
             out = step_out[k]
             for ereq in out.first_tokens:
                 r = by_engine[ereq]
-                r.first = now
+                r.first, r.scheduled = now, ereq.first_scheduled
                 assert r.decision is not None
                 router.first_byte(r.decision)
                 if r.tenant in watch:
@@ -534,6 +535,10 @@ def summarize(run: Run) -> dict[str, Any]:
     sent = [r for r in run.reqs if r.tenant in CALM and r.first is not None and r.decision is not None]
     gateway_wait = [r.decision.routed_at - r.at for r in sent]  # type: ignore[union-attr]
     engine_wait = [r.first - r.decision.routed_at for r in sent]  # type: ignore[operator,union-attr]
+    # the engine's part: routed to the start of the step that first scheduled it (a step running, or the
+    # engine's queue), then that step and any later ones until its first token (its prefill's steps)
+    step_wait = [r.scheduled - r.decision.routed_at for r in sent if r.scheduled is not None]  # type: ignore[union-attr]
+    own_steps = [r.first - r.scheduled for r in sent if r.scheduled is not None]  # type: ignore[operator]
     offered = {t: float(sum(1 for r in run.reqs if r.tenant == t and r.at < t_end)) for t in (*CALM, FLOOD)}
     entitled = entitled_shares(offered, float(len(completed)), run.weights)
     flood = _ttfts(run, FLOOD)
@@ -551,6 +556,9 @@ def summarize(run: Run) -> dict[str, Any]:
         "p99": percentile(pooled, 99) if pooled else float("nan"),
         "p99_gateway": percentile(gateway_wait, 99) if sent else float("nan"),
         "p99_engine": percentile(engine_wait, 99) if sent else float("nan"),
+        "engine_parts": [
+            (percentile(xs, q) if xs else float("nan")) for xs in (step_wait, own_steps) for q in (50, 95, 99)
+        ],
         "calm_shed": calm_shed,
         "flood_shed": sum(1 for r in run.reqs if r.tenant == FLOOD and r.shed is not None),
         "batch_done": sum(1 for r in completed if r.tenant is None),
@@ -816,6 +824,10 @@ def main(argv: list[str] | None = None) -> None:
             table(["tenant", *results], per_rows),
         ]
     )
+    md += "\n\nThe well-behaved requests' engine time (routed to first token), in two parts, p50 / p95 / p99 (s): until the engine step that first scheduled it started (the step running when it came, or the engine's queue), then that step and any more until its first token:\n\n" + table(
+        ["mode", "until its first step", "its steps to the first token"],
+        [[name, " / ".join(_f(x) for x in s["engine_parts"][:3]), " / ".join(_f(x) for x in s["engine_parts"][3:])] for name, s in results.items()],
+    )  # fmt: skip
     md += "\n\nThe flood's TTFT (its served requests), p50 / p99 (s): " + "; ".join(
         f"{name} {_f(s['flood_p50'])} / {_f(s['flood_p99'])}" for name, s in results.items() if name != "well-behaved alone"
     )  # fmt: skip

@@ -222,3 +222,12 @@ def test_engine_priority_lets_interactive_requests_pass_the_floods_engine_queue(
         assert len(calm) >= 5
         worst[prio] = max(calm)  # one never answered (past the horizon): inf
     assert worst[True] < 1.0 < worst[False]
+
+
+def test_the_engine_time_splits_at_the_step_that_first_scheduled_the_request():
+    reqs = workload(3.0, 1.0, 60.0, 0, seed=4)
+    run = simulate("fair", reqs, 1, 4, 3.0, headroom=2)
+    served = [r for r in run.reqs if r.tenant in CALM and r.first is not None]
+    assert served and all(r.decision.routed_at <= r.scheduled < r.first for r in served)  # type: ignore[union-attr,operator]
+    parts = summarize(run)["engine_parts"]
+    assert len(parts) == 6 and parts[2] >= parts[0] >= 0 and parts[5] >= parts[3] > 0

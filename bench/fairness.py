@@ -243,6 +243,7 @@ def simulate(
     horizon = 20 * seconds
     most_low = [0]
     off_home = [0, 0]  # requests sent off the replica of their longest match at arrival, the tokens lost
+    queued_at_send = [0, 0]  # well-behaved requests sent to an engine, of which found others waiting there
 
     def push(t: float, kind: int, arg: int) -> None:
         nonlocal seq
@@ -265,6 +266,9 @@ def simulate(
         prio = engine_prio(style, r.spec.rank, len(CLASSES) + 1) or 0
         ereq = EngineRequest(hashes, count_tokens(len(data), 4), r.body["max_tokens"], priority=prio)
         by_engine[ereq] = r
+        if r.tenant in watch:  # did a well-behaved request find the engine's own queue non-empty?
+            queued_at_send[0] += 1
+            queued_at_send[1] += bool(engines[k].waiting)
         engines[k].add(ereq, now)
         if not stepping[k]:
             out = engines[k].step(now)
@@ -423,6 +427,8 @@ def simulate(
     run.extra["off_home"] = off_home[0]
     run.extra["off_home_tokens"] = off_home[1]
     run.extra["sent"] = sum(1 for r in reqs if r.decision is not None)
+    run.extra["watch_sent"], run.extra["watch_found_queue"] = queued_at_send
+    run.extra["preemptions"] = sum(e.stats.preemptions for e in engines)
     if derived_seen:
         run.extra["derived_mean"] = sum(derived_seen) / len(derived_seen)
         run.extra["derived_max"] = max(derived_seen)
@@ -565,6 +571,7 @@ def summarize(run: Run) -> dict[str, Any]:
         "flood_p50": percentile(flood, 50) if flood else float("nan"),
         "flood_p99": percentile(flood, 99) if flood else float("nan"),
         **{k: run.extra[k] for k in ("derived_mean", "derived_max") if k in run.extra},
+        "engine_queue": (run.extra["watch_found_queue"], run.extra["watch_sent"], run.extra["preemptions"]),
     }
 
 
@@ -827,6 +834,9 @@ def main(argv: list[str] | None = None) -> None:
     md += "\n\nThe well-behaved requests' engine time (routed to first token), in two parts, p50 / p95 / p99 (s): until the engine step that first scheduled it started (the step running when it came, or the engine's queue), then that step and any more until its first token:\n\n" + table(
         ["mode", "until its first step", "its steps to the first token"],
         [[name, " / ".join(_f(x) for x in s["engine_parts"][:3]), " / ".join(_f(x) for x in s["engine_parts"][3:])] for name, s in results.items()],
+    )  # fmt: skip
+    md += "\n\nWell-behaved requests that found the engine's own queue non-empty when sent to it, of those sent, and the engines' preemptions: " + "; ".join(
+        f"{name} {s['engine_queue'][0]} of {s['engine_queue'][1]}, {s['engine_queue'][2]}" for name, s in results.items()
     )  # fmt: skip
     md += "\n\nThe flood's TTFT (its served requests), p50 / p99 (s): " + "; ".join(
         f"{name} {_f(s['flood_p50'])} / {_f(s['flood_p99'])}" for name, s in results.items() if name != "well-behaved alone"

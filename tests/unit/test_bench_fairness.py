@@ -221,6 +221,8 @@ def test_engine_priority_lets_interactive_requests_pass_the_floods_engine_queue(
         calm = [r.first - r.at if r.first is not None else math.inf for r in run.reqs if r.tenant in CALM]
         assert len(calm) >= 5
         worst[prio] = max(calm)  # one never answered (past the horizon): inf
+        found, sent, _ = summarize(run)["engine_queue"]
+        assert found == sent > 0  # every one found the flood queued in the engine
     assert worst[True] < 1.0 < worst[False]
 
 

@@ -686,8 +686,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument(
         "--engine-priority", action="store_true",
         help="also run the engines with vLLM's --scheduling-policy priority, each request carrying its "
-        "band's priority: the fair queue with each --headroom, and no gateway queue at the engine "
-        "batches --slots and --slots + the first --headroom",
+        "band's priority: the fair queue with each --headroom (and with --scraped), and no gateway "
+        "queue at the engine batches --slots and --slots + the first --headroom",
     )  # fmt: skip
     ap.add_argument("--kv-blocks", type=int, default=2048, help="KV blocks of 16 tokens a replica")
     ap.add_argument("--write", action="store_true", help="write the section of docs/benchmarks.md")
@@ -752,6 +752,14 @@ def main(argv: list[str] | None = None) -> None:
                 {"slots": 8 * S, "engine_batch": S, "max_waiting": 0},
             )
         )
+        if args.engine_priority:  # the engines hold a queue here: the priority has something to order
+            modes.append(
+                (
+                    "fair",
+                    f"fair queue, saturation from scrapes only ({8 * S} slots, engine waiting > 0), engine priority",
+                    {"slots": 8 * S, "engine_batch": S, "max_waiting": 0, "engine_priority": True},
+                )
+            )
     results: dict[str, dict[str, Any]] = {}
     seeds = [args.seed, *(s for s in args.tail_seeds if s != args.seed)]
     tails: dict[str, dict[str, list[float]]] = {}  # each mode's tenants' TTFTs over the seeds

@@ -35,9 +35,11 @@ own sources (``vllm/v1/core/sched/scheduler.py``, ``kv_cache_manager.py``, ``blo
   SGLang does, past ``--priority-scheduling-preemption-threshold``: not modelled). The request's
   ``priority`` is the body's integer field (default 0). An ``fcfs`` engine takes a request with
   ``priority != 0`` and ignores it: vLLM V1's input processor and ``AsyncLLM.add_request``
-  (``vllm/v1/engine/input_processor.py`` at 009daae, ``async_llm.py`` at 00080ee) do not check it (V0's
-  ``LLMEngine.add_request`` raised "Got priority N but Priority scheduling is not enabled.", a 400;
-  vllm-project/vllm#23043, which would have brought that check to V1, was closed unmerged).
+  (``vllm/v1/engine/input_processor.py`` at 009daae, ``async_llm.py`` at 00080ee) do not check it.
+  Older engines answered 400: V0's ``LLMEngine.add_request`` raised "Got priority N but Priority
+  scheduling is not enabled.", and V1 before its priority scheduling (vllm-project/vllm#19057) raised
+  "V1 does not support priority yet." whatever the policy; vllm-project/vllm#23043, which would have
+  brought the first check to V1, was closed unmerged.
 - **Departures**, on purpose: output tokens are not hashed (the simulator's answer text never appears
   in a later prompt, so caching it could only crowd the cache), a block computed twice by concurrent
   requests is kept once, no null block, and the prefix-cache counters count a request once when it is

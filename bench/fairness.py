@@ -60,6 +60,7 @@ from bench.report import percentile, table, write_section
 from bench.tails import ratio_cell, ratio_ci, tenant_tails
 from config.routing import RoutingConfig
 from router.fairness.classes import ClassSpec
+from router.fairness.classes import engine_priority as engine_prio
 from router.fairness.headroom import DERIVE_EVERY_S, MODELS, AutoHeadroom, TopConcurrency, derived_slots
 from router.fairness.queue import FairQueue, QueueFull, Waiter
 from router.fairness.release import not_to, queues_for_home, release, with_room
@@ -108,6 +109,7 @@ class Req:
     decision: Decision | None = None
     best: int = 0  # the longest prefix match anywhere at its arrival (tokens, the router's index)
     home: str | None = None  # the replica holding it
+    scheduled: float | None = None  # the start of the engine step that first scheduled it
 
     @property
     def objective(self) -> float | None:
@@ -187,12 +189,15 @@ def simulate(
     costs: EngineCosts | None = None,
     fifo_timeout_s: float = FIFO_TIMEOUT_S,
     auto: AutoHeadroom | None = None,
+    engine_priority: bool = False,
 ) -> Run:
     """One run; ``engine_batch`` (the engines' ``max_num_seqs``) defaults to ``slots + headroom``.
     ``weights``: the fair queue's per tenant (1 when absent); the run goes on until every request of
     the ``watch`` tenants had its first token (or the horizon); ``costs``: the engines' step costs;
     ``auto``: the highest class's headroom derived from its concurrency (``router.fairness.headroom``),
-    kept inside the ``slots`` (as the gateway's ``auto_headroom``)."""
+    kept inside the ``slots`` (as the gateway's ``auto_headroom``); ``engine_priority``: the engines
+    run vLLM's ``--scheduling-policy priority`` and each request carries its band's ``priority``
+    (``router.fairness.classes.engine_priority``, ``vllm``; the batch band latest)."""
     clock = [0.0]
     batch = engine_batch if engine_batch is not None else slots + headroom
     states = [
@@ -202,7 +207,11 @@ def simulate(
     router = PoolRouter(
         states, routing, clock=lambda: clock[0], slot_limit=0 if mode == "none" else slots + headroom
     )
-    engine_cfg = EngineConfig(num_gpu_blocks=kv_blocks, max_num_seqs=batch, costs=costs or EngineCosts())
+    engine_cfg = EngineConfig(
+        num_gpu_blocks=kv_blocks, max_num_seqs=batch, costs=costs or EngineCosts(),
+        scheduling_policy="priority" if engine_priority else "fcfs",
+    )  # fmt: skip
+    style = "vllm" if engine_priority else "none"
     engines = [Engine(engine_cfg) for _ in range(replicas)]
     stepping = [False] * replicas
     step_out: list[Any] = [None] * replicas
@@ -234,6 +243,7 @@ def simulate(
     horizon = 20 * seconds
     most_low = [0]
     off_home = [0, 0]  # requests sent off the replica of their longest match at arrival, the tokens lost
+    queued_at_send = [0, 0]  # well-behaved requests sent to an engine, of which found others waiting there
 
     def push(t: float, kind: int, arg: int) -> None:
         nonlocal seq
@@ -253,8 +263,12 @@ def simulate(
         k = int(d.replica.id[1:])
         data = render_chat(r.body)
         hashes = block_hashes(data, block_size=16, bytes_per_token=4)
-        ereq = EngineRequest(hashes, count_tokens(len(data), 4), r.body["max_tokens"])
+        prio = engine_prio(style, r.spec.rank, len(CLASSES) + 1) or 0
+        ereq = EngineRequest(hashes, count_tokens(len(data), 4), r.body["max_tokens"], priority=prio)
         by_engine[ereq] = r
+        if r.tenant in watch:  # did a well-behaved request find the engine's own queue non-empty?
+            queued_at_send[0] += 1
+            queued_at_send[1] += bool(engines[k].waiting)
         engines[k].add(ereq, now)
         if not stepping[k]:
             out = engines[k].step(now)
@@ -375,7 +389,7 @@ def simulate(
             out = step_out[k]
             for ereq in out.first_tokens:
                 r = by_engine[ereq]
-                r.first = now
+                r.first, r.scheduled = now, ereq.first_scheduled
                 assert r.decision is not None
                 router.first_byte(r.decision)
                 if r.tenant in watch:
@@ -413,6 +427,8 @@ def simulate(
     run.extra["off_home"] = off_home[0]
     run.extra["off_home_tokens"] = off_home[1]
     run.extra["sent"] = sum(1 for r in reqs if r.decision is not None)
+    run.extra["watch_sent"], run.extra["watch_found_queue"] = queued_at_send
+    run.extra["preemptions"] = sum(e.stats.preemptions for e in engines)
     if derived_seen:
         run.extra["derived_mean"] = sum(derived_seen) / len(derived_seen)
         run.extra["derived_max"] = max(derived_seen)
@@ -525,8 +541,13 @@ def summarize(run: Run) -> dict[str, Any]:
     sent = [r for r in run.reqs if r.tenant in CALM and r.first is not None and r.decision is not None]
     gateway_wait = [r.decision.routed_at - r.at for r in sent]  # type: ignore[union-attr]
     engine_wait = [r.first - r.decision.routed_at for r in sent]  # type: ignore[operator,union-attr]
+    # the engine's part: routed to the start of the step that first scheduled it (a step running, or the
+    # engine's queue), then that step and any later ones until its first token (its prefill's steps)
+    step_wait = [r.scheduled - r.decision.routed_at for r in sent if r.scheduled is not None]  # type: ignore[union-attr]
+    own_steps = [r.first - r.scheduled for r in sent if r.scheduled is not None]  # type: ignore[operator]
     offered = {t: float(sum(1 for r in run.reqs if r.tenant == t and r.at < t_end)) for t in (*CALM, FLOOD)}
     entitled = entitled_shares(offered, float(len(completed)), run.weights)
+    flood = _ttfts(run, FLOOD)
     return {
         "per": per,
         "flood_entitled": entitled[FLOOD] if offered[FLOOD] else float("nan"),
@@ -541,10 +562,16 @@ def summarize(run: Run) -> dict[str, Any]:
         "p99": percentile(pooled, 99) if pooled else float("nan"),
         "p99_gateway": percentile(gateway_wait, 99) if sent else float("nan"),
         "p99_engine": percentile(engine_wait, 99) if sent else float("nan"),
+        "engine_parts": [
+            (percentile(xs, q) if xs else float("nan")) for xs in (step_wait, own_steps) for q in (50, 95, 99)
+        ],
         "calm_shed": calm_shed,
         "flood_shed": sum(1 for r in run.reqs if r.tenant == FLOOD and r.shed is not None),
         "batch_done": sum(1 for r in completed if r.tenant is None),
+        "flood_p50": percentile(flood, 50) if flood else float("nan"),
+        "flood_p99": percentile(flood, 99) if flood else float("nan"),
         **{k: run.extra[k] for k in ("derived_mean", "derived_max") if k in run.extra},
+        "engine_queue": (run.extra["watch_found_queue"], run.extra["watch_sent"], run.extra["preemptions"]),
     }
 
 
@@ -599,6 +626,13 @@ def tails_md(tails: dict[str, dict[str, list[float]]], alone: str, over: str) ->
     return "\n".join(out)
 
 
+def _without_priority(name: str, results: dict[str, Any]) -> str:
+    """The mode a ``..., engine priority`` one is compared with: the same with FCFS engines (the plain
+    "no gateway queue" is at the engine batch ``--slots``)."""
+    base = name.replace(", engine priority", "")
+    return base if base in results else base.split(" (engine batch")[0]
+
+
 def within_entitled(share: float, entitled: float) -> str:
     if entitled != entitled:
         return "-"
@@ -649,6 +683,12 @@ def main(argv: list[str] | None = None) -> None:
         help="auto_headroom_model (each, with each --auto quantile)",
     )  # fmt: skip
     ap.add_argument("--auto-min", type=int, nargs="+", default=[1], help="auto_headroom_min_slots (each)")
+    ap.add_argument(
+        "--engine-priority", action="store_true",
+        help="also run the engines with vLLM's --scheduling-policy priority, each request carrying its "
+        "band's priority: the fair queue with each --headroom (and with --scraped), and no gateway "
+        "queue at the engine batches --slots and --slots + the first --headroom",
+    )  # fmt: skip
     ap.add_argument("--kv-blocks", type=int, default=2048, help="KV blocks of 16 tokens a replica")
     ap.add_argument("--write", action="store_true", help="write the section of docs/benchmarks.md")
     ap.add_argument("--section", default="fairness", help="the section's name in docs/benchmarks.md")
@@ -672,6 +712,24 @@ def main(argv: list[str] | None = None) -> None:
             ("fair", f"fair queue, headroom {n} (engine batch {S + n})", {"headroom": n}),
             ("fifo", f"slot FIFO at {S + n} slots (the same engine batch)", {"slots": S + n}),
         ]
+    if args.engine_priority:
+        modes += [
+            ("fair", f"fair queue, headroom {n}, engine priority (engine batch {S + n})",
+             {"headroom": n, "engine_priority": True})
+            for n in args.headroom
+        ]  # fmt: skip
+        modes += [
+            ("none", f"no gateway queue, engine priority (engine batch {b})", {"engine_batch": b, "engine_priority": True})
+            for b in dict.fromkeys([S, S + (args.headroom[0] if args.headroom else 0)])
+        ]  # fmt: skip
+        if args.headroom:
+            modes.append(
+                (
+                    "none",
+                    f"no gateway queue (engine batch {S + args.headroom[0]})",
+                    {"engine_batch": S + args.headroom[0]},
+                )
+            )
     modes += [
         ("fair", f"fair queue, headroom {h}, lower classes' queued prefill <= {n}", {"headroom": h, "max_prefill": n})
         for n in args.max_prefill
@@ -694,6 +752,14 @@ def main(argv: list[str] | None = None) -> None:
                 {"slots": 8 * S, "engine_batch": S, "max_waiting": 0},
             )
         )
+        if args.engine_priority:  # the engines hold a queue here: the priority has something to order
+            modes.append(
+                (
+                    "fair",
+                    f"fair queue, saturation from scrapes only ({8 * S} slots, engine waiting > 0), engine priority",
+                    {"slots": 8 * S, "engine_batch": S, "max_waiting": 0, "engine_priority": True},
+                )
+            )
     results: dict[str, dict[str, Any]] = {}
     seeds = [args.seed, *(s for s in args.tail_seeds if s != args.seed)]
     tails: dict[str, dict[str, list[float]]] = {}  # each mode's tenants' TTFTs over the seeds
@@ -717,6 +783,13 @@ def main(argv: list[str] | None = None) -> None:
         f"{results[h]['tokens_per_s'] / results[f]['tokens_per_s']:.3f} x a slot FIFO at {args.slots + n} slots"
         for n in args.headroom
         for h, f in [(f"fair queue, headroom {n} (engine batch {args.slots + n})", f"slot FIFO at {args.slots + n} slots (the same engine batch)")]
+    ]  # fmt: skip
+    ratios += [
+        f"{prio}: output {results[prio]['tokens_per_s'] / results[base]['tokens_per_s']:.3f} x {base} (the same without engine priority)"
+        for prio in results
+        if ", engine priority" in prio
+        for base in [_without_priority(prio, results)]
+        if base in results
     ]  # fmt: skip
     ratios += [
         f"{name}: derived headroom mean {s['derived_mean']:.2f}, max {s['derived_max']:.0f} a replica"
@@ -766,6 +839,16 @@ def main(argv: list[str] | None = None) -> None:
             table(["tenant", *results], per_rows),
         ]
     )
+    md += "\n\nThe well-behaved requests' engine time (routed to first token), in two parts, p50 / p95 / p99 (s): until the engine step that first scheduled it started (the step running when it came, or the engine's queue), then that step and any more until its first token:\n\n" + table(
+        ["mode", "until its first step", "its steps to the first token"],
+        [[name, " / ".join(_f(x) for x in s["engine_parts"][:3]), " / ".join(_f(x) for x in s["engine_parts"][3:])] for name, s in results.items()],
+    )  # fmt: skip
+    md += "\n\nWell-behaved requests that found the engine's own queue non-empty when sent to it, of those sent, and the engines' preemptions: " + "; ".join(
+        f"{name} {s['engine_queue'][0]} of {s['engine_queue'][1]}, {s['engine_queue'][2]}" for name, s in results.items()
+    )  # fmt: skip
+    md += "\n\nThe flood's TTFT (its served requests), p50 / p99 (s): " + "; ".join(
+        f"{name} {_f(s['flood_p50'])} / {_f(s['flood_p99'])}" for name, s in results.items() if name != "well-behaved alone"
+    )  # fmt: skip
     if args.tail_seeds:
         md += "\n\n" + tails_md(tails, "well-behaved alone", f"seeds {' '.join(map(str, seeds))}")
     print(md)

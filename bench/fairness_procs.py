@@ -22,7 +22,9 @@ FIFO), ``fifo`` (today: ``limits.max_concurrent_per_replica`` 8, its FIFO queue,
 ``interactive``; tenants by ``x-smg-tenant-id`` with ``--trust-tenant-header``; ``cache_aware``).
 
 ``fair-prefill``: ``fair`` with ``max_queued_prefill_tokens`` ``--max-prefill``; ``fair-headroom3``: 7
-slots and 3 headroom (the same engine batch of 10); ``--before CHECKOUT``: ``fair`` again with that
+slots and 3 headroom (the same engine batch of 10); ``fair-headroom3-prio``: that, with
+``models[].engine_priority: vllm`` and the simulators at ``--scheduling-policy priority`` (vLLM's
+semantics, ``sim.engine``); ``--before CHECKOUT``: ``fair`` again with that
 checkout's gateway, right after this tree's (``fair@before``). The flood runs in a process of its own.
 
 TTFT is the client's: request sent to the first streamed chunk. After each mode, where each
@@ -72,7 +74,18 @@ MAX_TOKENS = 64
 # --spread-tokens: uniform, mean MAX_TOKENS (bench.fairness's)
 SPREAD = (MAX_TOKENS // 4, MAX_TOKENS * 7 // 4)
 SLOTS, HEADROOM = 8, 2
-MODES = ("alone", "none", "fifo", "fair", "fair-prefill", "fair-headroom3", "fair-auto", "smg")
+MODES = (
+    "alone",
+    "none",
+    "fifo",
+    "fair",
+    "fair-prefill",
+    "fair-headroom3",
+    "fair-headroom3-prio",
+    "fair-auto",
+    "smg",
+)
+PRIO_MODES = ("fair-headroom3-prio",)  # the simulators run --scheduling-policy priority
 OBJECTIVE_S = {"calm": 1.0, FLOOD: 3.0}  # TTFT objectives the attainment is counted against (at the client)
 MAX_PREFILL = 256  # fair-prefill: fairness.max_queued_prefill_tokens
 LAG_TICK_S = 0.005
@@ -131,7 +144,7 @@ def policy(
     }
     if mode == "fifo":
         out["limits"].update(max_concurrent_per_replica=SLOTS, queue_timeout_s=5.0, max_queued_requests=1024)
-    if mode in ("fair", "fair-prefill", "fair-headroom3", "fair-auto", "alone"):
+    if mode in ("fair", "fair-prefill", "fair-headroom3", "fair-headroom3-prio", "fair-auto", "alone"):
         out["fairness"] = {
             "enabled": True,
             "slots_per_replica": SLOTS,
@@ -141,8 +154,13 @@ def policy(
         }
     if mode == "fair-prefill":
         out["fairness"]["max_queued_prefill_tokens"] = max_prefill
-    if mode == "fair-headroom3":  # the same engine batch of 10: one slot more kept for the interactive class
+    if mode in (
+        "fair-headroom3",
+        "fair-headroom3-prio",
+    ):  # the same engine batch of 10: one slot more kept for the interactive class
         out["fairness"].update(slots_per_replica=SLOTS - 1, headroom_slots=HEADROOM + 1)
+    if mode in PRIO_MODES:  # the class as the engine's priority (the simulators run the priority policy)
+        out["models"][0]["engine_priority"] = "vllm"
     if mode == "fair-auto":  # the same engine batch of 10, the headroom derived (router.fairness.headroom)
         out["fairness"].update(slots_per_replica=SLOTS + HEADROOM, headroom_slots=0, auto_headroom=True)
         if auto_quantile is not None:
@@ -568,7 +586,13 @@ def main(argv: list[str] | None = None) -> None:
             for label, mode, checkout in runs:
                 sim, urls = start_sim(
                     2,
-                    extra=["--mode", "engine", "--max-num-seqs", str(SLOTS + HEADROOM)],
+                    extra=[
+                        "--mode",
+                        "engine",
+                        "--max-num-seqs",
+                        str(SLOTS + HEADROOM),
+                        *(["--scheduling-policy", "priority"] if mode in PRIO_MODES else []),
+                    ],
                     log_path=str(workdir / "sim.log"),
                 )
                 serve = serving(

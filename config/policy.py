@@ -216,6 +216,14 @@ class ModelPoolConfig(_Strict):
     accepts_cache_control: bool = Field(
         False, description="forward cache_control markers as they are (else stripped before the replica)"
     )
+    engine_priority: Literal["none", "vllm", "sglang"] = Field(
+        "none",
+        description="write the request's fair class into the replica's body as `priority` (needs "
+        "fairness.enabled), the highest class earliest and batch lines latest: vllm for vLLM's "
+        "--scheduling-policy priority (lower first; also SGLang with --schedule-low-priority-values-first), "
+        "sglang for SGLang's --enable-priority-scheduling (higher first); none sends nothing (a client's "
+        "own field passes as it is)",
+    )
     replicas: list[ReplicaConfig] = Field(default_factory=list)
     discovery: DiscoveryConfig | None = Field(None, description="replicas from DNS, besides `replicas`")
     routing: RoutingConfig = Field(default_factory=RoutingConfig)
@@ -229,6 +237,15 @@ class ModelPoolConfig(_Strict):
         dup = {i for i in ids if ids.count(i) > 1}
         if dup:
             raise ValueError(f"replica ids must be unique within a pool, repeated: {sorted(dup)}")
+        if self.engine_priority != "none" and self.backend == "openai":
+            raise ValueError(
+                "engine_priority needs a vllm or sglang backend (an openai one has no `priority`)"
+            )
+        if self.engine_priority == "sglang" and self.backend == "vllm":
+            raise ValueError(
+                "engine_priority 'sglang' (higher first) on a vllm backend would run batch lines first: "
+                "vLLM schedules lower values first, use 'vllm'"
+            )
         return self
 
 
@@ -385,6 +402,12 @@ class Policy(_Strict):
             raise ValueError(
                 "fairness.enabled needs the requests a replica runs at once: fairness.slots_per_replica "
                 "or limits.max_concurrent_per_replica"
+            )
+        prio = sorted(m.name for m in self.models if m.engine_priority != "none")
+        if prio and not self.fairness.enabled:
+            raise ValueError(
+                f"models[].engine_priority ({', '.join(prio)}) sends the request's fair class: it needs "
+                "fairness.enabled"
             )
         if self.fairness.enabled and self.fairness.reserved_slots >= fair_slots:
             raise ValueError(

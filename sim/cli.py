@@ -9,7 +9,7 @@ import signal
 import sys
 
 from sim.config import MODES, SimConfig
-from sim.engine import EngineCosts
+from sim.engine import POLICIES, EngineCosts
 from sim.fleet import start_replicas
 
 _DEFAULTS = SimConfig()
@@ -17,7 +17,7 @@ _COSTS = EngineCosts()
 _SIMPLE_ONLY = ("decode_s_per_token", "overhead_s")  # and prefill_s_per_token, which both modes have
 _ENGINE_ONLY = (
     "max_num_batched_tokens", "long_prefill_token_threshold", "stream_interval", "token_scale",
-    "step_overhead_s", "decode_s_per_seq", "decode_attn_s_per_ctx_token", "prefill_attn_s_per_pair",
+    "scheduling_policy", "step_overhead_s", "decode_s_per_seq", "decode_attn_s_per_ctx_token", "prefill_attn_s_per_pair",
 )  # fmt: skip
 
 
@@ -46,6 +46,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add("--long-prefill-token-threshold", type=int, help="engine: cap of one prefill chunk (0: none)")
     add("--stream-interval", type=int, help="engine: tokens handed to a stream at once (1)")
+    add(
+        "--scheduling-policy",
+        choices=POLICIES,
+        help="engine: vLLM's --scheduling-policy: fcfs (default), or priority (the body's `priority`, "
+        "lower first; the victim of a preemption is the lowest priority, latest arrived)",
+    )
     add(
         "--token-scale",
         type=float,
@@ -130,7 +136,12 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         }  # fmt: skip
         scaled = EngineCosts(**costs).scaled(given.get("token_scale", 1.0))
         extra["costs"] = scaled
-        for k in ("max_num_batched_tokens", "long_prefill_token_threshold", "stream_interval"):
+        for k in (
+            "max_num_batched_tokens",
+            "long_prefill_token_threshold",
+            "stream_interval",
+            "scheduling_policy",
+        ):
             if k in given:
                 extra[k] = given[k]
     else:

@@ -84,6 +84,7 @@ class SimConfig:
     max_num_batched_tokens: int = 8192  # engine: the step's token budget
     long_prefill_token_threshold: int = 0  # engine: cap of one request's prefill chunk (0: none)
     stream_interval: int = 1  # engine: tokens a stream hands over at once (vLLM --stream-interval)
+    scheduling_policy: Literal["fcfs", "priority"] = "fcfs"  # engine: vLLM --scheduling-policy
     costs: EngineCosts = field(default_factory=EngineCosts)  # engine: step costs (model seconds)
     prefill_s_per_token: float = 0.0001  # simple mode
     decode_s_per_token: float = 0.01  # simple mode
@@ -138,4 +139,5 @@ class SimConfig:
             max_model_len=self.max_model_len,
             long_prefill_token_threshold=self.long_prefill_token_threshold,
             costs=self.costs,
+            scheduling_policy=self.scheduling_policy,
         )

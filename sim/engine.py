@@ -21,6 +21,25 @@ own sources (``vllm/v1/core/sched/scheduler.py``, ``kv_cache_manager.py``, ``blo
   is evicted first); a new block is taken from the head: never-used blocks first, then the least
   recently freed cached block, whose hash is then evicted. A hit takes a cached block out of the free
   queue. ``kv_cache_usage`` = 1 - free / total, free counting cached idle blocks, as vLLM reports it.
+- **Scheduling policy** (``--scheduling-policy``, ``EngineConfig.scheduling_policy``), read from vLLM's
+  ``vllm/v1/core/sched/scheduler.py`` (``Scheduler.schedule``, at 00024d3), ``request_queue.py``
+  (``PriorityRequestQueue``) and ``vllm/v1/request.py`` (``Request.__lt__``). ``fcfs`` (the default):
+  as above. ``priority``: the waiting queue is a heap ordered by (``priority``, arrival time, then
+  request id; here: the order added), lower values first; admission takes its head while it fits and
+  stops at the first that does not (no skipping, as FCFS); a preempted request goes back into the heap
+  at its own (priority, arrival) place, not to the front; the preemption victim is
+  ``max(running, key=(priority, arrival))``, the lowest-priority, latest-arrived running request,
+  wherever it is in the running list: one already scheduled in this step gives its tokens back to the
+  budget and the loop's index steps back over it (vLLM does the same). A waiting request never
+  preempts a running one to be admitted (vLLM V1 preempts only when a running request cannot grow;
+  SGLang does, past ``--priority-scheduling-preemption-threshold``: not modelled). The request's
+  ``priority`` is the body's integer field (default 0). An ``fcfs`` engine takes a request with
+  ``priority != 0`` and ignores it: vLLM V1's input processor and ``AsyncLLM.add_request``
+  (``vllm/v1/engine/input_processor.py`` at 009daae, ``async_llm.py`` at 00080ee) do not check it.
+  Older engines answered 400: V0's ``LLMEngine.add_request`` raised "Got priority N but Priority
+  scheduling is not enabled.", and V1 before its priority scheduling (vllm-project/vllm#19057) raised
+  "V1 does not support priority yet." whatever the policy; vllm-project/vllm#23043, which would have
+  brought the first check to V1, was closed unmerged.
 - **Departures**, on purpose: output tokens are not hashed (the simulator's answer text never appears
   in a later prompt, so caching it could only crowd the cache), a block computed twice by concurrent
   requests is kept once, no null block, and the prefix-cache counters count a request once when it is
@@ -45,11 +64,15 @@ pair. ``EngineCosts.scaled(k)`` gives the costs of the same engine when one simu
 from __future__ import annotations
 
 import contextlib
+import heapq
+import itertools
 from collections import OrderedDict, deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Literal
 
 WAITING, RUNNING, FINISHED = 0, 1, 2
+POLICIES = ("fcfs", "priority")
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +124,8 @@ class EngineRequest:
     blocks: list[int | None] = field(default_factory=list)  # a cached hash, or None (an uncached block)
     num_cached_blocks: int = 0  # leading prompt blocks already looked at for caching
     aborted: bool = False
+    priority: int = 0  # the body's ``priority``: lower first under the ``priority`` policy (vLLM's sign)
+    seq: int = 0  # the order it was added (ties of equal priority and arrival)
 
     @property
     def num_tokens(self) -> int:
@@ -109,6 +134,72 @@ class EngineRequest:
     @property
     def finished(self) -> bool:
         return self.status == FINISHED
+
+
+class FcfsQueue:
+    """vLLM's ``FCFSRequestQueue``: a deque; a preempted request goes back to its front."""
+
+    __slots__ = ("_q",)
+
+    def __init__(self) -> None:
+        self._q: deque[EngineRequest] = deque()
+
+    def add(self, req: EngineRequest) -> None:
+        self._q.append(req)
+
+    def peek(self) -> EngineRequest:
+        return self._q[0]
+
+    def pop(self) -> EngineRequest:
+        return self._q.popleft()
+
+    def prepend(self, req: EngineRequest) -> None:
+        self._q.appendleft(req)
+
+    def remove(self, req: EngineRequest) -> None:
+        self._q.remove(req)  # ValueError when absent, as a deque's
+
+    def __len__(self) -> int:
+        return len(self._q)
+
+    def __iter__(self) -> Iterator[EngineRequest]:
+        return iter(self._q)
+
+
+class PriorityQueue:
+    """vLLM's ``PriorityRequestQueue``: a heap by (priority, arrival, order added); "prepend" is an add."""
+
+    __slots__ = ("_heap",)
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[int, float, int, EngineRequest]] = []
+
+    def add(self, req: EngineRequest) -> None:
+        heapq.heappush(self._heap, (req.priority, req.arrival, req.seq, req))
+
+    def peek(self) -> EngineRequest:
+        return self._heap[0][3]
+
+    def pop(self) -> EngineRequest:
+        return heapq.heappop(self._heap)[3]
+
+    prepend = add
+
+    def remove(self, req: EngineRequest) -> None:
+        for k, entry in enumerate(self._heap):
+            if entry[3] is req:
+                self._heap[k] = self._heap[-1]
+                self._heap.pop()
+                heapq.heapify(self._heap)
+                return
+        raise ValueError("not waiting")
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def __iter__(self) -> Iterator[EngineRequest]:
+        """In scheduling order (as vLLM's: a sorted copy)."""
+        return (entry[3] for entry in sorted(self._heap, key=lambda e: e[:3]))
 
 
 class BlockPool:
@@ -240,6 +331,7 @@ class EngineConfig:
     max_model_len: int = 32768
     long_prefill_token_threshold: int = 0  # vLLM's knob: cap one request's prefill chunk (0: no cap)
     costs: EngineCosts = field(default_factory=EngineCosts)
+    scheduling_policy: Literal["fcfs", "priority"] = "fcfs"  # vLLM's --scheduling-policy
 
     def __post_init__(self) -> None:
         for name in (
@@ -253,6 +345,8 @@ class EngineConfig:
                 raise ValueError(f"{name} must be >= 1")
         if self.long_prefill_token_threshold < 0:
             raise ValueError("long_prefill_token_threshold must be >= 0")
+        if self.scheduling_policy not in POLICIES:
+            raise ValueError(f"scheduling_policy must be one of {POLICIES}, got {self.scheduling_policy!r}")
 
 
 class Engine:
@@ -261,17 +355,20 @@ class Engine:
     def __init__(self, cfg: EngineConfig) -> None:
         self.cfg = cfg
         self.pool = BlockPool(cfg.num_gpu_blocks)
-        self.waiting: deque[EngineRequest] = deque()
+        self.priority = cfg.scheduling_policy == "priority"
+        self.waiting: FcfsQueue | PriorityQueue = PriorityQueue() if self.priority else FcfsQueue()
         self.running: list[EngineRequest] = []
         self.stats = EngineStats()
+        self._seq = itertools.count()
 
     # -- requests -------------------------------------------------------------------------------------
     def add(self, req: EngineRequest, now: float = 0.0) -> None:
         if req.num_prompt_tokens < 1 or req.max_tokens < 1:
             raise ValueError("a request needs at least one prompt token and one output token")
         req.arrival = now
+        req.seq = next(self._seq)
         req.status = WAITING
-        self.waiting.append(req)
+        self.waiting.add(req)
 
     def abort(self, req: EngineRequest) -> None:
         """The client went away: drop the request wherever it is and free its blocks."""
@@ -376,7 +473,15 @@ class Engine:
                 continue
             fits = True
             while not self._grow(req, n):
-                victim = running.pop()  # the lowest priority under FCFS: the last one admitted
+                if self.priority:  # the lowest priority, the latest arrived, wherever it runs
+                    victim = max(running, key=_rank)
+                    v = running.index(victim)
+                    del running[v]
+                    if v < i:  # already looked at in this step: its tokens go back to the budget
+                        i -= 1
+                        budget += scheduled.pop(victim, 0)
+                else:
+                    victim = running.pop()  # the lowest priority under FCFS: the last one admitted
                 self._preempt(victim)
                 preempted.append(victim)
                 if victim is req:
@@ -397,7 +502,7 @@ class Engine:
         threshold = cfg.long_prefill_token_threshold
         waiting = self.waiting
         while waiting and budget > 0 and len(self.running) < cfg.max_num_seqs:
-            req = waiting[0]
+            req = waiting.peek()
             hit = pool.longest_hit(req.prompt_hashes, (req.num_tokens - 1) // bs)
             computed = hit * bs
             n = req.num_tokens - computed
@@ -410,7 +515,7 @@ class Engine:
             idle = sum(1 for h in hit_hashes if pool.ref[h] == 0)
             if need + idle > pool.free:
                 break
-            waiting.popleft()
+            waiting.pop()
             pool.touch(hit_hashes)
             req.blocks = list(hit_hashes)
             req.num_cached_blocks = hit
@@ -463,4 +568,9 @@ class Engine:
         req.status = WAITING
         req.preemptions += 1
         self.stats.preemptions += 1
-        self.waiting.appendleft(req)
+        self.waiting.prepend(req)
+
+
+def _rank(req: EngineRequest) -> tuple[int, float]:
+    """vLLM's victim key: ``max`` of it is the lowest-priority, latest-arrived request."""
+    return (req.priority, req.arrival)

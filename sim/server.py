@@ -65,6 +65,16 @@ def _max_tokens(cfg: SimConfig, body: dict[str, Any], prompt_tokens: int) -> int
     return value
 
 
+def _priority(body: dict[str, Any]) -> int:
+    """The body's ``priority`` (vLLM's extra field, default 0; an fcfs engine ignores it, as vLLM V1)."""
+    value = body.get("priority")
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _BadRequest(400, "priority must be an integer", "priority")
+    return value
+
+
 def _sampling(body: dict[str, Any]) -> tuple[int | None, float]:
     seed = body.get("seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
@@ -87,8 +97,8 @@ class _Job:
     """One generation request, parsed and validated."""
 
     __slots__ = (
-        "body", "chat", "data", "hashes", "include_usage", "max_tokens", "model", "prompt_tokens",
-        "record", "report_cached", "rid", "seed", "shape", "stream", "temperature",
+        "body", "chat", "data", "hashes", "include_usage", "max_tokens", "model", "priority",
+        "prompt_tokens", "record", "report_cached", "rid", "seed", "shape", "stream", "temperature",
     )  # fmt: skip
 
     def __init__(
@@ -120,6 +130,7 @@ class _Job:
         self.hashes = block_hashes(data, block_size=cfg.block_size, bytes_per_token=bpt, cache_salt=seed)
         self.max_tokens = _max_tokens(cfg, body, self.prompt_tokens)
         self.seed, self.temperature = _sampling(body)
+        self.priority = _priority(body)
         self.stream = bool(body.get("stream"))
         opts = body.get("stream_options")
         self.include_usage = self.stream and isinstance(opts, dict) and bool(opts.get("include_usage"))
@@ -415,7 +426,7 @@ async def _run(
 async def _run_engine(request: web.Request, rep: Replica, job: _Job, t0: float) -> web.StreamResponse:
     """Engine mode: the request joins the engine's queue; tokens come out as its steps end."""
     assert rep.loop is not None
-    ereq = EngineRequest(job.hashes, job.prompt_tokens, job.max_tokens)
+    ereq = EngineRequest(job.hashes, job.prompt_tokens, job.max_tokens, priority=job.priority)
     progress = rep.loop.submit(ereq)
     try:
         toks = job.answer_tokens(rep)

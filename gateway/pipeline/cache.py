@@ -68,7 +68,11 @@ def _upstream(ctx: RequestContext, *, mask: bool = False) -> UpstreamRequest:
     """The request the replica receives (``pipeline.upstream_request``), built once for this request."""
     assert ctx.parsed is not None and ctx.pool is not None and ctx.tenant is not None
     marked = ctx.marked is not None
-    request = upstream_request.build(ctx.parsed, ctx.pool, ctx.tenant, ctx.adapter, marked=marked, mask=mask)
+    rank = ctx.fair.spec.rank if ctx.fair is not None else None
+    bands = len(ctx.state.policy.fairness.classes) + 1  # the classes and the batch band
+    request = upstream_request.build(
+        ctx.parsed, ctx.pool, ctx.tenant, ctx.adapter, marked=marked, mask=mask, rank=rank, bands=bands
+    )
     ctx.upstream = request
     return request
 

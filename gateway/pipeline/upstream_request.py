@@ -13,7 +13,12 @@ which is ``payload``, the request as the cache key and the gateway's own token e
 the bytes sent (``body``): a stream asks for the usage chunk (billing needs it; ``strip_usage``: the
 client did not ask, so the relay drops it again), LiteLLM's ``cache`` object is the gateway's and is
 dropped, the pool's served model name replaces the client's (an adapter keeps its own: vLLM picks the
-LoRA by it) and the tenant's ``cache_salt`` is set where the replicas take one. The client's fields
+LoRA by it), the tenant's ``cache_salt`` is set where the replicas take one, and the request's fair
+band (``rank`` of ``bands``: its class, or the batch band) becomes the engine's ``priority`` where the
+pool's ``engine_priority`` asks (``router.fairness.classes.engine_priority``: the value and its sign
+for vLLM or SGLang; a client's own ``priority`` is replaced, so the class its tenant may have is the
+only one the engine sees; ``none``: the body's field, if any, passes as it is). The payload (the cache
+key's view) never carries it. The client's fields
 stay in the client's order, so the replica's own prefix cache sees the same prompt.
 
 The body is serialised once, when the request is built, not per attempt. The builder takes the inputs
@@ -30,6 +35,7 @@ import orjson
 
 from cache.billing.markers import strip_markers
 from cache.pii import PiiMapping, mask_request
+from router.fairness.classes import engine_priority
 
 if TYPE_CHECKING:
     from gateway.fleet.pools import Pool
@@ -58,8 +64,11 @@ def build(
     *,
     marked: bool,
     mask: bool = False,
+    rank: int | None = None,
+    bands: int = 0,
 ) -> UpstreamRequest:
-    """The request a replica of ``pool`` receives (see the module); ``marked``: the body has markers."""
+    """The request a replica of ``pool`` receives (see the module); ``marked``: the body has markers;
+    ``rank`` of ``bands``: the request's fair band (None: fairness is off)."""
     payload = parsed.body
     if marked and not pool.cfg.accepts_cache_control:
         payload = strip_markers(payload)
@@ -78,4 +87,8 @@ def build(
         body["cache_salt"] = tenant.salt
     else:
         body.pop("cache_salt", None)
+    if rank is not None:
+        priority = engine_priority(pool.cfg.engine_priority, rank, bands)
+        if priority is not None:
+            body["priority"] = priority
     return UpstreamRequest(payload, orjson.dumps(body), mapping or None, not wants_usage(parsed.body))

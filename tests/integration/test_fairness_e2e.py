@@ -14,6 +14,7 @@ import pytest
 
 from bench.batch_workload import URL
 from config.fairness import FairnessConfig
+from config.policy import Policy
 from tests.support.batch import batch_policy, small_batch
 from tests.support.stack import gateway, policy_for, sim_faults, sim_fleet, sim_requests
 
@@ -325,3 +326,33 @@ async def test_a_waiter_held_by_the_prefill_bound_goes_when_the_prefill_is_done_
         assert fair["class"] == "standard"
         assert fair["waited_s"] > 0  # it did wait for the bound
         assert fair["released_by"] == "prefill", fair
+
+
+@pytest.mark.parametrize(
+    ("style", "backend", "calm", "flood"),
+    [("none", "vllm", None, None), ("vllm", "vllm", 0, 1), ("sglang", "sglang", 3, 2)],
+)
+async def test_the_replica_receives_the_fair_class_as_its_priority(style, backend, calm, flood):
+    """``models[].engine_priority``: the body a replica receives over its socket carries the request's
+    class as ``priority`` (interactive 0 and standard 1 for vLLM's lower-first order; 3 and 2 for
+    SGLang's higher-first, with the batch band at 0), replacing a client's own; ``none`` sends nothing
+    and leaves a client's field as it is."""
+    async with sim_fleet(1) as fleet:
+        raw = _policy(fleet.urls).model_dump(mode="json")
+        raw["models"][0].update(engine_priority=style, backend=backend)
+        async with gateway(Policy.model_validate(raw)) as gw:
+            flood_c, calm_c = _client(gw, "flood"), _client(gw, "calm")
+            try:
+                top = {"x-gateway-priority": "interactive"}
+                await _ask(calm_c, "calm plain", extra_headers=top)
+                await _ask(calm_c, "calm own", extra_headers=top, extra_body={"priority": 42})
+                await _ask(flood_c, "flood plain", extra_headers={"x-gateway-priority": "interactive"})
+            finally:
+                await flood_c.close()
+                await calm_c.close()
+        got = {b["messages"][0]["content"]: b.get("priority") for b in await sim_requests(fleet.urls[0])}
+    assert got == {
+        "calm plain": calm,
+        "calm own": 42 if style == "none" else calm,
+        "flood plain": flood,  # asked interactive, capped at its ceiling: standard
+    }

@@ -57,10 +57,14 @@ def test_engine_arguments_and_token_scale() -> None:
                 "0.0001",
                 "--long-prefill-token-threshold",
                 "512",
+                "--scheduling-policy",
+                "priority",
             ]
         )
     )
     assert cfg.mode == "engine"  # the default
+    assert cfg.scheduling_policy == "priority" and cfg.engine_config().scheduling_policy == "priority"
+    assert config_from_args(parser.parse_args([])).scheduling_policy == "fcfs"
     assert (cfg.max_num_batched_tokens, cfg.stream_interval, cfg.long_prefill_token_threshold) == (
         2048,
         4,
@@ -74,6 +78,8 @@ def test_engine_arguments_and_token_scale() -> None:
         config_from_args(parser.parse_args(["--overhead-s", "0.1"]))
     with pytest.raises(ValueError, match="--token-scale is not used in mode 'simple'"):
         config_from_args(parser.parse_args(["--mode", "simple", "--token-scale", "2"]))
+    with pytest.raises(ValueError, match="--scheduling-policy is not used in mode 'simple'"):
+        config_from_args(parser.parse_args(["--mode", "simple", "--scheduling-policy", "priority"]))
 
 
 def test_python_m_sim_serves_until_sigterm() -> None:

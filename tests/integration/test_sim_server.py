@@ -487,3 +487,47 @@ async def test_engine_mode_streams_tokens_as_steps_end(session: aiohttp.ClientSe
         assert rep.counters.cancelled == 1
     finally:
         await fleet.stop()
+
+
+@pytest.mark.parametrize("policy", ["fcfs", "priority"])
+async def test_engine_reads_the_body_priority(policy: str, session: aiohttp.ClientSession) -> None:
+    """One seat: while a long stream runs, a request of priority 5 then one of priority 1 wait. A
+    ``priority`` engine queues the second first (vLLM's order, lower first), an ``fcfs`` one in
+    arrival order; both answer 200 (vLLM V1 ignores the field under fcfs). When the stream goes away the
+    head of the queue runs to its end before the other starts. A priority that is no integer: 400."""
+    cfg = SimConfig(mode="engine", speed=1.0, max_num_seqs=1, scheduling_policy=policy)  # type: ignore[arg-type]
+    fleet = await start_replicas([cfg], base_port=0)
+    try:
+        url = fleet.urls[0] + "/v1/chat/completions"
+        rep = fleet.replicas[0]
+        assert rep.engine is not None
+        engine = rep.engine
+        async with session.post(url, json=chat("q", priority="high")) as r:
+            assert r.status == 400 and "priority" in await r.text()
+        done: list[str] = []
+
+        async def one(name: str, priority: int) -> None:
+            body = chat(name, priority=priority, max_tokens=3, temperature=0)
+            await post(session, fleet.urls[0], body)
+            done.append(name)
+
+        async def waiting(n: int) -> None:
+            for _ in range(3000):
+                if len(engine.waiting) == n:
+                    return
+                await asyncio.sleep(0.01)
+            raise AssertionError(f"{len(engine.waiting)} waiting, not {n}")
+
+        async with session.post(url, json=chat("blocker", max_tokens=20000, stream=True)) as r:
+            async for _ in r.content.iter_any():
+                break  # it runs (its first token came) and holds the one seat
+            low = asyncio.create_task(one("low", 5))
+            await waiting(1)
+            high = asyncio.create_task(one("high", 1))
+            await waiting(2)
+            order = [e.priority for e in engine.waiting]
+            assert order == ([1, 5] if policy == "priority" else [5, 1])
+        await asyncio.gather(low, high)  # the blocker went away: the seat frees
+        assert done == (["high", "low"] if policy == "priority" else ["low", "high"])
+    finally:
+        await fleet.stop()

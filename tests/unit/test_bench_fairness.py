@@ -86,6 +86,7 @@ def test_the_sockets_benchmark_builds_valid_policies_and_an_smg_config_that_fits
         "fair",
         "fair-prefill",
         "fair-headroom3",
+        "fair-headroom3-prio",
         "fair-auto",
         "smg",
     }
@@ -95,6 +96,11 @@ def test_the_sockets_benchmark_builds_valid_policies_and_an_smg_config_that_fits
     assert (bounded.max_queued_prefill_tokens, bounded.headroom_slots) == (512, HEADROOM)
     wider = Policy.model_validate(policy("fair-headroom3", urls)).fairness
     assert wider.slots_per_replica + wider.headroom_slots == SLOTS + HEADROOM  # the same engine batch
+    prio = Policy.model_validate(policy("fair-headroom3-prio", urls))
+    assert (
+        prio.models[0].engine_priority == "vllm" and prio.fairness == wider
+    )  # fair-headroom3, and the field
+    assert Policy.model_validate(policy("fair-headroom3", urls)).models[0].engine_priority == "none"
     classes = SMG_PRIORITY["classes"]
     assert set(classes) == {"system", "interactive", "default", "bulk"}  # smg's four, all required
     assert sum(c["reserved_floor"] for c in classes.values()) <= SLOTS * len(urls)  # else it falls back
@@ -203,3 +209,27 @@ def test_the_dump_reader_pools_tails_over_dumps_and_leaves_out_a_loaded_run():
         math.inf,
     ]  # a's fair run (load 5) left out; JSON's inf read back
     assert pool_tails([a, b])[1] == 0 and len(pool_tails([a, b])[0]["fair"]["calm0"]) == 6
+
+
+def test_engine_priority_lets_interactive_requests_pass_the_floods_engine_queue():
+    """No gateway queue, the flood in the engines' queues: FCFS engines make an interactive request
+    wait behind it; priority engines (each request carrying its band) admit it at the next free seat."""
+    worst = {}
+    for prio in (False, True):
+        reqs = workload(4.0, 0.5, 150.0, 0, seed=3)
+        run = simulate("none", reqs, 1, 4, 4.0, engine_priority=prio)
+        calm = [r.first - r.at if r.first is not None else math.inf for r in run.reqs if r.tenant in CALM]
+        assert len(calm) >= 5
+        worst[prio] = max(calm)  # one never answered (past the horizon): inf
+        found, sent, _ = summarize(run)["engine_queue"]
+        assert found == sent > 0  # every one found the flood queued in the engine
+    assert worst[True] < 1.0 < worst[False]
+
+
+def test_the_engine_time_splits_at_the_step_that_first_scheduled_the_request():
+    reqs = workload(3.0, 1.0, 60.0, 0, seed=4)
+    run = simulate("fair", reqs, 1, 4, 3.0, headroom=2)
+    served = [r for r in run.reqs if r.tenant in CALM and r.first is not None]
+    assert served and all(r.decision.routed_at <= r.scheduled < r.first for r in served)  # type: ignore[union-attr,operator]
+    parts = summarize(run)["engine_parts"]
+    assert len(parts) == 6 and parts[2] >= parts[0] >= 0 and parts[5] >= parts[3] > 0

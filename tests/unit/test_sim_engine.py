@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import pytest
 
@@ -15,6 +16,7 @@ from sim.engine import (
     EngineConfig,
     EngineCosts,
     EngineRequest,
+    StepOutput,
 )
 
 BS = 16
@@ -267,3 +269,107 @@ def test_invalid_settings_are_rejected() -> None:
         EngineCosts().scaled(0)
     with pytest.raises(ValueError):
         Engine(EngineConfig()).add(EngineRequest([], 0, 1))
+
+
+# ---------------------------------------------------------------- scheduling policy (vLLM --scheduling-policy)
+
+
+def preq(tag: int, blocks: int, priority: int, max_tokens: int = 4) -> EngineRequest:
+    return EngineRequest(hashes(tag, blocks), blocks * BS, max_tokens, priority=priority)
+
+
+@pytest.mark.parametrize("policy", ["fcfs", "priority"])
+def test_admission_order_follows_the_policy(policy: str) -> None:
+    """One seat: a blocker runs, then a low (5) and two high (1) requests wait. ``priority`` admits the
+    high ones first, in arrival order; ``fcfs`` in arrival order, the priority ignored."""
+    engine = Engine(EngineConfig(num_gpu_blocks=4096, max_num_seqs=1, scheduling_policy=policy))  # type: ignore[arg-type]
+    blocker = preq(0, 2, 0)
+    engine.add(blocker, 0.0)
+    engine.step(0.0)
+    low, high, high2 = preq(1, 2, 5), preq(2, 2, 1), preq(3, 2, 1)
+    for k, r in enumerate((low, high, high2)):
+        engine.add(r, 0.001 * (k + 1))
+    assert list(engine.waiting) == ([high, high2, low] if policy == "priority" else [low, high, high2])
+    run(engine)
+    order = sorted((blocker, low, high, high2), key=lambda r: r.first_scheduled or 0.0)
+    assert order == ([blocker, high, high2, low] if policy == "priority" else [blocker, low, high, high2])
+
+
+def sixty(tag: int, priority: int) -> EngineRequest:
+    """60 prompt tokens: 4 blocks, the last with room for 4 more tokens; a long answer."""
+    return EngineRequest(hashes(tag, 3), 60, 10, priority=priority)
+
+
+def until_preempted(engine: Engine, now: float) -> tuple[list[EngineRequest], StepOutput]:
+    """Step until a step preempts; the running list before that step, and the step."""
+    for _ in range(20):
+        before = list(engine.running)
+        out = engine.step(now)
+        if out.preempted:
+            return before, out
+        now += out.duration_s
+    raise AssertionError("no preemption")
+
+
+@pytest.mark.parametrize("policy", ["fcfs", "priority"])
+def test_preemption_victim_follows_the_policy(policy: str) -> None:
+    """12 blocks; a (0) and b (9) run, then c (0), 4 blocks each: a's 5th block finds none. FCFS
+    preempts the last admitted (c); priority the lowest priority (b), though it runs in the middle.
+    The victim goes back into the waiting queue: under priority behind a later request of priority 0
+    (at its own place in the heap), under FCFS to the front."""
+    engine = Engine(EngineConfig(num_gpu_blocks=12, scheduling_policy=policy))  # type: ignore[arg-type]
+    a, b, c, d = sixty(1, 0), sixty(2, 9), sixty(3, 0), preq(4, 1, 0)
+    engine.add(a, 0.0)
+    engine.add(b, 0.0)
+    now = engine.step(0.0).duration_s
+    engine.add(c, now)
+    now += engine.step(now).duration_s
+    engine.add(d, now)  # no block free: it waits
+    before, out = until_preempted(engine, now)
+    assert before == [a, b, c]
+    victim = b if policy == "priority" else c
+    assert out.preempted == [victim] and victim.status == WAITING
+    assert set(out.scheduled) == {a, b, c} - {victim}
+    assert list(engine.waiting) == ([d, b] if policy == "priority" else [c, d])
+
+
+def test_a_victim_already_scheduled_in_the_step_gives_its_tokens_back() -> None:
+    """13 blocks; a (9) runs, then b and c (0): a takes the one free block, then b cannot grow and the
+    victim is a, already scheduled in this step: it leaves the step, its token goes back to the
+    budget (of 2 tokens), and b and c (the one after b too, not skipped) decode."""
+    engine = Engine(EngineConfig(num_gpu_blocks=13, scheduling_policy="priority"))
+    a, b, c = sixty(1, 9), sixty(2, 0), sixty(3, 0)
+    engine.add(a, 0.0)
+    now = engine.step(0.0).duration_s
+    engine.add(b, now)
+    engine.add(c, now)
+    while len(a.blocks) < 5:  # until a took the free block
+        now += engine.step(now).duration_s
+    assert engine.pool.free == 0 and engine.running == [a, b, c]
+    engine.cfg = replace(engine.cfg, max_num_batched_tokens=2)  # room for two decodes: a's must go back
+    out = engine.step(now)
+    assert out.preempted == [a] and a.status == WAITING and a.blocks == []
+    assert out.scheduled == {b: 1, c: 1}
+    assert engine.running == [b, c]
+    run(engine)
+    assert a.finished and a.num_output_tokens == 10 and a.preemptions == 1
+
+
+def test_fcfs_ignores_priorities() -> None:
+    """An fcfs engine given priorities runs exactly as with none (vLLM V1 accepts and ignores them)."""
+
+    def firsts(prio: bool) -> list[float | None]:
+        engine = Engine(EngineConfig(num_gpu_blocks=10, max_num_seqs=3))
+        reqs = [preq(i, 3, (7 - i) if prio else 0, 12) for i in range(8)]
+        for k, r in enumerate(reqs):
+            engine.add(r, 0.001 * k)
+        run(engine)
+        assert engine.stats.preemptions > 0  # the KV bound preempted: the victims' order counted too
+        return [r.first_token for r in reqs]
+
+    assert firsts(True) == firsts(False)
+
+
+def test_unknown_policy_is_rejected() -> None:
+    with pytest.raises(ValueError, match="scheduling_policy"):
+        EngineConfig(scheduling_policy="lifo")  # type: ignore[arg-type]

@@ -1,6 +1,7 @@
 """The one builder of what a replica receives (``pipeline.upstream_request``): markers stripped, PII
-masked, the usage chunk asked for a stream, the served model name and the tenant's salt, and what the
-answer must undo; the client's body itself is never changed."""
+masked, the usage chunk asked for a stream, the served model name and the tenant's salt, the fair
+band as the engine's priority, and what the answer must undo; the client's body itself is never
+changed."""
 
 from __future__ import annotations
 
@@ -8,13 +9,16 @@ import copy
 from typing import Any
 
 import orjson
+import pytest
+from pydantic import ValidationError
 
 from cache.pii import unmask_response
-from config.policy import ModelPoolConfig
+from config.policy import ModelPoolConfig, Policy
 from gateway.fleet.pools import Pool
 from gateway.pipeline.parse import ParsedRequest
 from gateway.pipeline.tenant import Tenant
 from gateway.pipeline.upstream_request import build
+from router.fairness.classes import engine_priority
 
 TENANT = Tenant("t1", "g", "salt-1", True, "t1")
 
@@ -77,3 +81,59 @@ def test_what_the_replicas_take_is_kept_and_what_they_reject_is_not_sent() -> No
     assert "cache_control" in orjson.dumps(sent["messages"]).decode()  # the backend takes markers
     assert "cache_salt" not in sent  # an OpenAI backend rejects it
     assert sent["model"] == "m" and not kept.strip_usage  # the client asked for the usage chunk itself
+
+
+@pytest.mark.parametrize(
+    ("style", "backend", "by_rank"),
+    [
+        ("vllm", "vllm", [0, 1, 2, 3]),  # lower first: interactive 0 ... the batch band 3
+        ("vllm", "sglang", [0, 1, 2, 3]),  # SGLang with --schedule-low-priority-values-first
+        ("sglang", "sglang", [3, 2, 1, 0]),  # SGLang's default: higher first
+    ],
+)
+def test_the_fair_band_becomes_the_engines_priority_in_its_sign(
+    style: str, backend: str, by_rank: list[int]
+) -> None:
+    """Three classes and the batch band: the engine's ``priority`` puts the highest class first and
+    batch lines last, in the engine's own order; a client's own field is replaced (its tenant's class
+    is the one the engine sees), and the payload (the cache key's view) never carries it."""
+    pool = _pool(engine_priority=style, backend=backend)
+    for rank, want in enumerate(by_rank):
+        req = build(_chat(priority=-50), pool, TENANT, None, marked=False, rank=rank, bands=4)
+        assert orjson.loads(req.body)["priority"] == want
+        assert req.payload["priority"] == -50
+    assert engine_priority(style, 0, 4) == by_rank[0]
+
+
+def test_engine_priority_none_or_fairness_off_sends_nothing() -> None:
+    """``none`` (the default) adds no field and leaves a client's own as it is; fairness off (no band)
+    adds none even where the pool asks."""
+    plain = build(_chat(), _pool(), TENANT, None, marked=False, rank=0, bands=4)
+    assert "priority" not in orjson.loads(plain.body)
+    own = build(_chat(priority=7), _pool(), TENANT, None, marked=False, rank=2, bands=4)
+    assert orjson.loads(own.body)["priority"] == 7
+    off = build(_chat(), _pool(engine_priority="vllm"), TENANT, None, marked=False)
+    assert "priority" not in orjson.loads(off.body)
+    with pytest.raises(ValueError, match="engine_priority"):
+        engine_priority("lifo", 0, 4)
+
+
+@pytest.mark.parametrize(
+    ("cfg", "match"),
+    [
+        ({"engine_priority": "vllm", "backend": "openai"}, "vllm or sglang backend"),
+        ({"engine_priority": "sglang", "backend": "vllm"}, "batch lines first"),
+        ({"engine_priority": "fifo"}, "engine_priority"),
+    ],
+)
+def test_engine_priority_settings_that_cannot_work_are_refused(cfg: dict[str, Any], match: str) -> None:
+    with pytest.raises(ValidationError, match=match):
+        _pool(**cfg)
+
+
+def test_engine_priority_needs_fairness_enabled() -> None:
+    raw = {"models": [{"name": "m", "replicas": [{"url": "http://127.0.0.1:1"}], "engine_priority": "vllm"}]}
+    with pytest.raises(ValidationError, match=r"needs fairness\.enabled"):
+        Policy.model_validate(raw)
+    on = {**raw, "fairness": {"enabled": True, "slots_per_replica": 4}}
+    assert Policy.model_validate(on).models[0].engine_priority == "vllm"

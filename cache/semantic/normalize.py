@@ -321,26 +321,39 @@ _ALTERNATIVES = re.compile(r"(?<![a-z0-9_])([a-z0-9]*_[a-z0-9_]*)(?: (?:or|è¿˜æ˜
 
 
 class Normalizer:
-    """``normalizer(text)``: the normalised form, synonyms applied."""
+    """``normalizer(text)``: the normalised form, synonyms applied. ``sources``: normalised term -> where
+    it comes from (``semantic explain`` prints it; default ``policy``)."""
 
-    __slots__ = ("_frames", "_matcher", "_to", "typos")
+    __slots__ = ("_frames", "_matcher", "_source", "_to", "typos")
 
     def __init__(
-        self, synonyms: Iterable[tuple[str, Iterable[str]]] = (), typos: TypoCorrector | None = None
+        self,
+        synonyms: Iterable[tuple[str, Iterable[str]]] = (),
+        typos: TypoCorrector | None = None,
+        sources: dict[str, str] | None = None,
     ) -> None:
         self.typos = typos
         self._to: dict[str, str] = {}
         for canonical, terms in synonyms:
             for t in terms:
                 self._to[base_normalize(t)] = canonical
+        self._source = sources or {}
         self._matcher = TermMatcher(self._to)
         self._frames = Frames(self._to)
 
-    def __call__(self, text: str) -> str:
+    def _before_synonyms(self, text: str) -> str:
         text = base_normalize(text)
         if self.typos:
             text = self.typos(text)
-        text = self._frames(text)
+        return self._frames(text)
+
+    def __call__(self, text: str) -> str:
+        text = self._before_synonyms(text)
         if self._matcher:
             text = _ALTERNATIVES.sub(r"\1", _collapse(self._matcher.sub(text, self._to)))
         return text
+
+    def fired(self, text: str) -> list[tuple[str, str, str]]:
+        """(term, canonical, source) for each synonym term the text's normalisation rewrote, in order."""
+        found = self._matcher.find(self._before_synonyms(text))
+        return [(m.term, self._to[m.term], self._source.get(m.term, "policy")) for m in found]

@@ -1,0 +1,226 @@
+"""Issue 25, tenth pass: the built-in lexicon of customer-service paraphrases (``cache.semantic.lexicon``)
+beside the near misses it must keep apart, its invariants, the synonym table's check in ``check-config``
+and ``semantic explain`` saying which synonym fired."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cache.semantic.lexicon import LEXICON, UNITS, expand
+from cache.semantic.normalize import base_normalize
+from cache.semantic.route import SemanticRoute
+from cache.semantic.vocab import GREETINGS, ZH_POLITENESS, synonym_problems
+from config import load_policy
+from config.loader import example_path
+from config.semantic import SemanticConfig
+from gateway.cli.semantic import explain
+from tests.support.cli import run_cli
+from tests.support.semantic_routes import AIR, BANK, SHOP, TEL, key
+
+HOTEL, CAR = (
+    SemanticRoute(load_policy(example_path(n), env={}).cache.semantic, b"tag-secret")
+    for n in ("semantic-hotel", "semantic-carrental")
+)
+
+
+@pytest.mark.parametrize(
+    ("route", "lexicon", "policy", "other"),
+    [
+        (HOTEL, "豪华间有早餐吗", "豪华间含早餐吗", "标准间含早餐吗"),
+        (HOTEL, "北京酒店停车收费吗", "北京酒店停车费", "上海酒店停车费"),
+        (HOTEL, "最晚几点退房", "退房时间", "几点可以入住"),
+        (HOTEL, "Are pets allowed at the Tokyo hotel?", "Tokyo hotel pet policy", "Are pets allowed at the Beijing hotel?"),
+        (HOTEL, "What time is check out?", "checkout time", "check in time"),
+        (HOTEL, "Tokyo airport pickup", "Tokyo airport shuttle", "Shanghai airport shuttle"),
+        (BANK, "普卡预借现金手续费", "普卡取现手续费", "金卡取现手续费"),
+        (BANK, "Platinum card 境外手续费", "Platinum card 境外交易手续费", "Gold card 境外交易手续费"),
+        (BANK, "怎么改密码", "怎么修改密码", "卡丢了怎么办"),
+        (CAR, "Minimum driver age for an SUV", "SUV minimum age", "Premium minimum age"),
+        (CAR, "How old must I be for an SUV?", "SUV minimum age", "SUV deposit"),
+        (CAR, "Shenzhen opening times", "Shenzhen opening hours", "London opening hours"),
+        (CAR, "SUV damage deposit", "SUV deposit", "van deposit"),
+        (CAR, "Child car seat in London", "child seat in London", "child seat in Shanghai"),
+        (CAR, "Can I add another driver?", "Can I add an additional driver?", "Child seat in London"),
+        (CAR, "SUV mileage limit in kilometres", "SUV mileage limit in km", "SUV mileage limit in miles"),
+        (AIR, "经济舱行李额多少千克", "经济舱行李额多少公斤", "经济舱行李额多少磅"),
+        (AIR, "Economy bag allowance", "Economy baggage allowance", "Business baggage allowance"),
+        (SHOP, "What is the return period?", "What is the return policy?", "How do I track my order SO20240101?"),
+        (SHOP, "Galaxy S24 价钱", "Galaxy S24 价格", "Galaxy S24 重量"),
+        (TEL, "remaining data", "data balance", "Plus plan data allowance"),
+        (TEL, "美国通话资费", "美国国际通话资费", "英国国际通话资费"),
+    ],
+)  # fmt: skip
+def test_a_lexicon_wording_shares_the_policy_wordings_key(
+    route: SemanticRoute, lexicon: str, policy: str, other: str
+) -> None:
+    k = key(route, lexicon)
+    assert k is not None and k == key(route, policy)
+    assert key(route, other) not in (None, k)
+
+
+@pytest.mark.parametrize(
+    ("route", "near", "policy"),
+    [
+        # a narrower or broader word is not the same word
+        (HOTEL, "Can I bring my cat to the Tokyo hotel?", "Tokyo hotel pet policy"),
+        # a forgotten PIN is not a known one
+        (BANK, "How do I reset my PIN?", "How do I change my PIN?"),
+        # late check out (a service) is not the check out time
+        (HOTEL, "late check out", "checkout time"),
+        (HOTEL, "延迟退房", "退房时间"),
+        # closing is not opening
+        (CAR, "When does the Shenzhen branch close?", "Shenzhen opening hours"),
+        # money back is not sending goods back
+        (SHOP, "退款要多久", "退货期限"),
+        # 斤 is 500 g, not a kilogram
+        (AIR, "经济舱行李额多少斤", "经济舱行李额多少公斤"),
+        # a refund of a ticket (退票) is the airline's term; 退款 joins it, 改签 (a change) does not
+        (AIR, "头等舱改签政策", "头等舱退票政策"),
+    ],
+)  # fmt: skip
+def test_a_near_miss_keeps_its_own_key(route: SemanticRoute, near: str, policy: str) -> None:
+    assert key(route, policy) is not None
+    assert key(route, near) != key(route, policy)
+
+
+def test_the_lexicon_keeps_normalisation_idempotent_and_each_member_in_one_group() -> None:
+    seen: dict[str, int] = {}
+    builtin = {base_normalize(t) for t in (*GREETINGS, *ZH_POLITENESS)}
+    for i, group in enumerate((*LEXICON, *UNITS)):
+        assert len(group) >= 2
+        for m in group:
+            n = base_normalize(m)
+            assert ("_" not in m and n == m.lower()) or n == base_normalize(n), m
+            assert seen.setdefault(n, i) == i, f"{m!r} is in two groups"
+            assert n not in builtin, f"{m!r} is a built-in filler"
+
+
+def _cfg(synonyms: list[dict[str, object]], **more: object) -> SemanticConfig:
+    intents = [{"name": f"q_{g['canonical']}", "terms": [g["canonical"]]} for g in synonyms]
+    return SemanticConfig.model_validate(
+        {"mode": "fingerprint", "synonyms": synonyms, "intents": intents, **more}
+    )
+
+
+def _expansion(cfg: SemanticConfig) -> dict[str, tuple[str, ...]]:
+    return SemanticRoute(cfg, b"s").lexicon.synonyms
+
+
+def test_a_group_is_used_only_where_one_policy_group_anchors_it() -> None:
+    one = _cfg([{"canonical": "parking_fee", "terms": ["parking fee"]}])
+    assert "parking charge" in _expansion(one)["parking_fee"]
+    # the policy tells apart what the group would merge: the group is not used at all
+    two = _cfg(
+        [
+            {"canonical": "parking_fee", "terms": ["parking fee"]},
+            {"canonical": "parking_info", "terms": ["parking"]},
+        ]
+    )
+    assert _expansion(two) == {}
+    assert any("parking fee" in g for g in SemanticRoute(two, b"s").lexicon.unused)
+    assert key(SemanticRoute(two, b"s"), "parking charge") is None
+    # no anchor: nothing
+    assert _expansion(_cfg([{"canonical": "x_y", "terms": ["zebra"]}])) == {}
+
+
+def test_the_policys_own_words_win_over_the_lexicon() -> None:
+    """A lexicon wording that is a filler, an alias or holds an entity of the policy is never added."""
+    cfg = _cfg(
+        [{"canonical": "cancellation_policy", "terms": ["cancel my booking"]}],
+        fillers=["cancel for free"],
+        slots=[{"kind": "dictionary", "slot": "item", "values": {"reservation": ["reservation"]}}],
+    )
+    added = _expansion(cfg)["cancellation_policy"]
+    assert "cancel a booking" in added
+    assert "cancel for free" not in added  # a filler of the policy
+    assert "cancel my reservation" not in added  # holds the slot value ``reservation``
+    assert key(SemanticRoute(cfg, b"s"), "cancel my reservation") is None  # intent and the slot: unexplained
+
+
+def test_a_lexicon_wording_never_takes_another_groups_term() -> None:
+    """``how much data do i have left`` holds the telecom example's ``how much data`` (another group):
+    it is not added, so a question asking it stays the policy's reading."""
+    added = _expansion(TEL.cfg)["data_balance"]
+    assert "remaining data" in added and "how much data do i have left" not in added
+
+
+def test_units_are_added_to_the_value_that_lists_one_of_them() -> None:
+    assert set(AIR.lexicon.aliases[("unit", "kg")]) >= {"kilo", "kilogram"}
+    assert "千米" in CAR.lexicon.aliases[("unit", "km")]
+    # 千克 holds 千 (a thousand) and is still a unit, not a number
+    assert key(AIR, "经济舱行李额多少千克") == key(AIR, "经济舱行李额多少公斤")
+
+
+def test_expand_is_derived_from_the_policy_alone() -> None:
+    cfg = load_policy(example_path("semantic-hotel"), env={}).cache.semantic
+    a = expand(cfg, (), lambda _t: False)
+    b = expand(cfg, (), lambda _t: False)
+    assert a == b and a.synonyms
+
+
+_PIECES = sorted(
+    {m for g in LEXICON for m in g} | {"checkout_time", "room_rate", " ", "吗", "的", "北京", "suite"}
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(_PIECES), max_size=6))
+def test_normalisation_with_the_lexicon_is_idempotent(pieces: list[str]) -> None:
+    text = " ".join(pieces)
+    for route in (HOTEL, CAR, BANK):
+        once = route.normalize(text)
+        assert route.normalize(once) == once
+
+
+def test_explain_says_which_synonym_fired_and_where_it_comes_from() -> None:
+    out = explain(HOTEL, "最晚几点退房")
+    assert out["synonyms"] == ["最晚几点退房 -> checkout_time (built-in lexicon)"]
+    assert explain(HOTEL, "退房时间")["synonyms"] == ["退房时间 -> checkout_time (policy)"]
+    run = run_cli(
+        "semantic", "explain", "--config", str(example_path("semantic-hotel")), "最晚几点退房", "退房时间"
+    )
+    assert run.returncode == 0 and "(built-in lexicon)" in run.stdout and "SHARES the answer" in run.stdout
+
+
+def _policy_file(tmp_path: Path, sem: dict[str, object]) -> Path:
+    path = tmp_path / "p.yaml"
+    text = yaml.safe_dump({"version": 1, "models": [{"name": "m", "replicas": [{"url": "http://127.0.0.1:9100"}]}],
+                           "cache": {"semantic": sem}}, allow_unicode=True)  # fmt: skip
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_check_config_refuses_a_synonym_that_maps_onto_a_slot_or_another_intents_wording(
+    tmp_path: Path,
+) -> None:
+    sem = yaml.safe_load(example_path("semantic-hotel").read_text())["cache"]["semantic"]
+    sem["synonyms"][0]["terms"].append("suite")  # room=suite would become room_rate
+    sem["intents"].append({"name": "query_wifi", "terms": ["wifi", "internet"]})
+    sem["synonyms"][1]["terms"].append("internet")  # takes query_wifi's own wording
+    sem["synonyms"][2]["terms"].append("suite checkout")  # hides a slot value: a warning
+    SemanticConfig.model_validate(sem)  # structurally valid
+    problems = {p.message for p in synonym_problems(SemanticConfig.model_validate(sem))}
+    assert "maps slot room='suite' onto 'room_rate'" in problems
+    run = run_cli("check-config", str(_policy_file(tmp_path, sem)))
+    assert run.returncode == 1, run.stderr
+    assert (
+        "cache.semantic.synonyms[0].terms[" in run.stderr and "'suite' maps slot room='suite'" in run.stderr
+    )
+    assert "takes intent 'query_wifi'" in run.stderr
+    del sem["synonyms"][0]["terms"][-1], sem["synonyms"][1]["terms"][-1]
+    warned = run_cli("check-config", str(_policy_file(tmp_path, sem)))
+    assert warned.returncode == 0, warned.stderr
+    assert (
+        "warning: cache.semantic.synonyms[2].terms[" in warned.stderr
+        and "holds slot room='suite'" in warned.stderr
+    )
+
+
+@pytest.mark.parametrize("name", ["ecommerce", "airline", "telecom", "banking", "hotel", "carrental"])
+def test_the_examples_have_no_synonym_problem(name: str) -> None:
+    assert synonym_problems(load_policy(example_path(f"semantic-{name}"), env={}).cache.semantic) == []

@@ -143,6 +143,39 @@ UNITS: tuple[tuple[str, ...], ...] = (
 )  # fmt: skip
 
 
+# Kind words: what a customer calls the kind of thing a slot's value is ("Premium *car*", "Heathrow
+# *branch*", "深圳*门店*"), each group chosen by the slot name or its first word (``car_class``: ``car``;
+# ``booking_no``: ``booking``). Next to a value they name nothing new (``cache.semantic.extractors.kinds``).
+# Chinese kind words have two characters or more (one character is too often the start of another word).
+KINDS: tuple[tuple[str, ...], ...] = (
+    ("car", "cars", "vehicle", "车辆"),
+    ("branch", "office", "location", "store", "门店", "网点", "分店", "营业点"),
+    ("room", "rooms", "房间"),
+    ("plan", "套餐"),
+    ("card", "卡片"),
+    ("cabin", "class", "舱位"),
+    ("flight", "航班"),
+    ("booking", "reservation", "预订", "预定"),
+    ("city", "城市"),
+    ("country", "国家"),
+)  # fmt: skip
+
+
+def kind_words(cfg: SemanticConfig) -> dict[str, tuple[str, ...]]:
+    """slot -> its kind words (normalised): the ``KINDS`` groups holding the slot name or its first word, less
+    any word the policy uses itself (a term, filler, intent wording or alias)."""
+    used = {base_normalize(t) for t in taken_terms(cfg)}
+    used |= {base_normalize(t) for g in cfg.synonyms for t in g.terms}
+    names = {s for e in cfg.slots for s in e.slots()}
+    out = {}
+    for slot in sorted(names):
+        parts = {slot, slot.split("_")[0]}
+        words = [base_normalize(w) for g in KINDS if parts & set(g) for w in g]
+        if kept := tuple(dict.fromkeys(w for w in words if w not in used)):
+            out[slot] = kept
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class Expansion:
     """What the lexicon adds to one policy: canonical -> new terms, and (slot, value) -> new aliases, all

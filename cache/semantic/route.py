@@ -14,11 +14,12 @@ from typing import Any
 
 from cache.semantic.admission import Admission, Decision
 from cache.semantic.extractors import Extractor, build
+from cache.semantic.extractors.kinds import KindExtractor
 from cache.semantic.fingerprint import Fingerprint, IntentRules, fingerprint, fingerprint_key, partition_id
 from cache.semantic.guards import GuardFeatures, guard_features
 from cache.semantic.inflect import variants
 from cache.semantic.invalidation import EventError, Plan, plan_event
-from cache.semantic.lexicon import Expansion, expand
+from cache.semantic.lexicon import Expansion, expand, kind_words
 from cache.semantic.normalize import Normalizer, base_normalize, has_cjk
 from cache.semantic.question import Question, split_question
 from cache.semantic.tags import TagRef, entry_refs
@@ -91,7 +92,10 @@ class SemanticRoute:
             ((c, (*ts, *self.lexicon.synonyms.get(c, ()))) for c, ts in groups), typos, sources
         )
         n = self.normalize
-        self.slots: list[Extractor] = [build(_with_units(e, self.lexicon), n) for e in cfg.slots]
+        self.kinds = kind_words(cfg)
+        self.slots: list[Extractor] = [
+            KindExtractor(build(_with_units(e, self.lexicon), n), self.kinds) for e in cfg.slots
+        ]
         self.constraints: list[Extractor] = [build(_with_units(e, self.lexicon), n) for e in cfg.constraints]
         self._slot_extractors: dict[str, list[Extractor]] = {}
         for e_cfg, ext in zip(cfg.slots, self.slots, strict=True):

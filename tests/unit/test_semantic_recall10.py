@@ -224,3 +224,29 @@ def test_check_config_refuses_a_synonym_that_maps_onto_a_slot_or_another_intents
 @pytest.mark.parametrize("name", ["ecommerce", "airline", "telecom", "banking", "hotel", "carrental"])
 def test_the_examples_have_no_synonym_problem(name: str) -> None:
     assert synonym_problems(load_policy(example_path(f"semantic-{name}"), env={}).cache.semantic) == []
+
+
+@pytest.mark.parametrize(
+    ("route", "kind", "plain", "other"),
+    [
+        (CAR, "Premium car deposit", "Premium deposit", "SUV deposit"),
+        (CAR, "Heathrow branch opening hours", "Heathrow opening hours", "London opening hours"),
+        (CAR, "深圳门店几点开门", "深圳几点开门", "伦敦几点开门"),
+        (CAR, "预订CR20251206确认了吗", "CR20251206确认了吗", "预订CR20251207确认了吗"),
+        (HOTEL, "Suite room breakfast included?", "Suite breakfast included?", "Family room breakfast included?"),
+    ],
+)  # fmt: skip
+def test_a_kind_word_next_to_its_value_names_nothing_new(
+    route: SemanticRoute, kind: str, plain: str, other: str
+) -> None:
+    k = key(route, kind)
+    assert k is not None and k == key(route, plain)
+    assert key(route, other) not in (None, k)
+
+
+def test_a_kind_word_is_read_only_next_to_a_value_of_its_slot() -> None:
+    assert key(CAR, "Can my wife drive the car too?") is None
+    assert key(CAR, "Premium deposit for my car") is None  # not next to the value
+    assert key(CAR, "Premium carseat deposit") is None  # not a word of its own
+    assert key(CAR, "Heathrow car opening hours") is None  # ``car`` is the car class's kind, not the branch's
+    assert CAR.kinds["car_class"][:2] == ("car", "cars") and "office" in CAR.kinds["branch"]

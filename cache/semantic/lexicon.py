@@ -41,7 +41,7 @@ the policy, the inflection rule or this lexicon.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from cache.semantic.normalize import base_normalize, has_cjk
@@ -49,10 +49,19 @@ from cache.semantic.terms import TermMatcher
 from cache.semantic.vocab import NEGATIONS, NOT_NUMBERS, NUMBER_WORDS, taken_terms
 from config.semantic import SemanticConfig
 
-LEXICON: tuple[tuple[str, ...], ...] = (
-    # money: what something costs
-    ("price", "cost", "costs", "how much is", "price tag",
-     "多少钱", "价格", "价钱", "售价"),
+PRICE: tuple[str, ...] = (
+    "price",
+    "cost",
+    "costs",
+    "how much is",
+    "price tag",
+    "多少钱",
+    "价格",
+    "价钱",
+    "售价",
+)
+# Named amounts of money: a question that names one and asks "how much is" asks that amount (``yields``).
+AMOUNTS: tuple[tuple[str, ...], ...] = (
     ("deposit", "security deposit", "damage deposit", "押金", "保证金"),
     ("annual fee", "yearly fee", "annual charge", "yearly charge", "年费", "年费是多少"),
     ("change fee", "rebooking fee", "change charge", "fee to change", "改签费", "改签费用", "改签手续费"),
@@ -69,6 +78,11 @@ LEXICON: tuple[tuple[str, ...], ...] = (
     ("parking fee", "parking charge", "parking cost", "parking", "car park", "停车费", "停车收费", "停车费用", "停车"),
     ("roaming charges", "roaming fees", "roaming rates", "roaming costs", "roaming", "漫游费", "漫游资费", "漫游收费"),
     ("call rate", "call rates", "calling rates", "call charges", "cost of calls", "通话资费", "通话费", "话费标准"),
+)  # fmt: skip
+LEXICON: tuple[tuple[str, ...], ...] = (
+    # money: what something costs
+    PRICE,
+    *AMOUNTS,
     # cancelling, refunds, returns
     ("cancellation policy", "cancellation rules", "cancellation terms", "cancelation policy", "取消政策", "取消规定",
      "取消条款"),
@@ -159,6 +173,28 @@ KINDS: tuple[tuple[str, ...], ...] = (
     ("city", "城市"),
     ("country", "国家"),
 )  # fmt: skip
+
+
+def yields(
+    intents: Mapping[str, Iterable[str]], synonyms: Mapping[str, Iterable[str]]
+) -> dict[str, frozenset[str]]:
+    """intent -> the intents it yields to (``fingerprint``): an intent whose terms hold the policy's price
+    canonical (the synonym group holding a ``PRICE`` wording, "how much is", "多少钱") yields to every
+    other intent whose terms hold the canonical of a named amount (``AMOUNTS``: a deposit, a fee, a
+    rate). "How much is the deposit for a van?" and "押金多少钱" ask the deposit, where the price's
+    "how much is" made the question two intents and no key. ``intents``: intent -> its terms;
+    ``synonyms``: canonical -> its terms (the policy's own, and the lexicon's)."""
+    of = {base_normalize(t): c for c, ts in synonyms.items() for t in ts}
+
+    def anchors(groups: Iterable[tuple[str, ...]]) -> set[str]:
+        return {of[m] for g in groups for m in (base_normalize(x) for x in g) if m in of}
+
+    price, amounts = anchors([PRICE]), anchors(AMOUNTS) - anchors([PRICE])
+    if len(price) != 1:
+        return {}
+    asking = {i for i, ts in intents.items() if price & set(ts)}
+    named = frozenset(i for i, ts in intents.items() if amounts & set(ts)) - asking
+    return {i: named for i in asking} if named else {}
 
 
 def kind_words(cfg: SemanticConfig) -> dict[str, tuple[str, ...]]:

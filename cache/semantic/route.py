@@ -19,7 +19,7 @@ from cache.semantic.fingerprint import Fingerprint, IntentRules, fingerprint, fi
 from cache.semantic.guards import GuardFeatures, guard_features
 from cache.semantic.inflect import variants
 from cache.semantic.invalidation import EventError, Plan, plan_event
-from cache.semantic.lexicon import Expansion, expand, kind_words
+from cache.semantic.lexicon import Expansion, expand, kind_words, yields
 from cache.semantic.normalize import Normalizer, base_normalize, has_cjk
 from cache.semantic.question import Question, split_question
 from cache.semantic.tags import TagRef, entry_refs
@@ -112,6 +112,10 @@ class SemanticRoute:
             intent_of,
             {r.name: tuple(r.required_slots) for r in cfg.intents},
             {r.name: dict(r.constraints) for r in cfg.intents},
+            yields(
+                {r.name: r.terms for r in cfg.intents},
+                {c: (*ts, *self.lexicon.synonyms.get(c, ())) for c, ts in groups},
+            ),
         )
         self.intent_names = tuple(r.name for r in cfg.intents)
         self.fillers = TermMatcher(n(t) for t in safe_fillers(cfg))  # never a word that changes the answer

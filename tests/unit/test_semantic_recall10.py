@@ -250,3 +250,27 @@ def test_a_kind_word_is_read_only_next_to_a_value_of_its_slot() -> None:
     assert key(CAR, "Premium carseat deposit") is None  # not a word of its own
     assert key(CAR, "Heathrow car opening hours") is None  # ``car`` is the car class's kind, not the branch's
     assert CAR.kinds["car_class"][:2] == ("car", "cars") and "office" in CAR.kinds["branch"]
+
+
+@pytest.mark.parametrize(
+    ("route", "asked", "named", "other"),
+    [
+        (CAR, "How much is the deposit for a van?", "van deposit", "SUV deposit"),
+        (CAR, "SUV押金多少钱", "SUV押金", "越野车保险"),
+        (HOTEL, "How much is parking in Tokyo?", "Tokyo parking fee", "Shanghai parking fee"),
+        (TEL, "How much does it cost to call the UK?", "call rate to the UK", "Plus plan price"),
+    ],
+)  # fmt: skip
+def test_how_much_next_to_a_named_amount_asks_that_amount(
+    route: SemanticRoute, asked: str, named: str, other: str
+) -> None:
+    k = key(route, asked)
+    assert k is not None and k == key(route, named)
+    assert key(route, other) not in (None, k)
+
+
+def test_how_much_yields_only_to_a_named_amount() -> None:
+    assert CAR.intents.yields == {"query_rental_rate": frozenset({"query_deposit"})}
+    assert key(CAR, "How much is the insurance for an SUV?") is None  # insurance is cover, not an amount
+    assert key(CAR, "How much is the SUV and the deposit?") is None  # two questions
+    assert SHOP.intents.yields == {}  # no named amount in the shop's policy

@@ -274,3 +274,26 @@ def test_how_much_yields_only_to_a_named_amount() -> None:
     assert key(CAR, "How much is the insurance for an SUV?") is None  # insurance is cover, not an amount
     assert key(CAR, "How much is the SUV and the deposit?") is None  # two questions
     assert SHOP.intents.yields == {}  # no named amount in the shop's policy
+
+
+@pytest.mark.parametrize(
+    ("route", "attached", "plain", "other"),
+    [
+        (CAR, "What's the deposit on an economy car?", "Economy car deposit", "Van deposit"),
+        (CAR, "Is there a km limit on the SUV?", "SUV mileage limit in km", "SUV mileage limit in miles"),
+        (HOTEL, "Is breakfast included with the family room?", "Family room breakfast included?", "Suite breakfast included?"),
+    ],
+)  # fmt: skip
+def test_a_preposition_that_attaches_the_question_to_a_value_names_nothing_new(
+    route: SemanticRoute, attached: str, plain: str, other: str
+) -> None:
+    k = key(route, attached)
+    assert k is not None and k == key(route, plain)
+    assert key(route, other) not in (None, k)
+
+
+def test_only_an_attaching_preposition_right_before_a_value_is_read() -> None:
+    assert key(CAR, "SUV deposit without insurance") is None  # a negation
+    assert key(CAR, "Opening hours from London") is None  # a direction
+    assert key(CAR, "Deposit on a weekend for an SUV") is None  # ``on`` is before no value
+    assert key(CAR, "Deposit on SUV") == key(CAR, "SUV deposit")

@@ -320,6 +320,14 @@ def has_cjk(text: str) -> bool:
 _ALTERNATIVES = re.compile(r"(?<![a-z0-9_])([a-z0-9]*_[a-z0-9_]*)(?: (?:or|还是) \1)+(?![a-z0-9_])")
 
 
+# "有 X 吗" asks whether there is X (issue 25, tenth pass, heldout7: "上海有机场接送吗" is "上海机场接送"),
+# as English "is there" and "do you have" do: ``有`` right before a canonical the synonym step wrote is
+# dropped. Not after ``没``/``还``/``只``/``所`` (``没有`` is a negation, ``还有`` "still", ``只有`` "only",
+# ``所有`` "all"), and only before a canonical (``有效``, ``有多长`` keep theirs). The output has no ``有``
+# before that canonical, and the character before the dropped one is unchanged (idempotent).
+_ZH_HAVE = re.compile(r"(?<![没还只所有])有+ (?=[a-z0-9]+_[a-z0-9_]*(?: |$))")
+
+
 class Normalizer:
     """``normalizer(text)``: the normalised form, synonyms applied. ``sources``: normalised term -> where
     it comes from (``semantic explain`` prints it; default ``policy``)."""
@@ -351,6 +359,7 @@ class Normalizer:
         text = self._before_synonyms(text)
         if self._matcher:
             text = _ALTERNATIVES.sub(r"\1", _collapse(self._matcher.sub(text, self._to)))
+            text = _ZH_HAVE.sub(" ", text).strip() if "有" in text else text
         return text
 
     def fired(self, text: str) -> list[tuple[str, str, str]]:

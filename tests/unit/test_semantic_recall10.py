@@ -297,3 +297,11 @@ def test_only_an_attaching_preposition_right_before_a_value_is_read() -> None:
     assert key(CAR, "Opening hours from London") is None  # a direction
     assert key(CAR, "Deposit on a weekend for an SUV") is None  # ``on`` is before no value
     assert key(CAR, "Deposit on SUV") == key(CAR, "SUV deposit")
+
+
+def test_you_chinese_there_is_before_a_policy_term_asks_nothing_more() -> None:
+    k = key(HOTEL, "上海有机场接送吗")
+    assert k is not None and k == key(HOTEL, "上海机场接送") and k != key(HOTEL, "北京机场接送")
+    assert key(HOTEL, "上海没有机场接送吗") != k  # a negation stays
+    assert HOTEL.normalize("上海还有机场接送吗") == "上海还有 airport_shuttle 吗"  # "still": time-sensitive
+    assert HOTEL.normalize("上海有有机场接送") == HOTEL.normalize(HOTEL.normalize("上海有有机场接送"))

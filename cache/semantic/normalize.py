@@ -36,6 +36,9 @@ from cache.semantic.terms import TermMatcher
 from cache.semantic.typos import TypoCorrector
 
 _CONTRACTION = re.compile(r"(?<![a-z0-9_])(where|what|how|who|when|which|that|there|here)['’]?s(?![a-z0-9_])")
+# The same with ``'re`` (issue 25, tenth pass, heldout7: "What're the opening hours at the Heathrow branch?"
+# kept ``whatre``): only with the apostrophe (``were``, ``there`` are words of their own).
+_CONTRACTION_RE = re.compile(r"(?<![a-z0-9_])(where|what|how|who|when|which|there|here)['’]re(?![a-z0-9_])")
 # A question phrase's ``'s`` with the apostrophe (issue 25, sixth pass: "How long's the iPhone 15
 # battery last?" kept ``longs``): ``how long's``/``how much's``/``how big's`` … are ``how long is`` ….
 # Only with the apostrophe: ``longs``, ``bigs`` may be words of their own.
@@ -302,7 +305,9 @@ def _collapse(text: str) -> str:
 def base_normalize(text: str) -> str:
     """Everything but synonyms."""
     text = _OPENER_COMMA.sub("", _HOW_CONTRACTION.sub(r"\1 is", _fold(text)))
-    text = _APOSTROPHE.sub("", _PRONOUN_AUX.sub(_pronoun_aux, _CONTRACTION.sub(r"\1 is", text)))
+    text = _APOSTROPHE.sub(
+        "", _PRONOUN_AUX.sub(_pronoun_aux, _CONTRACTION.sub(r"\1 is", _CONTRACTION_RE.sub(r"\1 are", text)))
+    )
     text = _OPENER_RUN.sub("", _collapse(_strip_punctuation(text)))
     if _CJK_CHAR.search(text):
         text = _zh_question_words(_join_mixed(_CJK_GAP.sub("", text)))

@@ -305,3 +305,10 @@ def test_you_chinese_there_is_before_a_policy_term_asks_nothing_more() -> None:
     assert key(HOTEL, "上海没有机场接送吗") != k  # a negation stays
     assert HOTEL.normalize("上海还有机场接送吗") == "上海还有 airport_shuttle 吗"  # "still": time-sensitive
     assert HOTEL.normalize("上海有有机场接送") == HOTEL.normalize(HOTEL.normalize("上海有有机场接送"))
+
+
+def test_a_question_words_re_is_are_only_with_the_apostrophe() -> None:
+    assert base_normalize("What're the opening hours?") == "what are the opening hours"
+    assert base_normalize("where were you") == "where were you"
+    k = key(CAR, "What're the opening hours at the Heathrow branch?")
+    assert k is not None and k == key(CAR, "Heathrow branch opening hours")

@@ -312,3 +312,27 @@ def test_a_question_words_re_is_are_only_with_the_apostrophe() -> None:
     assert base_normalize("where were you") == "where were you"
     k = key(CAR, "What're the opening hours at the Heathrow branch?")
     assert k is not None and k == key(CAR, "Heathrow branch opening hours")
+
+
+def test_a_domain_the_examples_lack_gets_the_lexicon_where_its_policy_anchors_it() -> None:
+    """A takeaway policy (written here, not an example) gets the lexicon's food-order groups from its own terms."""
+    cfg = _cfg(
+        [
+            {"canonical": "menu_price", "terms": ["price", "how much is"]},
+            {"canonical": "delivery_fee", "terms": ["delivery fee"]},
+            {"canonical": "min_order", "terms": ["minimum order"]},
+            {"canonical": "service_fee", "terms": ["service fee"]},
+            {"canonical": "tip_policy", "terms": ["tip"]},
+            {"canonical": "delivery_time", "terms": ["delivery time"]},
+        ],
+        fillers=["what", "is", "the", "what is", "a"],
+    )
+    route = SemanticRoute(cfg, b"s")
+    same = [("What is the minimum spend?", "minimum order"), ("起送价", "起送金额"),
+            ("How much is the delivery fee?", "delivery fee"), ("How much is the service charge?", "service fee"),
+            ("How long does delivery take?", "delivery time")]  # fmt: skip
+    for asked, term in same:
+        k = key(route, asked)
+        assert k is not None and k == key(route, term), asked
+    assert key(route, "tipping") == key(route, "tip") != key(route, "service fee")
+    assert key(route, "How much is the tip?") is None  # a tip is no named amount of the lexicon: two intents

@@ -179,6 +179,11 @@ _ZH_PARTICLE = "呢吗啊呀吧嘛哦啦了"
 _ZH_HOW_END = re.compile(f"(?:如何|怎样|咋样|咋)(?=$|[^{_CJK}]|[{_ZH_PARTICLE}])")
 _ZH_HOW = re.compile(f"(?:应该|需要|该|要)*(?:如何|怎样|怎么|咋)(?:才能|才可以)*(?!样)(?=[{_CJK}])")
 _ZH_NOT_YET = re.compile("(?:怎么|为什么|为啥|咋)+还没有?")
+# "X了没有" / "X了没" at the end of a clause asks "has X happened?", what "X了吗" asks (issue 25, tenth pass,
+# heldout7: "预订HB20251130确认了没有"), like the A-not-A forms above: the ``没`` is no negation there. Only right
+# after ``了`` and only at the end of the text or before a particle (``还没有到``, "not yet", keeps its ``没``; the
+# property test found "了没 机场接送", where a space before a canonical is no clause end to a second pass).
+_ZH_LE_MEI = re.compile(f"了没有?(?=$|[{_ZH_PARTICLE}])")
 # Asking for an amount (issue 25, sixth pass, ``tune4``): "流量有多少" is "流量多少" (not ``还有多少``, "how
 # much is left", another question), and after a fee (``费``) "多少钱" asks what "是多少" does ("金卡年费多少钱"
 # is "金卡年费是多少"; after anything else "多少钱" may ask a price the question did not name: "行李额多少钱").
@@ -228,7 +233,7 @@ def _zh_question_words(text: str) -> str:
         text = _ZH_FEE_HOW_MUCH.sub("是多少", text)
         done = _a_not_a(text)
         asked = asked or done != text
-        text = _ZH_NOT_YET.sub("还没", done)
+        text = _ZH_LE_MEI.sub("了吗", _ZH_NOT_YET.sub("还没", done))
         if text == before:
             break
     if asked and not text.endswith(tuple(_ZH_PARTICLE)):
@@ -331,6 +336,12 @@ _ALTERNATIVES = re.compile(r"(?<![a-z0-9_])([a-z0-9]*_[a-z0-9_]*)(?: (?:or|还�
 # ``所有`` "all"), and only before a canonical (``有效``, ``有多长`` keep theirs). The output has no ``有``
 # before that canonical, and the character before the dropped one is unchanged (idempotent).
 _ZH_HAVE = re.compile(r"(?<![没还只所有])有+ (?=[a-z0-9]+_[a-z0-9_]*(?: |$))")
+# "X方法" / "X的方法" ("the way to X") asks what "怎么X" ("how to X") does (tenth pass, heldout7: "eSIM 激活方法",
+# "预付费卡充值方法" next to "eSIM 怎么激活"): right after a canonical the synonym step wrote, at the end of the
+# text or before a particle, ``(的)方法`` is written ``怎么``, which the policies' fillers read. Written after the
+# canonical, next to its ``_``, so no join of a later pass moves it (the property test found ``esim 怎么`` joined
+# into ``esim怎么`` when it was written before), and the output has no ``方法`` (idempotent).
+_ZH_METHOD = re.compile(rf"(?<![a-z0-9_])([a-z0-9]+_[a-z0-9_]*) (?:的)?方法(?=$|[{_ZH_PARTICLE}])")
 
 
 class Normalizer:
@@ -364,7 +375,8 @@ class Normalizer:
         text = self._before_synonyms(text)
         if self._matcher:
             text = _ALTERNATIVES.sub(r"\1", _collapse(self._matcher.sub(text, self._to)))
-            text = _ZH_HAVE.sub(" ", text).strip() if "有" in text else text
+            text = _collapse(_ZH_HAVE.sub(" ", text)) if "有" in text else text
+            text = _ZH_METHOD.sub(r"\1 怎么", text) if "方法" in text else text
         return text
 
     def fired(self, text: str) -> list[tuple[str, str, str]]:

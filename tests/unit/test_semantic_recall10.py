@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from cache.semantic.lexicon import LEXICON, UNITS, expand
@@ -164,15 +164,34 @@ def test_expand_is_derived_from_the_policy_alone() -> None:
 
 
 _PIECES = sorted(
-    {m for g in LEXICON for m in g} | {"checkout_time", "room_rate", " ", "吗", "的", "北京", "suite"}
+    {m for g in LEXICON for m in g}
+    | {
+        "checkout_time",
+        "room_rate",
+        " ",
+        "吗",
+        "的",
+        "北京",
+        "suite",
+        "有",
+        "没",
+        "还",
+        "有有",
+        "on the",
+        "car",
+    }
+    | {"方法", "的方法", "了没有", "了没", "了", "top_up", "激活", "premium", "branch", "门店", "深圳"}
 )
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.sampled_from(_PIECES), max_size=6))
+@example(["了没", "机场接送"])  # found by this test: a space before a canonical is no clause end
+@example(["activate an esim", "有", "activate an esim"])  # found by this test: 有 between two canonicals
+@example(["activate an esim", "add a driver", "的方法"])  # found by this test: 怎么 before a canonical
 def test_normalisation_with_the_lexicon_is_idempotent(pieces: list[str]) -> None:
     text = " ".join(pieces)
-    for route in (HOTEL, CAR, BANK):
+    for route in (HOTEL, CAR, BANK, TEL):
         once = route.normalize(text)
         assert route.normalize(once) == once
 
@@ -336,3 +355,27 @@ def test_a_domain_the_examples_lack_gets_the_lexicon_where_its_policy_anchors_it
         assert k is not None and k == key(route, term), asked
     assert key(route, "tipping") == key(route, "tip") != key(route, "service fee")
     assert key(route, "How much is the tip?") is None  # a tip is no named amount of the lexicon: two intents
+
+
+@pytest.mark.parametrize(
+    ("route", "asked", "plain", "other"),
+    [
+        (HOTEL, "预订HB20251130确认了没有", "预订HB20251130确认了吗", "预订HB20251131确认了吗"),
+        (SHOP, "订单SO2024081818发货了没", "订单SO2024081818发货了吗", "订单SO2024081819发货了吗"),
+        (TEL, "eSIM 激活方法", "eSIM 怎么激活", "Plus套餐流量多少"),
+        (TEL, "预付费卡充值方法", "预付费卡怎么充值", "eSIM 怎么激活"),
+    ],
+)  # fmt: skip
+def test_chinese_question_forms_le_mei_you_and_fang_fa(
+    route: SemanticRoute, asked: str, plain: str, other: str
+) -> None:
+    k = key(route, asked)
+    assert k is not None and k == key(route, plain)
+    assert key(route, other) not in (None, k)
+
+
+def test_le_mei_you_only_at_the_end_and_fang_fa_only_after_a_policy_term() -> None:
+    assert base_normalize("订单还没有到") == "订单还没有到"  # "not yet": the negation stays
+    assert base_normalize("确认了没有") == "确认了吗"
+    assert TEL.normalize("方法") == "方法"  # after no policy term: unexplained
+    assert key(SHOP, "订单SO2024081818还没有到") != key(SHOP, "订单SO2024081818到了吗")

@@ -16,8 +16,12 @@ policy's own words corrected (``cache.semantic.typos``: ``xioami`` → ``xiaomi`
 candidate or several of one synonym group, never a number or a short word); question frames
 rewritten into the policy's own terms (``cache.semantic.frames``: ``cost to change`` → ``fee to
 change``); then the synonym table: each term becomes its ``snake_case`` canonical (``运单号`` →
-``order_no``); last, two alternatives that are one canonical (``flight_status or flight_status``)
-become one (seventh pass).
+``order_no``; the policy's groups extended by the inflection rule and the built-in lexicon,
+``cache.semantic.lexicon``); then two alternatives that are one canonical (``flight_status or
+flight_status``) become one (seventh pass); last, Chinese ``有`` right before a canonical is dropped and
+``(的)方法`` right after one at the end is written ``怎么`` (tenth pass). A question word's ``'re`` is written
+out with the ``'s`` (``what're`` → ``what are``), and ``X了没有`` at the end is ``X了吗`` among the Chinese
+question words (tenth pass).
 
 ``normalize(normalize(x)) == normalize(x)`` for every text (property-tested). The synonym step keeps it
 so because canonicals contain ``_`` and terms never do (config/semantic.py enforces both), and

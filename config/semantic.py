@@ -52,7 +52,12 @@ def _regex(pattern: str, what: str) -> re.Pattern[str]:
 
 
 class SynonymGroup(_Strict):
-    """Terms that mean the same thing; each is rewritten to ``canonical`` before anything else looks."""
+    """Terms that mean the same thing, rewritten to ``canonical`` before anything else looks; the built-in lexicon adds its paraphrases of them (check-config: a term that is a slot value or another intent's wording is an error).
+
+    The lexicon (``cache/semantic/lexicon.py``, issue 25, tenth pass) adds a group's customer-service
+    paraphrases (``security deposit``, ``押金`` for ``deposit``) only where exactly one group of the policy
+    lists one of them and the policy uses the wording nowhere else; ``semantic explain`` says which fired.
+    """
 
     canonical: str = Field(description="snake_case with an underscore, e.g. order_no")
     terms: list[str] = Field(min_length=1, description="words or phrases (any language) rewritten to it")

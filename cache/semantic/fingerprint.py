@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import orjson
 
@@ -82,6 +82,9 @@ class IntentRules:
     intent_of: dict[str, str]  # normalised term -> intent
     required: dict[str, tuple[str, ...]]
     defaults: dict[str, dict[str, str]]
+    # intent -> the intents it yields to when both are found (``cache.semantic.lexicon.yields``: a price
+    # question's "how much is" next to a named amount, "How much is the deposit?", asks that amount)
+    yields: dict[str, frozenset[str]] = field(default_factory=dict)
 
 
 def fingerprint(
@@ -119,6 +122,8 @@ def fingerprint(
         if by_words is None:
             return incomplete("no_intent")
         names, rule = {by_words}, "words"
+    if len(names) == 2:
+        names = {n for n in names if not names - {n} <= intents.yields.get(n, frozenset())} or names
     if len(names) > 1:
         return incomplete("ambiguous_intent")
     (intent,) = names

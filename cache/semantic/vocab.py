@@ -274,3 +274,65 @@ def known_words(cfg: SemanticConfig) -> list[str]:
         *NEGATIONS, *NUMBER_WORDS,
         *CONTENT_WORDS, *SIMILARITY_SAFE, *COMMON_WORDS,
     ]  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class SynonymProblem:
+    group: int  # in cfg.synonyms
+    term: int  # in that group's terms
+    message: str
+    error: bool  # an error fails check-config; a warning is printed
+
+
+def synonym_problems(cfg: SemanticConfig) -> list[SynonymProblem]:
+    """What a synonym table maps that it must not (issue 25, tenth pass; ``check-config`` reports it, the
+    way it reports dangerous fillers). A synonym term is rewritten to its canonical before anything else
+    reads the question, so a term
+
+    * equal to a slot or constraint value or alias maps the entity onto the canonical (the alias,
+      normalised the same way, becomes the canonical, and every wording of the group would name the
+      entity): an error;
+    * equal to an intent's own wording (an intent term that is no canonical) of an intent that does not
+      use the canonical takes that wording from the intent: an error;
+    * holding, among other words, a slot value, or a constraint value other than the default of every
+      intent that uses the canonical, hides it (a question naming it is read without it): a warning.
+    """
+    values: dict[str, tuple[str, str, str]] = {}
+    for what, extractors in (("slot", cfg.slots), ("constraint", cfg.constraints)):
+        for e in extractors:
+            for value, aliases in e.values.items():
+                for a in (value, *aliases):
+                    values.setdefault(base_normalize(a), (what, str(e.slot), value))
+    canonicals = {g.canonical for g in cfg.synonyms}
+    wording = {base_normalize(t): i for i in cfg.intents for t in i.terms if t not in canonicals}
+    out = []
+    for gi, g in enumerate(cfg.synonyms):
+        users = [i for i in cfg.intents if g.canonical in i.terms]
+        for ti, t in enumerate(base_normalize(t) for t in g.terms):
+            if t in values:
+                what, slot, value = values[t]
+                out.append(SynonymProblem(gi, ti, f"maps {what} {slot}={value!r} onto {g.canonical!r}", True))
+                continue
+            if t in wording and g.canonical not in wording[t].terms:
+                out.append(SynonymProblem(gi, ti, f"takes intent {wording[t].name!r}'s own wording", True))
+                continue
+            hidden = sorted(
+                f"{what} {slot}={value!r}"
+                for a, (what, slot, value) in values.items()
+                if _holds(t, a)
+                and (what == "slot" or not users or any(i.constraints.get(slot) != value for i in users))
+            )
+            if hidden:
+                out.append(
+                    SynonymProblem(
+                        gi, ti, f"holds {hidden[0]}: a question naming it is read without it", False
+                    )
+                )  # fmt: skip
+    return out
+
+
+def _holds(term: str, alias: str) -> bool:
+    """Whether ``alias`` occurs in ``term`` as whole words (anywhere, for a Chinese alias)."""
+    if has_cjk(alias):
+        return alias in term
+    return f" {alias} " in f" {term} "

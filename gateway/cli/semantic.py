@@ -1,13 +1,16 @@
 """The semantic cache at the command line: what ``check-config`` checks, and ``semantic explain``.
 
 ``check-config`` compiles every semantic section the way a started gateway does (``SemanticRoute``:
-an intent term claimed by two intents only shows there) and names each dangerous filler
-(``cache.semantic.vocab``: a word that can change the answer, which the route never ignores).
+an intent term claimed by two intents only shows there), names each dangerous filler
+(``cache.semantic.vocab``: a word that can change the answer, which the route never ignores) and
+checks the synonym table (``vocab.synonym_problems``: a term that is a slot's value or another intent's
+own wording is an error, one that hides a value a warning).
 
     prefix-gateway semantic explain --config FILE [--model NAME] [--guarded] "question" ["question" ...]
 
 prints each question's fingerprint (intent, slots, constraints, what was ignored, the typos corrected,
-what was left unexplained) and, for two or more, whether each would share the first one's answer and
+the synonyms that fired and where each comes from: the policy, the inflection rule or the built-in
+lexicon, what was left unexplained) and, for two or more, whether each would share the first one's answer and
 why: a policy can be tested before it serves. In embedding mode, or with ``--guarded`` for a policy in
 fingerprint mode (its rules in guarded embedding mode, default guards), each pair also gets the
 guards' verdict: served whatever the similarity (equal fingerprints), served at or above the threshold
@@ -24,7 +27,7 @@ from cache.semantic.fingerprint import residual_words
 from cache.semantic.guards import GuardFeatures, veto
 from cache.semantic.normalize import base_normalize
 from cache.semantic.route import SemanticRoute
-from cache.semantic.vocab import dangerous_fillers
+from cache.semantic.vocab import dangerous_fillers, synonym_problems
 from config import PolicyError, load_policy
 from config.policy import Policy
 from config.semantic import EmbeddingConfig, SemanticConfig
@@ -51,6 +54,11 @@ def semantic_problems(policy: Policy) -> tuple[list[tuple[str, str]], list[tuple
             SemanticRoute(cfg, _SECRET)
         except ValueError as exc:
             errors.append((path, f"does not compile as a started gateway would: {exc}"))
+        for sp in synonym_problems(cfg):
+            term = cfg.synonyms[sp.group].terms[sp.term]
+            (errors if sp.error else warnings).append(
+                (f"{path}.synonyms[{sp.group}].terms[{sp.term}]", f"{term!r} {sp.message}")
+            )
         for d in dangerous_fillers(cfg):
             warnings.append(
                 (
@@ -96,6 +104,7 @@ def explain(route: SemanticRoute, question: str) -> dict[str, Any]:
     by_words = fp.complete and fp.rule == "words"  # every left-over word is one of the intent's own words
     out |= {
         "corrected": [f"{t} -> {w}" for t, w in typos.corrections(base_normalize(question))] if typos else [],
+        "synonyms": [f"{t} -> {c} ({src})" for t, c, src in route.normalize.fired(question)],
         "intent": fp.intent,
         "intent_by": ("its own words in any order: " + " ".join(rest)) if by_words else "a phrase",
         "slots": dict(fp.slots) if fp.complete else dict(fp.found),

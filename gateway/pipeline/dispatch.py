@@ -165,8 +165,8 @@ async def attempt_once(
     rid = decision.replica.id
     ctx.attempts.append(attempt := Attempt(decision))
     await ctx.process.hooks.emit(Event.ROUTED, ctx)
-    gauge = metrics.child(metrics.in_flight, rid)
-    gauge.inc()
+    in_flight = metrics.in_flight
+    in_flight.add(rid)
     resp: Response | None = None
     timer = None if ctx.parsed.stream else _prefill_timer(pool, decision, lambda: prefill_room(ctx))
     try:
@@ -203,7 +203,7 @@ async def attempt_once(
         if ctx.fair is not None:  # a waiter of the fair queue may go; the slot's time teaches its model
             held = pool.router.clock() - decision.routed_at
             ctx.process.fair.released(pool.name, held, band=ctx.fair.spec.rank)
-        gauge.dec()
+        in_flight.add(rid, by=-1)
 
 
 def _prefill_timer(

@@ -26,9 +26,8 @@ def finished(ctx: RequestContext) -> None:
     if ctx.adapter is not None:  # a name the pool knows: bounded by lora.max_adapters
         metrics.child(metrics.adapter_requests, model, ctx.adapter, status).inc()
     if model != "-" and ctx.batch_id is None:
-        metrics.child(metrics.duration, model).observe(elapsed)
-        ttfb = ctx.first_byte_s if ctx.first_byte_s is not None else elapsed
-        metrics.child(metrics.ttfb, model).observe(ttfb)
+        metrics.duration.observe(elapsed, model)
+        metrics.ttfb.observe(ctx.first_byte_s if ctx.first_byte_s is not None else elapsed, model)
     if ctx.state.policy.server.access_log:
         log_access(
             {

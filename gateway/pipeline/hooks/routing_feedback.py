@@ -52,7 +52,7 @@ def count_decision(ctx: RequestContext) -> None:
     assert d is not None
     metrics.decisions.inc(ctx.model, d.policy, d.reason)
     if d.prompt_tokens:
-        metrics.child(metrics.match_fraction, ctx.model).observe(d.matched_tokens / d.prompt_tokens)
+        metrics.match_fraction.observe(d.matched_tokens / d.prompt_tokens, ctx.model)
 
 
 def observe_usage(ctx: RequestContext) -> None:

@@ -36,8 +36,8 @@ def _bad(message: str, param: str | None = None, code: str | None = "invalid_req
 
 def check_content_type(request: web.Request) -> None:
     ctype = request.headers.get("Content-Type")
-    if ctype is None:
-        return  # lenient: some clients send none; the body must still be JSON
+    if ctype is None or ctype == "application/json":  # none: lenient (the body must still be JSON)
+        return  # the exact common value: no split, strip and lower (3 calls a request)
     mime = ctype.split(";", 1)[0].strip().lower()
     if mime != "application/json" and not mime.endswith("+json"):
         raise GatewayError(
@@ -334,14 +334,17 @@ def _check_common(body: dict[str, Any]) -> None:
 
 
 def _check_bounds(body: dict[str, Any], limits: LimitsConfig) -> None:
+    # ``in`` before the lookup, as in ``_check_common``: three of the four fields are mostly absent
+    # (10 calls a request before, 3 now); the order of the checks is kept.
     for name, code in (("messages", "too_many_messages"), ("input", "too_many_inputs")):
-        items = body.get(name)
-        if isinstance(items, list) and len(items) > limits.max_messages:
+        if name in body and isinstance(items := body[name], list) and len(items) > limits.max_messages:
             raise _bad(
                 f"'{name}' has {len(items)} items, more than the limit of {limits.max_messages}", name, code
             )
     for name in ("n", "best_of"):
-        v = body.get(name)
+        if name not in body:
+            continue
+        v = body[name]
         if isinstance(v, int) and not isinstance(v, bool) and v > limits.max_n:
             raise _bad(f"'{name}' is {v}, more than the limit of {limits.max_n}", name, "too_many_sequences")
 

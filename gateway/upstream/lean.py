@@ -122,6 +122,8 @@ class LeanResponse:
     @property
     def content_type(self) -> str:
         value = self.headers.get("Content-Type")
+        if value == "application/json":  # what replicas send: no partition, strip and lower
+            return value
         if not value:
             return "application/octet-stream"
         return value.partition(";")[0].strip().lower()
@@ -296,7 +298,8 @@ class _Conn(asyncio.Protocol):
         if resp is not None:
             resp._chunks.append(body)
             resp._size += len(body)
-            resp._wake()
+            if not resp._whole:  # ``read`` waits for the end (``on_message_complete`` wakes it)
+                resp._wake()
 
     def on_message_complete(self) -> None:
         resp = self.resp

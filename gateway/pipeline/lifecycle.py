@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import enum
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -61,6 +61,12 @@ class Hooks:
 
     def on(self, event: Event, hook: Hook) -> None:
         self._hooks[event].append((hook, inspect.iscoroutinefunction(hook)))
+
+    def drop(self, hooks: Collection[Hook]) -> None:
+        """Unregister ``hooks`` from every event: those a process knows at its start would do nothing
+        (``gateway.pipeline.hooks.TRACE_HOOKS`` without tracing), so that no request calls them."""
+        for event, registered in self._hooks.items():
+            self._hooks[event] = [(h, a) for h, a in registered if h not in hooks]
 
     async def emit(self, event: Event, ctx: RequestContext) -> None:
         for hook, is_async in self._hooks[event]:

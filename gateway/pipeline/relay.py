@@ -60,8 +60,7 @@ class Relay:
 
 def relayed_headers(resp: Response, ctx: RequestContext) -> dict[str, str]:
     headers = {k: v for k, v in resp.headers.items() if k.lower() not in HOP_BY_HOP}
-    decision = ctx.decision
-    assert decision is not None
+    decision = ctx.attempts[-1].decision  # an answer came: its attempt is there (one call less)
     headers["x-gateway-replica"] = decision.replica.id
     headers.update(ctx.answer_headers())
     if decision.prompt_tokens:

@@ -53,7 +53,7 @@ async def whole(
     cfg = ctx.state.policy.billing.response
     frontend = ctx.frontend
     if parsed is not None and status == 200:
-        extend = item is not None and cfg.usage_extension and isinstance(parsed.get("usage"), Mapping)
+        extend = item is not None and cfg.usage_extension and isinstance(parsed.get("usage"), (dict, Mapping))
         if rewrite is not None or extend or not frontend.passthrough:
             body = rewrite(parsed) if rewrite is not None else parsed
             if not frontend.passthrough:

@@ -78,4 +78,5 @@ def build(
         body["cache_salt"] = tenant.salt
     else:
         body.pop("cache_salt", None)
-    return UpstreamRequest(payload, orjson.dumps(body), mapping or None, not wants_usage(parsed.body))
+    # ``asks_usage`` is the client's: stripping markers and masking leave ``stream_options`` as sent
+    return UpstreamRequest(payload, orjson.dumps(body), mapping or None, not asks_usage)

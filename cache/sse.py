@@ -73,6 +73,12 @@ class SSEParser:
             self._data = []
             self._event_bytes = 0
             return
+        if line.startswith(b"data: "):  # the usual field: what the split below gives, in fewer calls
+            self._data.append(line[6:])
+            self._event_bytes += len(line) - 6
+            if self._event_bytes > self.max_event_bytes:
+                raise SSEError(f"SSE event larger than {self.max_event_bytes} bytes")
+            return
         if line.startswith(b":"):
             return
         name, sep, value = line.partition(b":")

@@ -100,7 +100,8 @@ async def dispatch(ctx: RequestContext, body: bytes, how: Relay) -> web.StreamRe
     for attempt in range(retries.max_attempts):
         if attempt and time.monotonic() >= deadline:
             break
-        await ctx.process.hooks.emit(Event.ROUTING, ctx)
+        if Event.ROUTING in ctx.process.hooks.live:
+            await ctx.process.hooks.emit(Event.ROUTING, ctx)
         try:
             decision = await _route(ctx, route_req, tried)
         except NoReplicaAvailable:
@@ -205,7 +206,7 @@ async def attempt_once(
         if resp is not None:
             resp.close()
         pool.router.release(decision)  # the prefill too, if neither a first byte nor the timer did
-        ctx.process.admission.replica_released(pool.name)  # a request waiting for a slot may go
+        ctx.process.admission.replica_released(pool.cfg.name)  # a request waiting for a slot may go
         if ctx.fair is not None:  # a waiter of the fair queue may go; the slot's time teaches its model
             held = pool.router.clock() - decision.routed_at
             ctx.process.fair.released(pool.name, held, band=ctx.fair.spec.rank)

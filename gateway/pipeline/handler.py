@@ -155,7 +155,8 @@ async def _run(ctx: RequestContext, read: Awaitable[None]) -> web.StreamResponse
         await billing.pin(ctx)
         await limits.admit(ctx)
         fairness.classify(ctx)
-        await hooks.emit(Event.ADMITTED, ctx)
+        if Event.ADMITTED in hooks.live:
+            await hooks.emit(Event.ADMITTED, ctx)
         return await cache.serve(ctx)
     except GatewayError as err:
         resp = respond.error(ctx, err)

@@ -105,13 +105,16 @@ def check_messages(body: dict[str, Any]) -> int:
         raise _bad("'messages' must be a non-empty array", "messages")
     chars = 0
     for i, msg in enumerate(messages):
-        where = f"messages[{i}]"
         if not isinstance(msg, dict):
-            raise _bad(f"{where} must be an object", where)
+            raise _bad(f"messages[{i}] must be an object", f"messages[{i}]")
         role = msg.get("role")
         if not isinstance(role, str) or not role:
-            raise _bad(f"{where}.role must be a non-empty string", f"{where}.role")
-        chars += _text_chars(msg.get("content"), f"{where}.content")
+            raise _bad(f"messages[{i}].role must be a non-empty string", f"messages[{i}].role")
+        content = msg.get("content")
+        if isinstance(content, str):  # the usual content: counted here, no call to ``_text_chars``
+            chars += len(content)
+        else:
+            chars += _text_chars(content, f"messages[{i}].content")
     return chars
 
 

@@ -51,7 +51,9 @@ def test_the_trace_hooks_are_dropped_and_only_they() -> None:
         trace.finished,
     } == TRACE_HOOKS
     hooks = registered_hooks()
+    assert hooks.live == set(Event) - {Event.CANCELLED}  # every event some hook of the table observes
     hooks.drop(TRACE_HOOKS)
+    assert hooks.live == {e for e, h in HOOKS if h not in TRACE_HOOKS}  # admitted, routing, failed: none
     for event in Event:
         assert [h for h, _ in hooks._hooks[event]] == [
             h for e, h in HOOKS if e is event and h not in TRACE_HOOKS

@@ -49,9 +49,10 @@ def record_decision(ctx: RequestContext) -> None:
 
 def count_decision(ctx: RequestContext) -> None:
     d, metrics = ctx.attempts[-1].decision, ctx.process.metrics  # ``routed``: as ``record_decision``
-    metrics.decisions.inc(ctx.model, d.policy, d.reason)
+    model = ctx.model
+    metrics.decisions.inc(model, d.policy, d.reason)
     if d.prompt_tokens:
-        metrics.match_fraction.observe(d.matched_tokens / d.prompt_tokens, ctx.model)
+        metrics.match_fraction.observe(d.matched_tokens / d.prompt_tokens, model)
 
 
 def observe_usage(ctx: RequestContext) -> None:

@@ -58,7 +58,7 @@ async def whole(
             body = rewrite(parsed) if rewrite is not None else parsed
             if not frontend.passthrough:
                 body = await frontend.answer(ctx, body)
-            if extend and isinstance(body.get("usage"), Mapping):
+            if extend and isinstance(body.get("usage"), (dict, Mapping)):
                 body = {**body, "usage": {**body["usage"], "billing": usage_extension(item)}}  # type: ignore[arg-type]
             data = orjson.dumps(body)
     elif status != 200:  # a replica's error, in the client's API's shape (OpenAI's for OpenAI's)

@@ -291,7 +291,9 @@ class _Conn(asyncio.Protocol):
                 text = b"\0".join(raw).decode("latin-1").split("\0")
                 resp.headers = CIMultiDictProxy(CIMultiDict(zip(text[::2], text[1::2], strict=True)))
             resp._head = True
-            resp._wake()
+            waiter = resp._waiter  # ``_wake``, inlined on the protocol's per-answer callbacks
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
 
     def on_body(self, body: bytes) -> None:
         resp = self.resp
@@ -299,7 +301,9 @@ class _Conn(asyncio.Protocol):
             resp._chunks.append(body)
             resp._size += len(body)
             if not resp._whole:  # ``read`` waits for the end (``on_message_complete`` wakes it)
-                resp._wake()
+                waiter = resp._waiter
+                if waiter is not None and not waiter.done():
+                    waiter.set_result(None)
 
     def on_message_complete(self) -> None:
         resp = self.resp

@@ -56,7 +56,10 @@ async def admit(ctx: RequestContext) -> None:
     if not ENDPOINTS[ctx.parsed.endpoint].billed:  # tokenize and the like cost nothing: never refused
         return
     model = ctx.pool.cfg.name  # ``pool.name``, one call less
-    budgets = [b for b in ctx.state.budgets.get(ctx.tenant.id, ()) if b.applies(model)]
+    of_tenant = ctx.state.budgets.get(ctx.tenant.id)
+    if not of_tenant:  # a tenant without budgets (the usual case): no list to build
+        return
+    budgets = [b for b in of_tenant if b.applies(model)]
     if not budgets:
         return
     policy = ctx.state.policy

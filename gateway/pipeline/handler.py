@@ -86,7 +86,7 @@ async def handle(request: web.Request, process: Services, endpoint: str) -> web.
         process.state,
         endpoint,
         new_request_id(),
-        _frontend(endpoint),
+        _FRONTEND_OF[endpoint],
         request.headers,
         request,
         client_request_id=client_request_id(request),
@@ -110,7 +110,7 @@ async def call(
         process.state,
         endpoint,
         request_id,
-        _frontend(endpoint),
+        _FRONTEND_OF[endpoint],
         _NO_HEADERS,
         batch_id=batch_id,
         placement=placement,
@@ -121,8 +121,8 @@ async def call(
     return resp
 
 
-def _frontend(endpoint: str) -> FrontEnd:
-    return FRONTENDS[ENDPOINTS[endpoint].frontend]
+_FRONTEND_OF: dict[str, FrontEnd] = {name: FRONTENDS[spec.frontend] for name, spec in ENDPOINTS.items()}
+"""Each endpoint's front end, resolved once (a lookup a request, not a call)."""
 
 
 async def _read_request(ctx: RequestContext, request: web.Request) -> None:

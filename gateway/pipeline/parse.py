@@ -318,8 +318,7 @@ ENDPOINTS: dict[str, Endpoint] = {
 def _check_common(body: dict[str, Any]) -> None:
     # ``name in body`` first: most of these fields are absent, and a ``dict.get`` is a call (16 of a
     # request's ~1,000, ``bench.profile --calls``) where ``in`` is not; the order of the checks is kept.
-    stream = body.get("stream")
-    if stream is not None and not isinstance(stream, bool):
+    if "stream" in body and (stream := body["stream"]) is not None and not isinstance(stream, bool):
         raise _bad("'stream' must be a boolean", "stream")
     for name in ("max_tokens", "max_completion_tokens", "max_output_tokens", "n", "best_of", "seed"):
         if name in body and (v := body[name]) is not None and (not isinstance(v, int) or isinstance(v, bool)):
@@ -362,12 +361,13 @@ def validate(endpoint: str, body: dict[str, Any], limits: LimitsConfig) -> Parse
     spec = ENDPOINTS[endpoint]
     chars = spec.check(body)
     _check_common(body)
-    check_prompt_chars(chars, spec, limits)
+    if chars > limits.max_prompt_chars:  # the check's own condition: no call for a prompt within it
+        check_prompt_chars(chars, spec, limits)
     return ParsedRequest(
         endpoint=endpoint,
         body=body,
         model=model,
-        stream=bool(body.get("stream")) and spec.streams,
+        stream=spec.streams and "stream" in body and bool(body["stream"]),
         prompt_chars=chars,
     )
 

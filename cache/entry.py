@@ -71,9 +71,11 @@ def aborted(response: Mapping[str, Any]) -> bool:
     """A choice ended with ``finish_reason: "abort"``: vLLM's word for a request its engine gave up
     (the engine died, or the request was cancelled inside it). The answer is incomplete."""
     choices = response.get("choices")
-    return isinstance(choices, list) and any(
-        isinstance(c, dict) and c.get("finish_reason") == "abort" for c in choices
-    )
+    if isinstance(choices, list):  # a loop, not ``any`` over a generator: 3 calls less an answer
+        for c in choices:
+            if isinstance(c, dict) and c.get("finish_reason") == "abort":
+                return True
+    return False
 
 
 def make_entry(response: dict[str, Any], *, source: str = "upstream", now: float | None = None) -> Entry:

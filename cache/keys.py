@@ -179,7 +179,7 @@ def is_cacheable(body: Mapping[str, Any], rule: Rule = "deterministic") -> tuple
         return False, "rule_never"
     if rule == "always":
         return True, "rule_always"
-    if body.get("seed") is not None:
+    if "seed" in body and body["seed"] is not None:  # ``in`` first: mostly absent, and no call
         return True, "seed"
     temperature = body.get("temperature")
     if temperature is None:
@@ -208,6 +208,10 @@ class CacheControl:
         return self.max_age_s is None or age_s <= self.max_age_s
 
 
+NO_CONTROL = CacheControl()
+"""Neither the header nor the body's ``cache`` object asks anything (frozen: shared)."""
+
+
 def _non_negative_int(value: Any) -> int | None:
     if isinstance(value, bool):
         return None
@@ -223,6 +227,8 @@ def parse_cache_control(header: str | None, body: Mapping[str, Any] | None = Non
 
     Unknown directives are ignored; the most restrictive value wins when both sources speak.
     """
+    if not header and (not isinstance(body, dict) or "cache" not in body):
+        return NO_CONTROL  # neither source speaks (most requests): the default, made once
     no_cache = no_store = False
     max_age: int | None = None
     ttl: int | None = None

@@ -48,8 +48,17 @@ class SSEParser:
         start = 0
         buf = self._buf
         n = len(buf)
+        # No CR anywhere (what vLLM and SGLang send): a line ends at its LF, and the CR search a line
+        # below finds nothing; one search for all of them instead (a call a line less).
+        plain = buf.find(b"\r") == -1
         while start < n:
             nl = buf.find(b"\n", start)
+            if plain:
+                if nl == -1:
+                    break
+                self._line(bytes(buf[start:nl]), events)
+                start = nl + 1
+                continue
             cr = buf.find(b"\r", start, nl if nl != -1 else n)
             if cr != -1:
                 if cr == n - 1:
@@ -72,6 +81,12 @@ class SSEParser:
                 events.append(b"\n".join(self._data).decode("utf-8", errors="replace"))
             self._data = []
             self._event_bytes = 0
+            return
+        if line.startswith(b"data: "):  # the usual field: what the split below gives, in fewer calls
+            self._data.append(line[6:])
+            self._event_bytes += len(line) - 6
+            if self._event_bytes > self.max_event_bytes:
+                raise SSEError(f"SSE event larger than {self.max_event_bytes} bytes")
             return
         if line.startswith(b":"):
             return

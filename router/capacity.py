@@ -261,7 +261,9 @@ class CapacityLearner:
     def proven(self, replicas: Iterable[ReplicaState]) -> frozenset[str]:
         """The ids of ``replicas`` whose estimate evidence has proven (``CapacityEstimate.proven``)."""
         est = self._est
-        return frozenset(r.id for r in replicas if (e := est.get(r.id)) is not None and e.proven)
+        return frozenset(
+            [r.id for r in replicas if (e := est.get(r.id)) is not None and e.proven]
+        )  # no generator
 
     def evidence(
         self, predicted_tokens: int, cached_tokens: int, ghost_depths: tuple[int, ...] = ()

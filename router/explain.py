@@ -140,13 +140,15 @@ def explain(
     ``chosen``). It takes the pick context's fields, not the context, so that the explanation, which a
     ``Decision`` carries, depends on nothing above ``router.replica``."""
     terms = tuple(
-        (
-            r.id,
-            r.queued_prefill_tokens,
-            r.load(),
-            min(matched_blocks.get(r.id, 0) * block_size, hashed_tokens),
-        )
-        for r in candidates
+        [  # a list, not a generator: one call where a generator is one a candidate more
+            (
+                r.id,
+                r.queued_prefill_tokens,
+                r.load(),
+                min(matched_blocks.get(r.id, 0) * block_size, hashed_tokens),
+            )
+            for r in candidates
+        ]
     )
     return Explanation(
         policy,

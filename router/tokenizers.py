@@ -81,11 +81,17 @@ class ApproxTokenizer:
     def tokens(self, pieces: Iterable[str], keep: int | None = None) -> Tokens:
         limit = None if keep is None else keep * self.bytes_per_token
         head = bytearray()
-        total = 0
+        held = total = 0  # bytes in ``head`` (kept here: ``len(head)`` twice a piece was 6 calls a request)
         for piece in pieces:
-            if limit is None or len(head) < limit:
+            if limit is None:
                 data = piece.encode("utf-8", "surrogatepass")
-                head += data if limit is None else data[: limit - len(head)]
+                head += data
+                total += len(data)
+            elif held < limit:
+                data = piece.encode("utf-8", "surrogatepass")
+                kept = data[: limit - held]
+                head += kept
+                held += len(kept)
                 total += len(data)
             else:
                 total += _utf8_len(piece)

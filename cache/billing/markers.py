@@ -69,8 +69,7 @@ def _check_marker(value: Any, where: str) -> None:
 
 def _positions(body: Mapping[str, Any]) -> list[MarkerPosition]:
     found: list[MarkerPosition] = []
-    tools = body.get("tools")
-    if isinstance(tools, list):
+    if "tools" in body and isinstance(tools := body["tools"], list):  # mostly absent: ``in``, no call
         for t, tool in enumerate(tools):
             if isinstance(tool, dict) and MARKER_KEY in tool:
                 _check_marker(tool[MARKER_KEY], f"tools[{t}]")

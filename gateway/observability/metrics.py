@@ -13,19 +13,31 @@ Python call, read by the registry at scrape time as the same counter family (``_
 is six calls (two observability checks, a lock's enter and exit, the value's own ``inc``) plus two for
 ``child``; at seven increments a request that was 56 of its ~960 Python calls (``python -m bench.profile
 --calls``). A tally is written on the event loop only, so it needs no lock.
+
+The same for the rest of what every request observes (issue 30, round 9): the in-flight gauge is a
+``Level`` (a dict of series, ``add(replica, by=±1)``: one call where a ``Gauge`` child's ``inc`` and
+``dec`` were 5-6 each plus ``child``), and the three per-request histograms (duration, time to first
+byte, match fraction) are ``Spread``s (per series a list of bucket counts and the sum; ``observe``
+is one call and a ``bisect``, where a ``Histogram`` child's was 10 plus ``child``'s 2). Together 40
+of the ~720 calls a request. Each renders what its prometheus_client twin renders for the same
+observations (``tests/unit/test_metrics_tally.py``).
 """
 
 from __future__ import annotations
 
+import bisect
 import contextlib
+import math
 import os
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
+from prometheus_client.samples import Sample
+from prometheus_client.utils import floatToGoString
 
 from cache.advisor.render import GAUGE_FINDINGS, GAUGE_SAVING_MICROS, GAUGE_SAVING_TOKENS
 
@@ -58,10 +70,7 @@ class Tally(Collector):
         if labels in values:
             values[labels] += by
             return
-        if len(labels) != len(self.labelnames) or not all(isinstance(v, str) for v in labels):
-            raise ValueError(
-                f"{self.name}: label values must be {len(self.labelnames)} strings, got {labels!r}"
-            )
+        _check_labels(self.name, self.labelnames, labels)
         self.created[labels] = time.time()  # before the value: a series is never seen without its time
         values[labels] = float(by)
 
@@ -76,10 +85,131 @@ class Tally(Collector):
 
     def collect(self) -> Iterator[Metric]:
         family = self._family()
-        # prometheus_client's own switch for the ``_created`` series (its ``Counter`` reads it at import)
-        off = os.environ.get("PROMETHEUS_DISABLE_CREATED_SERIES", "False").lower() in ("true", "1", "t")
+        off = _created_off()
         for labels, v in list(self.values.items()):
             family.add_metric(labels, v, created=None if off else self.created[labels])
+        yield family
+
+
+def _created_off() -> bool:
+    """prometheus_client's own switch for the ``_created`` series (its metrics read it at import)."""
+    return os.environ.get("PROMETHEUS_DISABLE_CREATED_SERIES", "False").lower() in ("true", "1", "t")
+
+
+def _check_labels(name: str, labelnames: tuple[str, ...], labels: tuple[Any, ...]) -> None:
+    if len(labels) != len(labelnames) or not all(isinstance(v, str) for v in labels):
+        raise ValueError(f"{name}: label values must be {len(labelnames)} strings, got {labels!r}")
+
+
+class Level(Collector):
+    """A labelled gauge kept as a dict of series (what is in flight), rendered at scrape time.
+
+    ``add(*labels, by=1)`` moves one series (a series starts at 0 when first seen, as a ``Gauge``
+    child does when made); ``remove(*labels)`` drops it. Written on the event loop only: no lock.
+    """
+
+    def __init__(
+        self, name: str, documentation: str, labelnames: Sequence[str], *, registry: CollectorRegistry
+    ):
+        self.name, self.documentation, self.labelnames = name, documentation, tuple(labelnames)
+        self.values: dict[tuple[str, ...], float] = {}
+        registry.register(self)
+
+    def add(self, *labels: str, by: float = 1) -> None:
+        values = self.values
+        if labels in values:
+            values[labels] += by
+            return
+        _check_labels(self.name, self.labelnames, labels)
+        values[labels] = float(by)
+
+    def value(self, *labels: str) -> float:
+        return self.values.get(labels, 0.0)
+
+    def remove(self, *labels: str) -> None:
+        del self.values[labels]  # KeyError for a series never seen, as a ``Gauge``'s ``remove``
+
+    def _family(self) -> GaugeMetricFamily:
+        return GaugeMetricFamily(self.name, self.documentation, labels=self.labelnames)
+
+    def describe(self) -> Iterator[Metric]:
+        yield self._family()
+
+    def collect(self) -> Iterator[Metric]:
+        family = self._family()
+        for labels, v in list(self.values.items()):
+            family.add_metric(labels, v)
+        yield family
+
+
+class Spread(Collector):
+    """A labelled histogram kept as, per series, a list of each bucket's count with the sum last,
+    rendered at scrape time with cumulative buckets, ``_count``, ``_sum`` and ``_created``.
+
+    ``observe(value, *labels)``: the value lands in the first bucket whose upper bound is at least it
+    (``+Inf`` is always the last bound), as a ``Histogram``'s ``observe`` puts it. Values are
+    durations and fractions, never NaN (``ValueError``, where a ``Histogram`` would count it in no
+    bucket and poison the sum).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        documentation: str,
+        labelnames: Sequence[str],
+        *,
+        buckets: Sequence[float],
+        registry: CollectorRegistry,
+    ):
+        bounds = [float(b) for b in buckets]
+        if bounds != sorted(bounds):
+            raise ValueError("Buckets not in sorted order")
+        if bounds and bounds[-1] != math.inf:
+            bounds.append(math.inf)
+        if len(bounds) < 2:
+            raise ValueError("Must have at least two buckets")
+        self.name, self.documentation, self.labelnames = name, documentation, tuple(labelnames)
+        self.bounds = tuple(bounds)
+        self._le = tuple(floatToGoString(b) for b in bounds)
+        self.series: dict[tuple[str, ...], list[float]] = {}  # per bucket, then the sum
+        self.created: dict[tuple[str, ...], float] = {}
+        registry.register(self)
+
+    def observe(self, value: float, *labels: str) -> None:
+        if value != value:  # NaN
+            raise ValueError(f"{self.name}: NaN observed")
+        series = self.series
+        if labels in series:
+            counts = series[labels]
+        else:
+            _check_labels(self.name, self.labelnames, labels)
+            self.created[labels] = time.time()  # before the series: never seen without its time
+            counts = series[labels] = [0.0] * (len(self.bounds) + 1)
+        counts[bisect.bisect_left(self.bounds, value)] += 1
+        counts[-1] += value
+
+    def _family(self) -> HistogramMetricFamily:
+        return HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
+
+    def describe(self) -> Iterator[Metric]:
+        yield self._family()
+
+    def collect(self) -> Iterator[Metric]:
+        family = self._family()
+        off = _created_off()
+        for labels, counts in list(self.series.items()):
+            acc, buckets = 0.0, []
+            for le, n in zip(self._le, counts, strict=False):  # the last count is the sum
+                acc += n
+                buckets.append((le, acc))
+            named = dict(zip(self.labelnames, labels, strict=True))
+            if self.bounds[0] >= 0:  # with ``_count`` and ``_sum``
+                family.add_metric(labels, buckets, counts[-1])
+            else:  # a negative bucket: ``_count`` only, as a ``Histogram`` writes it
+                family.add_metric(labels, buckets, None)
+                family.samples.append(Sample(f"{self.name}_count", named, acc))
+            if not off:
+                family.samples.append(Sample(f"{self.name}_created", named, self.created[labels]))
         yield family
 
 
@@ -88,16 +218,16 @@ _SPECS: tuple[tuple[Any, ...], ...] = (
     # -- requests and routing
     ("requests", Tally, "requests_total", "Requests answered, by model, replica and HTTP status.",
      ("model", "replica", "status")),
-    ("duration", Histogram, "request_duration_seconds", "Whole request latency as seen by the gateway.",
+    ("duration", Spread, "request_duration_seconds", "Whole request latency as seen by the gateway.",
      ("model",), LATENCY_BUCKETS),
-    ("ttfb", Histogram, "time_to_first_byte_seconds", "Time from request to the first byte sent back.",
+    ("ttfb", Spread, "time_to_first_byte_seconds", "Time from request to the first byte sent back.",
      ("model",), LATENCY_BUCKETS),
-    ("in_flight", Gauge, "in_flight", "Requests in flight per replica (this process).", ("replica",)),
+    ("in_flight", Level, "in_flight", "Requests in flight per replica (this process).", ("replica",)),
     ("upstream_errors", Counter, "upstream_errors_total", "Failed upstream attempts by replica and kind.",
      ("replica", "kind")),
     ("decisions", Tally, "routing_decisions_total", "Routing decisions by policy and reason.",
      ("model", "policy", "reason")),
-    ("match_fraction", Histogram, "prefix_match_fraction",
+    ("match_fraction", Spread, "prefix_match_fraction",
      "Fraction of the prompt matched in the chosen replica's index.", ("model",), FRACTION_BUCKETS),
     ("predicted_tokens", Counter, "prefix_predicted_tokens_total",
      "Prompt tokens the gateway's index predicted cached, for requests whose replica reported usage.",
@@ -250,12 +380,12 @@ _SPECS: tuple[tuple[Any, ...], ...] = (
 
 class GatewayMetrics:
     requests: Tally
-    duration: Histogram
-    ttfb: Histogram
-    in_flight: Gauge
+    duration: Spread
+    ttfb: Spread
+    in_flight: Level
     upstream_errors: Counter
     decisions: Tally
-    match_fraction: Histogram
+    match_fraction: Spread
     predicted_tokens: Counter
     reported_cached_tokens: Counter
     available_tokens: Counter

@@ -55,8 +55,11 @@ async def admit(ctx: RequestContext) -> None:
         return
     if not ENDPOINTS[ctx.parsed.endpoint].billed:  # tokenize and the like cost nothing: never refused
         return
-    model = ctx.pool.name
-    budgets = [b for b in ctx.state.budgets.get(ctx.tenant.id, ()) if b.applies(model)]
+    model = ctx.pool.cfg.name  # ``pool.name``, one call less
+    of_tenant = ctx.state.budgets.get(ctx.tenant.id)
+    if not of_tenant:  # a tenant without budgets (the usual case): no list to build
+        return
+    budgets = [b for b in of_tenant if b.applies(model)]
     if not budgets:
         return
     policy = ctx.state.policy

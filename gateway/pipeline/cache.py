@@ -116,7 +116,7 @@ async def serve(ctx: RequestContext) -> web.StreamResponse:
     assert ctx.parsed is not None and ctx.pool is not None
     parsed = ctx.parsed
     rt = ctx.state.cache
-    cfg = rt.configs.get(ctx.pool.name) if rt is not None else None
+    cfg = rt.configs.get(ctx.pool.cfg.name) if rt is not None else None  # ``pool.name``, a call less
     if rt is None or cfg is None or not cfg.enabled or not ENDPOINTS[parsed.endpoint].cacheable:
         return await forward(ctx, _upstream(ctx))
     control = parse_cache_control(ctx.headers.get("Cache-Control"), parsed.body)

@@ -173,7 +173,10 @@ class RequestContext:
     @property
     def upstream_error(self) -> str | None:
         """The latest failure of any attempt (an earlier attempt's when the last one succeeded)."""
-        return next((a.error for a in reversed(self.attempts) if a.error is not None), None)
+        for a in reversed(self.attempts):  # a loop: ``next`` over a generator was 2 calls more
+            if a.error is not None:
+                return a.error
+        return None
 
     @property
     def status(self) -> int:

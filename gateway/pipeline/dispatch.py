@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
@@ -41,6 +41,9 @@ from gateway.pipeline.protocols.base import replica_error
 from gateway.pipeline.relay import Relay, relay
 from gateway.upstream.client import Response, UpstreamFailure
 from router.types import Decision, NoReplicaAvailable, OnlineReserve, ReplicasBusy, RouteRequest
+
+if TYPE_CHECKING:
+    from router.pool import PoolRouter
 
 
 class AttemptFailed(Exception):
@@ -74,7 +77,9 @@ async def dispatch(ctx: RequestContext, body: bytes, how: Relay) -> web.StreamRe
     parsed = ctx.parsed
     retries = ctx.state.policy.retries
     headers = {"Content-Type": "application/json", "X-Request-Id": ctx.request_id}
-    headers.update((h, ctx.headers[h]) for h in TRACE_HEADERS if h in ctx.headers)
+    for h in TRACE_HEADERS:
+        if h in ctx.headers:
+            headers[h] = ctx.headers[h]
     if parsed.stream:
         headers["Accept"] = "text/event-stream"
     route_req = RouteRequest(
@@ -86,7 +91,7 @@ async def dispatch(ctx: RequestContext, body: bytes, how: Relay) -> web.StreamRe
         ctx.pinned_replica,
         ctx.placement,
         adapter=ctx.adapter,
-        load_adapter=_adapter_path(ctx) is not None,
+        load_adapter=ctx.adapter is not None and _adapter_path(ctx) is not None,
         online_reserve=_online_reserve(ctx),
     )
     deadline = time.monotonic() + retries.deadline_s
@@ -95,7 +100,8 @@ async def dispatch(ctx: RequestContext, body: bytes, how: Relay) -> web.StreamRe
     for attempt in range(retries.max_attempts):
         if attempt and time.monotonic() >= deadline:
             break
-        await ctx.process.hooks.emit(Event.ROUTING, ctx)
+        if Event.ROUTING in ctx.process.hooks.live:
+            await ctx.process.hooks.emit(Event.ROUTING, ctx)
         try:
             decision = await _route(ctx, route_req, tried)
         except NoReplicaAvailable:
@@ -165,13 +171,14 @@ async def attempt_once(
     rid = decision.replica.id
     ctx.attempts.append(attempt := Attempt(decision))
     await ctx.process.hooks.emit(Event.ROUTED, ctx)
-    gauge = metrics.child(metrics.in_flight, rid)
-    gauge.inc()
+    in_flight = metrics.in_flight
+    in_flight.add(rid)
     resp: Response | None = None
-    timer = None if ctx.parsed.stream else _prefill_timer(pool, decision, lambda: prefill_room(ctx))
+    timer = None if ctx.parsed.stream else _prefill_timer(pool, decision, ctx)
     try:
         try:
-            await _with_adapter(ctx, decision)
+            if ctx.adapter is not None:
+                await _with_adapter(ctx, decision)
             path = ENDPOINTS[ctx.parsed.endpoint].path
             attempt.propagate = propagation(ctx)
             attempt.generation_started = True  # from here on the replica may be generating
@@ -199,33 +206,34 @@ async def attempt_once(
         if resp is not None:
             resp.close()
         pool.router.release(decision)  # the prefill too, if neither a first byte nor the timer did
-        ctx.process.admission.replica_released(pool.name)  # a request waiting for a slot may go
+        ctx.process.admission.replica_released(pool.cfg.name)  # a request waiting for a slot may go
         if ctx.fair is not None:  # a waiter of the fair queue may go; the slot's time teaches its model
             held = pool.router.clock() - decision.routed_at
             ctx.process.fair.released(pool.name, held, band=ctx.fair.spec.rank)
-        gauge.dec()
+        in_flight.add(rid, by=-1)
 
 
 def _prefill_timer(
-    pool: Pool, decision: Decision, then: Callable[[], None] | None = None
+    pool: Pool, decision: Decision, ctx: RequestContext | None = None
 ) -> asyncio.TimerHandle | None:
     """A non-streamed answer says nothing until its end: release its queued prefill when the router
-    predicts the replica prefilled it (``router.prefill``), then call ``then`` (a fair-queue waiter
-    may take that room: ``prefill_room``). Cancelled in ``attempt_once``'s ``finally``, whose ``release`` releases it if
-    the timer did not; ``release_prefill`` acts once whoever calls."""
+    predicts the replica prefilled it (``router.prefill``), then tell the fair queue (``prefill_room``
+    of ``ctx``, when given: a waiter may take that room). Cancelled in ``attempt_once``'s ``finally``,
+    whose ``release`` releases it if the timer did not; ``release_prefill`` acts once whoever calls.
+    The timer's callback takes its arguments (no closure made per request)."""
     router = pool.router
     if router.cfg.nonstream_prefill_release != "predicted":
         return None
     due = router.prefill_due_s(decision)
     if due is None:
         return None
+    return asyncio.get_running_loop().call_later(due, _prefilled, router, decision, ctx)
 
-    def prefilled() -> None:
-        router.release_prefill(decision)
-        if then is not None:
-            then()
 
-    return asyncio.get_running_loop().call_later(due, prefilled)
+def _prefilled(router: PoolRouter, decision: Decision, ctx: RequestContext | None) -> None:
+    router.release_prefill(decision)
+    if ctx is not None:
+        prefill_room(ctx)
 
 
 def _adapter_path(ctx: RequestContext) -> str | None:

@@ -86,7 +86,7 @@ async def handle(request: web.Request, process: Services, endpoint: str) -> web.
         process.state,
         endpoint,
         new_request_id(),
-        _frontend(endpoint),
+        _FRONTEND_OF[endpoint],
         request.headers,
         request,
         client_request_id=client_request_id(request),
@@ -110,7 +110,7 @@ async def call(
         process.state,
         endpoint,
         request_id,
-        _frontend(endpoint),
+        _FRONTEND_OF[endpoint],
         _NO_HEADERS,
         batch_id=batch_id,
         placement=placement,
@@ -121,8 +121,8 @@ async def call(
     return resp
 
 
-def _frontend(endpoint: str) -> FrontEnd:
-    return FRONTENDS[ENDPOINTS[endpoint].frontend]
+_FRONTEND_OF: dict[str, FrontEnd] = {name: FRONTENDS[spec.frontend] for name, spec in ENDPOINTS.items()}
+"""Each endpoint's front end, resolved once (a lookup a request, not a call)."""
 
 
 async def _read_request(ctx: RequestContext, request: web.Request) -> None:
@@ -155,7 +155,8 @@ async def _run(ctx: RequestContext, read: Awaitable[None]) -> web.StreamResponse
         await billing.pin(ctx)
         await limits.admit(ctx)
         fairness.classify(ctx)
-        await hooks.emit(Event.ADMITTED, ctx)
+        if Event.ADMITTED in hooks.live:
+            await hooks.emit(Event.ADMITTED, ctx)
         return await cache.serve(ctx)
     except GatewayError as err:
         resp = respond.error(ctx, err)

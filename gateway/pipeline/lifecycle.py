@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import enum
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -42,6 +42,11 @@ class Event(enum.Enum):
     CANCELLED = "cancelled"
     FINISHED = "finished"
 
+    # Enum's ``__hash__`` is a Python function (``hash(self._name_)``): two calls each time ``emit``
+    # looks an event up, 12 a request (``python -m bench.profile --calls``). Members are singletons
+    # compared by identity, so the identity hash is as good and costs no call.
+    __hash__ = object.__hash__
+
 
 Hook = Callable[["RequestContext"], Awaitable[Any] | None]
 
@@ -53,9 +58,20 @@ class Hooks:
         # (hook, whether it is a coroutine function): decided once here, not per call (``isawaitable``
         # on every result was most of ``emit``'s own cost in a profile).
         self._hooks: dict[Event, list[tuple[Hook, bool]]] = {e: [] for e in Event}
+        # The events some hook observes: a stage may skip emitting one that none does (``admitted``
+        # and ``routing`` are the trace hooks' alone, dropped without tracing: 2 calls a request).
+        self.live: set[Event] = set()
 
     def on(self, event: Event, hook: Hook) -> None:
         self._hooks[event].append((hook, inspect.iscoroutinefunction(hook)))
+        self.live.add(event)
+
+    def drop(self, hooks: Collection[Hook]) -> None:
+        """Unregister ``hooks`` from every event: those a process knows at its start would do nothing
+        (``gateway.pipeline.hooks.TRACE_HOOKS`` without tracing), so that no request calls them."""
+        for event, registered in self._hooks.items():
+            self._hooks[event] = [(h, a) for h, a in registered if h not in hooks]
+        self.live = {e for e, registered in self._hooks.items() if registered}
 
     async def emit(self, event: Event, ctx: RequestContext) -> None:
         for hook, is_async in self._hooks[event]:

@@ -16,6 +16,8 @@ async def admit(ctx: RequestContext) -> None:
         return
     assert ctx.tenant is not None and ctx.parsed is not None and ctx.pool is not None
     limiter, metrics, tenant = cache.limiter, ctx.process.metrics, ctx.tenant
+    if limiter.requests_per_s is None and limiter.tokens_per_min is None:
+        return  # no bucket to draw on (the default policy): both checks would admit, reserving nothing
     took = await limiter.check_request(tenant.id)
     if not took.allowed:
         metrics.child(metrics.ratelimited, tenant.metric_label, "requests").inc()

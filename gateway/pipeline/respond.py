@@ -53,12 +53,12 @@ async def whole(
     cfg = ctx.state.policy.billing.response
     frontend = ctx.frontend
     if parsed is not None and status == 200:
-        extend = item is not None and cfg.usage_extension and isinstance(parsed.get("usage"), Mapping)
+        extend = item is not None and cfg.usage_extension and isinstance(parsed.get("usage"), (dict, Mapping))
         if rewrite is not None or extend or not frontend.passthrough:
             body = rewrite(parsed) if rewrite is not None else parsed
             if not frontend.passthrough:
                 body = await frontend.answer(ctx, body)
-            if extend and isinstance(body.get("usage"), Mapping):
+            if extend and isinstance(body.get("usage"), (dict, Mapping)):
                 body = {**body, "usage": {**body["usage"], "billing": usage_extension(item)}}  # type: ignore[arg-type]
             data = orjson.dumps(body)
     elif status != 200:  # a replica's error, in the client's API's shape (OpenAI's for OpenAI's)

@@ -91,4 +91,5 @@ def build(
         priority = engine_priority(pool.cfg.engine_priority, rank, bands)
         if priority is not None:
             body["priority"] = priority
-    return UpstreamRequest(payload, orjson.dumps(body), mapping or None, not wants_usage(parsed.body))
+    # ``asks_usage`` is the client's: stripping markers and masking leave ``stream_options`` as sent
+    return UpstreamRequest(payload, orjson.dumps(body), mapping or None, not asks_usage)

@@ -116,7 +116,7 @@ class Admission:
     # -- the process limit ----------------------------------------------------------------------------
     async def acquire(self, limits: LimitsConfig) -> None:
         limit = limits.max_concurrent_requests
-        if not limit or (self.active < limit and not len(self._process)):
+        if not limit or (self.active < limit and not self._process._queue):  # ``len``: 2 calls more
             self.active += 1
             return
         async with self._queue(self._process, "process", limits) as queued:
@@ -126,7 +126,8 @@ class Admission:
 
     def release(self) -> None:
         self.active -= 1
-        self._process.wake_one()
+        if self._process._queue:  # nobody waits (the usual case): no call
+            self._process.wake_one()
 
     # -- waiting for a replica slot -------------------------------------------------------------------
     def replica_queue(
@@ -138,5 +139,5 @@ class Admission:
     def replica_released(self, pool: str) -> None:
         """A replica of ``pool`` finished a request: a request waiting for a slot may go."""
         w = self._replicas.get(pool)
-        if w is not None:
+        if w is not None and w._queue:
             w.wake_one()

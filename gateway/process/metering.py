@@ -89,7 +89,7 @@ class Metering:
     def in_background(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         """Run ``coro`` (a request's row) as a task of its own, which a cancelled handler does not
         cancel; ``close`` waits for it."""
-        task = asyncio.ensure_future(coro)
+        task = asyncio.get_running_loop().create_task(coro)  # ``ensure_future``'s checks: 4 calls more
         self._background.add(task)
         task.add_done_callback(self._background.discard)
         return task

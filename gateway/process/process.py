@@ -61,7 +61,7 @@ from gateway.observability.decisions import DecisionLog
 from gateway.observability.metrics import GatewayMetrics
 from gateway.observability.tracing import Tracing, open_tracing
 from gateway.pipeline.handler import call
-from gateway.pipeline.hooks import registered_hooks
+from gateway.pipeline.hooks import TRACE_HOOKS, registered_hooks
 from gateway.pipeline.lifecycle import Hooks
 from gateway.pipeline.tenant import TenantResolver, server_secret
 from gateway.process.admission import Admission
@@ -160,6 +160,8 @@ class Process:
         self.tracing = open_tracing(policy.tracing, self.span_exporter)
         if self.tracing is not None:
             stack.push_async_callback(self.tracing.close)
+        else:
+            self.hooks.drop(TRACE_HOOKS)  # each would return at once on every request
         self.state, pending = self.build(policy, previous=None)
         for apply in pending:
             apply()

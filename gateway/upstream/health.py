@@ -178,6 +178,8 @@ class FleetHealth:
         rec = self._by_url.get(url)
         if rec is None or not self.cfg.enabled:
             return True
+        if rec.breaker.state == "closed":  # admits and changes nothing: ``dispatch`` and 2 properties less
+            return True
         was = rec.breaker.allows_routing
         ok = rec.breaker.dispatch()
         if was != rec.breaker.allows_routing:
@@ -187,6 +189,9 @@ class FleetHealth:
     def answered(self, url: str) -> None:
         rec = self._by_url.get(url)
         if rec is None or not self.cfg.enabled:
+            return
+        if rec.breaker.state == "closed":  # ``answered`` of a closed breaker: only its 5xx count resets
+            rec.breaker.status_failures = 0
             return
         was = rec.breaker.allows_routing
         if rec.breaker.answered():

@@ -11,9 +11,15 @@ keeps what its tests hold (``tests/integration/test_upstream_lean.py``):
 * a keep-alive pool per replica (``host:port``), most recently used first, an idle connection closed
   after ``keepalive_s`` (aiohttp's 30 s) and dropped when the replica closes it; a connection goes
   back only after its whole answer was read and the replica did not say ``Connection: close``;
-* the connect timeout (``TimeoutError``, as aiohttp's ``ConnectionTimeoutError`` is one) and the
-  total one (the whole exchange, body included, as aiohttp's ``ClientTimeout.total``); the first-byte
-  and idle deadlines stay ``Upstream``'s (``gateway.upstream.client``);
+* the connect timeout (``TimeoutError``, as aiohttp's ``ConnectionTimeoutError`` is one), the total
+  one (the whole exchange, body included, as aiohttp's ``ClientTimeout.total``) and the deadline of
+  the wait in progress that ``Upstream`` sets (``gateway.upstream.client``: the first byte, a stream's
+  idle gap; ``post``'s ``within``, ``read_within``, ``readany_within``), all on one timer handle: a
+  deadline moved later is an attribute write, and the timer, when it fires early, re-arms itself for
+  the later one. ``asyncio.timeout`` around each wait cost 8-9 Python calls to enter and leave, 16 a
+  whole answer and two more reschedules a stream's chunk (``python -m bench.profile --calls``,
+  issue 30 round 9); the deadline is lifted (back to the total) whenever no read is waiting, so time
+  spent writing to a slow client never counts, as ``Upstream`` had it;
 * back-pressure: a stream's body is buffered up to ``HIGH_WATER`` bytes, then the socket's reading is
   paused until the consumer (the relay, waiting on a slow client's socket) reads again;
 * cancellation: a request cancelled while it waits for the headers closes its connection, and
@@ -71,20 +77,26 @@ class LeanResponse:
     __slots__ = (
         "_chunks",
         "_conn",
+        "_deadline",
         "_done",
         "_error",
         "_head",
+        "_loop",
         "_paused",
         "_raw_headers",
         "_size",
         "_timer",
+        "_timer_at",
+        "_total_at",
         "_waiter",
         "_whole",
         "headers",
         "status",
     )
 
-    def __init__(self, conn: _Conn) -> None:
+    def __init__(
+        self, conn: _Conn, loop: asyncio.AbstractEventLoop, total_at: float, deadline: float
+    ) -> None:
         self.status = 0
         self.headers: CIMultiDictProxy[str] = _EMPTY
         self._conn: _Conn | None = conn
@@ -94,10 +106,14 @@ class LeanResponse:
         self._done = False
         self._error: HopError | TimeoutError | None = None
         self._waiter: asyncio.Future[None] | None = None
-        self._timer: asyncio.TimerHandle | None = None
+        self._loop = loop
+        self._total_at = total_at  # loop time by which the whole exchange must be over
+        self._deadline = deadline  # the wait in progress must end by then (the total when none waits)
+        self._timer_at = deadline  # when ``_timer`` fires: never later than ``_deadline``
+        self._timer: asyncio.TimerHandle | None = loop.call_at(deadline, self._timed_out)
         self._paused = False
         self._whole = False
-        self._raw_headers: list[tuple[str, str]] = []
+        self._raw_headers: list[bytes] = []  # name, value, name, value, ... as the parser gave them
 
     @property
     def content(self) -> LeanResponse:
@@ -106,15 +122,31 @@ class LeanResponse:
     @property
     def content_type(self) -> str:
         value = self.headers.get("Content-Type")
+        if value == "application/json":  # what replicas send: no partition, strip and lower
+            return value
         if not value:
             return "application/octet-stream"
         return value.partition(";")[0].strip().lower()
 
     # -- the consumer's side --------------------------------------------------------------------------
+    def _within(self, seconds: float | None) -> None:
+        """The wait that follows must end within ``seconds`` (never past the total); None: lifted."""
+        if seconds is None:
+            self._deadline = self._total_at
+            return
+        at = self._loop.time() + seconds
+        if at >= self._total_at:
+            at = self._total_at
+        self._deadline = at
+        if at < self._timer_at and self._timer is not None:  # sooner than the timer: re-arm it
+            self._timer.cancel()
+            self._timer_at = at
+            self._timer = self._loop.call_at(at, self._timed_out)
+
     async def _wait(self) -> None:
         if self._error is not None:
             raise self._error
-        self._waiter = waiter = asyncio.get_running_loop().create_future()
+        self._waiter = waiter = self._loop.create_future()
         try:
             await waiter
         finally:
@@ -130,6 +162,14 @@ class LeanResponse:
             await self._wait()
         return b"".join(self._chunks)
 
+    async def read_within(self, seconds: float) -> bytes:
+        """``read``, its wait ending within ``seconds`` (``TimeoutError`` then; the connection closes)."""
+        self._within(seconds)
+        try:
+            return await self.read()
+        finally:
+            self._deadline = self._total_at
+
     async def readany(self) -> bytes:
         """What arrived since the last call, waiting for something; ``b""`` once the body ended."""
         while not self._chunks:
@@ -139,6 +179,17 @@ class LeanResponse:
         chunks, self._chunks, self._size = self._chunks, [], 0
         self._resume()
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    async def readany_within(self, seconds: float) -> bytes:
+        """``readany``, a wait for it ending within ``seconds`` (``TimeoutError``), lifted once it has
+        returned: the consumer's time with the chunk (writing it to its client) is not counted."""
+        if self._chunks or self._done:  # nothing to wait for: no deadline to set
+            return await self.readany()
+        self._within(seconds)
+        try:
+            return await self.readany()
+        finally:
+            self._deadline = self._total_at
 
     def close(self) -> None:
         """Done with the answer: a connection whose answer was not read to its end is closed (the
@@ -175,8 +226,14 @@ class LeanResponse:
 
     def _timed_out(self) -> None:
         self._timer = None
+        now = self._loop.time()
+        if now < self._deadline:  # the deadline moved later since the timer was set: wait on
+            self._timer_at = self._deadline
+            self._timer = self._loop.call_at(self._deadline, self._timed_out)
+            return
         conn = self._conn
-        self._fail(TimeoutError("the upstream exchange exceeded its total timeout"))
+        total = now >= self._total_at
+        self._fail(TimeoutError(f"the upstream exchange exceeded its {'total' if total else 'read'} timeout"))
         if conn is not None and not self._done:
             conn.resp = None
             conn.transport.close()
@@ -188,8 +245,9 @@ _EMPTY: CIMultiDictProxy[str] = CIMultiDictProxy(CIMultiDict())
 class _Conn(asyncio.Protocol):
     """One keep-alive connection; ``resp`` is the answer it is reading, if any."""
 
-    def __init__(self, pool: LeanPool) -> None:
+    def __init__(self, pool: LeanPool, loop: asyncio.AbstractEventLoop) -> None:
         self.pool = pool
+        self.loop = loop
         self.transport: asyncio.Transport = None  # type: ignore[assignment]
         self.parser = httptools.HttpResponseParser(self)
         self.resp: LeanResponse | None = None
@@ -218,22 +276,34 @@ class _Conn(asyncio.Protocol):
     def on_header(self, name: bytes, value: bytes) -> None:
         resp = self.resp
         if resp is not None:
-            resp._raw_headers.append((name.decode("latin-1"), value.decode("latin-1")))
+            resp._raw_headers += (name, value)  # decoded once, all together, when the head is complete
 
     def on_headers_complete(self) -> None:
         resp = self.resp
         if resp is not None:
             resp.status = self.parser.get_status_code()
-            resp.headers = CIMultiDictProxy(CIMultiDict(resp._raw_headers))
+            # One join, decode and split for the whole head instead of two decodes and an append a
+            # header (16 calls a request with the simulator's four headers, 4 now: ``python -m
+            # bench.profile --calls``). NUL cannot be in a name or a value: llhttp refuses it ("Invalid
+            # header value char"), as it refuses a folded line (tests/integration/test_upstream_lean.py).
+            raw = resp._raw_headers
+            if raw:
+                text = b"\0".join(raw).decode("latin-1").split("\0")
+                resp.headers = CIMultiDictProxy(CIMultiDict(zip(text[::2], text[1::2], strict=True)))
             resp._head = True
-            resp._wake()
+            waiter = resp._waiter  # ``_wake``, inlined on the protocol's per-answer callbacks
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
 
     def on_body(self, body: bytes) -> None:
         resp = self.resp
         if resp is not None:
             resp._chunks.append(body)
             resp._size += len(body)
-            resp._wake()
+            if not resp._whole:  # ``read`` waits for the end (``on_message_complete`` wakes it)
+                waiter = resp._waiter
+                if waiter is not None and not waiter.done():
+                    waiter.set_result(None)
 
     def on_message_complete(self) -> None:
         resp = self.resp
@@ -286,8 +356,7 @@ class LeanPool:
         if self.closing:
             conn.transport.close()
             return
-        loop = asyncio.get_running_loop()
-        now = loop.time()
+        now = conn.loop.time()
         conn.idle_since = now
         idle = self.idle
         while idle and (idle[0].closed or now - idle[0].idle_since > self.keepalive_s):
@@ -296,26 +365,32 @@ class LeanPool:
                 old.transport.close()
         idle.append(conn)
 
-    async def _connection(self) -> _Conn:
-        loop = asyncio.get_running_loop()
+    async def _connection(self, loop: asyncio.AbstractEventLoop, deadline: float) -> _Conn:
+        """An idle connection, else a new one within the connect timeout and before ``deadline`` (the
+        first byte's: a connect counts in it, as it did under ``Upstream``'s ``asyncio.timeout``)."""
         idle = self.idle
+        now = loop.time()
         while idle:
             conn = idle.pop()
             if conn.closed or conn.transport.is_closing():
                 continue
-            if loop.time() - conn.idle_since > self.keepalive_s:
+            if now - conn.idle_since > self.keepalive_s:
                 conn.transport.close()
                 continue
             return conn
         try:
-            async with asyncio.timeout(self.connect_s):
-                _, conn = await loop.create_connection(lambda: _Conn(self), self.host, self.port)
+            async with asyncio.timeout_at(min(deadline, now + self.connect_s)):
+                _, conn = await loop.create_connection(lambda: _Conn(self, loop), self.host, self.port)
         except OSError:
             raise ConnectFailed("cannot connect to the replica") from None
         return conn
 
-    async def post(self, path: str, body: bytes, headers: dict[str, str]) -> LeanResponse:
-        """Send the request; return once the answer's head arrived (its body is read from the answer)."""
+    async def post(
+        self, path: str, body: bytes, headers: dict[str, str], within: float | None = None
+    ) -> LeanResponse:
+        """Send the request; return once the answer's head arrived (its body is read from the answer),
+        the head within ``within`` seconds when given (``TimeoutError``), the whole exchange within the
+        total timeout."""
         lines = [f"POST {path} HTTP/1.1\r\n{self.fixed}Content-Length: {len(body)}\r\n"]
         for k, v in headers.items():
             if "\n" in v or "\r" in v or "\n" in k or "\r" in k:  # as aiohttp: no header injection
@@ -323,11 +398,13 @@ class LeanPool:
             lines.append(f"{k}: {v}\r\n")
         lines.append("\r\n")
         head = "".join(lines).encode()
-        conn = await self._connection()
-        resp = LeanResponse(conn)
-        conn.resp = resp
         loop = asyncio.get_running_loop()
-        resp._timer = loop.call_at(loop.time() + self.total_s, resp._timed_out)
+        now = loop.time()
+        total_at = now + self.total_s
+        deadline = total_at if within is None or now + within >= total_at else now + within
+        conn = await self._connection(loop, deadline)
+        resp = LeanResponse(conn, loop, total_at, deadline)
+        conn.resp = resp
         try:
             conn.transport.write(head + body)
             while not resp._head:
@@ -335,6 +412,7 @@ class LeanPool:
         except BaseException:
             resp.close()  # cancelled or failed before the head: the replica sees the disconnect
             raise
+        resp._deadline = total_at  # the head is in: the first byte's deadline is over
         return resp
 
     def close(self) -> None:

@@ -186,7 +186,10 @@ class PrefixAffinity:
                 low, tied = score, [(r, m)]
             elif score == low:
                 tied.append((r, m))
-        published = sum(1 for r, _ in tied if r.kv_capacity_blocks)
+        published = 0  # a loop: ``sum`` over a generator was 2 calls and one per tied replica
+        for r, _ in tied:
+            if r.kv_capacity_blocks:
+                published += 1
         if len(tied) > 1 and ctx.index is not None and published in (0, len(tied)):
             # The cache with the most room, else the one whose next eviction is the oldest, then the ring.
             # Rooms are compared on one footing only: a replica whose capacity is not published (its

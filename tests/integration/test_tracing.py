@@ -9,6 +9,7 @@ import orjson
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
+from gateway.pipeline.hooks import TRACE_HOOKS
 from tests.support.stack import gateway, policy_for, sim_faults, sim_fleet
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -39,6 +40,8 @@ async def test_spans_continue_the_clients_trace_to_the_replica() -> None:
             assert r.status == 200
             gw.process.tracing.provider.force_flush()
             seen = await traces(s, fleet.urls[0]) + await traces(s, fleet.urls[1])
+            running = {h for event in gw.process.hooks._hooks.values() for h, _ in event}
+            assert running >= TRACE_HOOKS  # kept with tracing on
     spans = exporter.get_finished_spans()
     by_name: dict[str, list] = {}
     for span in spans:
@@ -89,3 +92,12 @@ async def test_without_tracing_the_clients_traceparent_is_passed_on() -> None:
         assert gw.process.tracing is None
         await ask(s, gw.url)
         assert [t["traceparent"] for t in await traces(s, fleet.urls[0])] == [TRACEPARENT]
+
+
+async def test_without_tracing_the_trace_hooks_are_not_run() -> None:
+    async with sim_fleet(1) as fleet, gateway(policy_for(fleet.urls)) as gw, aiohttp.ClientSession() as s:
+        running = {h for event in gw.process.hooks._hooks.values() for h, _ in event}
+        assert gw.process.tracing is None and not TRACE_HOOKS & running and running
+        r = await ask(s, gw.url)
+        assert r.status == 200  # the client's context passed on as it sent it, no span of ours in it
+        assert (await traces(s, fleet.urls[0]))[-1]["traceparent"] == TRACEPARENT

@@ -236,6 +236,73 @@ async def test_total_and_first_byte_timeouts() -> None:
             await up.close()
 
 
+async def test_each_read_has_its_deadline_and_none_runs_while_the_consumer_works() -> None:
+    """The lean hop keeps ``Upstream``'s read deadlines on the answer's own timer (issue 30 round 9):
+    a whole answer's body within the first byte's time, a stream's gap within the idle time, each
+    ending in a closed connection; and no deadline while the consumer holds a chunk (a slow client's
+    write): the idle time counts only the wait for the next one."""
+
+    async def head_only(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc")  # the rest never comes
+
+    async with replica(head_only) as (r, url):
+        up = upstream(first_byte_s=0.3, idle_s=30.0, total_s=60.0)
+        try:
+            resp = await up.open(url + "/", b"{}", {})
+            t0 = time.monotonic()
+            with pytest.raises(UpstreamFailure) as failure:
+                await up.read_all(resp)
+            assert failure.value.kind == "timeout" and time.monotonic() - t0 < 10
+            resp.close()  # as ``attempt_once``'s ``finally`` does
+            await until(lambda: r.closed == 1, "the timed-out answer's connection is closed")
+        finally:
+            await up.close()
+
+    async def one_then_silence(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nx\r\n")
+
+    async with replica(one_then_silence) as (r, url):
+        up = upstream(first_byte_s=30.0, idle_s=0.3, total_s=60.0)
+        try:
+            resp = await up.open(url + "/", b"{}", {})
+            got = []
+            with pytest.raises(UpstreamFailure) as failure:
+                async for chunk in up.iter_chunks(resp):
+                    got.append(chunk)
+            assert got == [b"x"] and failure.value.kind == "timeout"
+            assert str(failure.value) == "stream silent for 0.3s"  # the idle limit, not the first byte's
+            resp.close()
+            await until(lambda: r.closed == 1, "the silent stream's connection is closed")
+        finally:
+            await up.close()
+
+    reading, consumer_done = asyncio.Event(), asyncio.Event()
+
+    async def each_when_asked(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        await reading.wait()  # the consumer waits for the first chunk (its deadline set) by now
+        writer.write(b"1\r\na\r\n")
+        await consumer_done.wait()
+        writer.write(b"1\r\nb\r\n0\r\n\r\n")
+
+    async with replica(each_when_asked) as (_, url):
+        up = upstream(first_byte_s=0.3, idle_s=0.3, total_s=60.0)
+        try:
+            resp = await up.open(url + "/", b"{}", {})
+            got = []
+            reading.set()  # the replica runs on this loop: it writes only once the read below waits
+            async for chunk in up.iter_chunks(resp):
+                got.append(chunk)
+                if chunk == b"a":
+                    # The consumer's own work (a slow client) outlasts both limits: the stimulus under
+                    # test, not a wait for something to happen.
+                    await asyncio.sleep(0.9)
+                    consumer_done.set()
+            assert got == [b"a", b"b"]
+        finally:
+            await up.close()
+
+
 async def test_errors_map_to_the_kinds_aiohttp_gave() -> None:
     up = upstream(connect_s=2.0)
     async with replica(ok) as (_, url):
@@ -278,6 +345,44 @@ async def test_errors_map_to_the_kinds_aiohttp_gave() -> None:
             assert await up.read_all(resp) == b'{"a": 1}'
         finally:
             await up.close()
+
+
+async def test_the_answers_head_is_read_whole_and_a_nul_or_a_folded_line_is_refused() -> None:
+    """The head is decoded in one piece (``_Conn.on_headers_complete``): every header, repeated ones in
+    their order, a latin-1 byte as its character, an empty value; a head that would break that one
+    piece (a NUL, an obs-fold line) is not HTTP the hop accepts."""
+
+    async def many(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(
+            b"HTTP/1.1 201 Created\r\nSet-Cookie: a=1\r\nX-Empty:\r\nset-cookie: b=2\r\n"
+            b"X-Latin: caf\xe9\r\nContent-Length: 2\r\n\r\n{}"
+        )
+
+    async with replica(many) as (_, url):
+        up = upstream()
+        try:
+            resp = await up.open(url + "/", b"{}", {})
+            assert resp.status == 201
+            assert resp.headers.getall("Set-Cookie") == ["a=1", "b=2"]
+            assert (resp.headers["X-Empty"], resp.headers["x-latin"]) == ("", "caf\xe9")
+            names = [k for k, _ in resp.headers.items()]
+            assert names == ["Set-Cookie", "X-Empty", "set-cookie", "X-Latin", "Content-Length"]
+            assert await up.read_all(resp) == b"{}"
+        finally:
+            await up.close()
+    for head in (b"X-A: a\x00b\r\n", b"X-A: a\r\n folded\r\n"):
+
+        async def bad(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, head: bytes = head) -> None:
+            writer.write(b"HTTP/1.1 200 OK\r\n" + head + b"Content-Length: 2\r\n\r\n{}")
+
+        async with replica(bad) as (_, url):
+            up = upstream()
+            try:
+                with pytest.raises(UpstreamFailure) as failure:
+                    await up.open(url + "/", b"{}", {})
+                assert failure.value.kind == "protocol"
+            finally:
+                await up.close()
 
 
 async def test_https_goes_to_aiohttp_and_headers_cannot_inject() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import orjson
@@ -303,3 +304,51 @@ def test_entry_round_trip_and_storable() -> None:
         "finish_reason",
     )
     assert storable({"object": "error"})[0] is False
+
+
+def _reference_events(text: str) -> list[str]:
+    """The SSE rules the parser follows, on a whole text: lines end at CRLF, CR or LF; a blank line
+    ends an event; ``data`` fields joined by LF; comments and other fields ignored."""
+    events: list[str] = []
+    data: list[str] = []
+    for line in re.split(r"\r\n|\r|\n", text)[:-1]:  # the last piece has no line end yet
+        if not line:
+            if data:
+                events.append("\n".join(data))
+            data = []
+            continue
+        if line.startswith(":"):
+            continue
+        name, sep, value = line.partition(":")
+        if name == "data":
+            data.append(value[1:] if sep and value.startswith(" ") else value)
+    return events
+
+
+sse_line = st.one_of(
+    st.builds(lambda v: "data: " + v, st.text("ab é:{}", max_size=6)),
+    st.builds(lambda v: "data:" + v, st.text("ab ", max_size=4)),
+    st.just(""),
+    st.just(": keepalive"),
+    st.just("event: message"),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(sse_line, st.sampled_from(["\n", "\r\n", "\r"])), max_size=12),
+    st.lists(st.integers(0, 200), max_size=6),
+)
+def test_parser_gives_the_reference_events_for_any_line_ends_and_any_split(lines, cuts) -> None:
+    """LF-only input takes the parser's CR-free path (issue 30 round 9), CR or CRLF the other: both give
+    the events of the rules, however the bytes are split."""
+    text = "".join(line + end for line, end in lines) + "\n"
+    raw = text.encode()
+    p = SSEParser()
+    got: list[str] = []
+    at = 0
+    for cut in sorted(cuts):
+        got += p.feed(raw[at : max(at, cut)])
+        at = max(at, cut)
+    got += p.feed(raw[at:])
+    assert got == _reference_events(text)

@@ -8,7 +8,7 @@ import inspect
 from pathlib import Path
 
 import gateway.pipeline.hooks as hooks_pkg
-from gateway.pipeline.hooks import HOOKS, registered_hooks
+from gateway.pipeline.hooks import HOOKS, TRACE_HOOKS, registered_hooks, trace
 from gateway.pipeline.lifecycle import Event
 from gateway.process.process import Process
 
@@ -37,3 +37,24 @@ def test_nothing_outside_the_table_registers_a_hook() -> None:
             if call and node.func.attr == "on" and ast.unparse(node.func.value).endswith("hooks"):
                 callers.append(str(path.relative_to(PIPELINE.parent)))
     assert callers == ["pipeline/hooks/__init__.py"]
+
+
+def test_the_trace_hooks_are_dropped_and_only_they() -> None:
+    """Without tracing a process drops the trace hooks at its start (``Process.start``); the others
+    keep their order."""
+    assert {
+        trace.admitted,
+        trace.routing,
+        trace.routed,
+        trace.first_byte,
+        trace.answered,
+        trace.finished,
+    } == TRACE_HOOKS
+    hooks = registered_hooks()
+    assert hooks.live == set(Event) - {Event.CANCELLED}  # every event some hook of the table observes
+    hooks.drop(TRACE_HOOKS)
+    assert hooks.live == {e for e, h in HOOKS if h not in TRACE_HOOKS}  # admitted, routing, failed: none
+    for event in Event:
+        assert [h for h, _ in hooks._hooks[event]] == [
+            h for e, h in HOOKS if e is event and h not in TRACE_HOOKS
+        ]

@@ -11,14 +11,14 @@ def _value(m: GatewayMetrics, name: str, labels: dict[str, str]) -> float | None
 
 def test_a_child_is_made_once_per_metric_and_labels_and_forget_drops_the_series() -> None:
     m = GatewayMetrics()
-    a = m.child(m.in_flight, "r1")
-    assert m.child(m.in_flight, "r1") is a
-    assert m.child(m.in_flight, "r2") is not a
+    a = m.child(m.breaker_state, "r1")
+    assert m.child(m.breaker_state, "r1") is a
+    assert m.child(m.breaker_state, "r2") is not a
     a.set(1)
-    assert _value(m, "in_flight", {"replica": "r1"}) == 1
-    m.forget(m.in_flight, "r1")
-    assert _value(m, "in_flight", {"replica": "r1"}) is None
-    b = m.child(m.in_flight, "r1")
+    assert _value(m, "breaker_state", {"replica": "r1"}) == 1
+    m.forget(m.breaker_state, "r1")
+    assert _value(m, "breaker_state", {"replica": "r1"}) is None
+    b = m.child(m.breaker_state, "r1")
     assert b is not a  # a new series, not the forgotten child
     b.set(0)
-    assert _value(m, "in_flight", {"replica": "r1"}) == 0
+    assert _value(m, "breaker_state", {"replica": "r1"}) == 0

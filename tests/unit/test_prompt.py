@@ -5,7 +5,14 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from router.prompt import BATCH_SEPARATOR_ID, render_chat, render_completion_prompt, render_prompt
+from router.prompt import (
+    BATCH_SEPARATOR_ID,
+    _message_pieces,
+    chat_pieces,
+    render_chat,
+    render_completion_prompt,
+    render_prompt,
+)
 
 text = st.text(max_size=40)
 part = st.one_of(
@@ -101,3 +108,22 @@ def test_completion_prompts():
     assert isinstance(joined, str) and joined.startswith("ab") and joined != "abc"
     assert render_prompt("completions", {"prompt": "hello"}) == "hello"
     assert render_prompt("embeddings", {"input": "hello"}) == "hello"
+
+
+odd_message = st.one_of(
+    message,
+    st.dictionaries(
+        st.sampled_from(["role", "content", "name", "x"]), st.one_of(text, st.none()), max_size=3
+    ),
+    text,
+    st.none(),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(odd_message, max_size=5))
+def test_the_two_key_fast_path_renders_what_the_message_renderer_renders(messages):
+    """``chat_pieces`` renders a two-key message with text content itself (issue 30 round 9): the
+    same pieces ``_message_pieces`` gives, for any message shape (a "name" beside the content, no role,
+    a message that is not an object)."""
+    assert list(chat_pieces(messages)) == [p for m in messages for p in _message_pieces(m)]

@@ -47,6 +47,12 @@ HOOKS: tuple[tuple[Event, Hook], ...] = (
 )
 
 
+TRACE_HOOKS: frozenset[Hook] = frozenset(h for _, h in HOOKS if h.__module__ == trace.__name__)
+"""The tracing hooks: each does nothing while the process has no tracing (``process.tracing``, set
+once at its start, never by a reload), so a process without it drops them at its start
+(``Hooks.drop``): six calls a request (``python -m bench.profile --calls``, issue 30 round 9)."""
+
+
 def registered_hooks(table: tuple[tuple[Event, Hook], ...] = HOOKS) -> Hooks:
     """A process's hooks: every entry of ``table``, once (``Process.hooks``)."""
     hooks = Hooks()

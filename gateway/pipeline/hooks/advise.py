@@ -19,11 +19,12 @@ OBSERVED_ENDPOINTS = frozenset(("chat", "completions"))
 
 
 def observe(ctx: RequestContext) -> None:
-    advisor, d, parsed = ctx.process.advisor, ctx.decision, ctx.parsed
+    advisor, parsed = ctx.process.advisor, ctx.parsed
     # The endpoint the stages saw: a Responses or Messages request is a chat request here.
     endpoint = parsed.endpoint if parsed is not None else ctx.endpoint
     if len(ctx.attempts) != 1 or endpoint not in OBSERVED_ENDPOINTS or not advisor.sampled():
         return
+    d = ctx.decision  # only for the sampled ones
     if d is None or not d.block_hashes or parsed is None or ctx.tenant is None or ctx.pool is None:
         return
     rendered = render_prompt(endpoint, parsed.body)  # what the router hashed

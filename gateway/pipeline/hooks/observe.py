@@ -20,15 +20,15 @@ def finished(ctx: RequestContext) -> None:
     metrics, model, d, outcome = ctx.process.metrics, ctx.model, ctx.decision, ctx.outcome
     assert outcome is not None  # the handler concludes every request before ``finished``
     status, served = str(outcome.status), outcome.served
-    metrics.requests.inc(model, ctx.replica_id, status)
+    replica = ctx.replica_id
+    metrics.requests.inc(model, replica, status)
     if served.cache:
         metrics.cache_requests.inc(served.cache)
     if ctx.adapter is not None:  # a name the pool knows: bounded by lora.max_adapters
         metrics.child(metrics.adapter_requests, model, ctx.adapter, status).inc()
     if model != "-" and ctx.batch_id is None:
-        metrics.child(metrics.duration, model).observe(elapsed)
-        ttfb = ctx.first_byte_s if ctx.first_byte_s is not None else elapsed
-        metrics.child(metrics.ttfb, model).observe(ttfb)
+        metrics.duration.observe(elapsed, model)
+        metrics.ttfb.observe(ctx.first_byte_s if ctx.first_byte_s is not None else elapsed, model)
     if ctx.state.policy.server.access_log:
         log_access(
             {
@@ -38,7 +38,7 @@ def finished(ctx: RequestContext) -> None:
                 "model": model,
                 "endpoint": ctx.endpoint,
                 "status": outcome.status,
-                "replica": ctx.replica_id,
+                "replica": replica,
                 "attempts": len(ctx.attempts),
                 "route_reason": d.reason if d is not None else None,
                 "prompt_tokens_est": d.prompt_tokens if d is not None else 0,

@@ -10,6 +10,9 @@ from gateway.pipeline.context import RequestContext
 
 
 def share(ctx: RequestContext) -> None:
-    shared, d = ctx.process.shared, ctx.decision
-    if shared is not None and d is not None and d.block_hashes and ctx.pool is not None:
+    shared = ctx.process.shared
+    if shared is None:
+        return
+    d = ctx.decision
+    if d is not None and d.block_hashes and ctx.pool is not None:
         shared.offer(ctx.pool.name, d.replica.id, d.block_hashes)

@@ -15,8 +15,8 @@ from gateway.pipeline.context import RequestContext
 def prefill_done(ctx: RequestContext) -> None:
     """The answer's first byte: a stream's says its prefill is done (and how fast it went); a whole
     answer's comes at its end (its prefill was released by its timer, else now)."""
-    d, pool = ctx.decision, ctx.pool
-    if d is None or pool is None or ctx.parsed is None:
+    d, pool = ctx.attempts[-1].decision, ctx.pool  # an attempt has a first byte: ``decision``, one call less
+    if pool is None or ctx.parsed is None:
         return
     if ctx.parsed.stream:
         pool.router.first_byte(d)
@@ -37,8 +37,8 @@ def prefill_room(ctx: RequestContext) -> None:
 
 
 def record_decision(ctx: RequestContext) -> None:
-    d = ctx.decision
-    if d is not None and d.explanation is not None:
+    d = ctx.attempts[-1].decision  # ``routed``: the attempt is there (``ctx.decision``, one call less)
+    if d.explanation is not None:
         limit = ctx.state.policy.limits.explain_decisions
         f = ctx.fair
         queued = (f.spec.name, f.waited_s, f.released_by) if f is not None else None
@@ -48,11 +48,11 @@ def record_decision(ctx: RequestContext) -> None:
 
 
 def count_decision(ctx: RequestContext) -> None:
-    d, metrics = ctx.decision, ctx.process.metrics
-    assert d is not None
-    metrics.decisions.inc(ctx.model, d.policy, d.reason)
+    d, metrics = ctx.attempts[-1].decision, ctx.process.metrics  # ``routed``: as ``record_decision``
+    model = ctx.model
+    metrics.decisions.inc(model, d.policy, d.reason)
     if d.prompt_tokens:
-        metrics.child(metrics.match_fraction, ctx.model).observe(d.matched_tokens / d.prompt_tokens)
+        metrics.match_fraction.observe(d.matched_tokens / d.prompt_tokens, model)
 
 
 def observe_usage(ctx: RequestContext) -> None:

@@ -384,7 +384,7 @@ async def _calm(
     ttfts: list[float] = []
     errors: dict[str, int] = {}
     traced: list[dict[str, Any]] = []  # per answered request: wall clock sent / first chunk, the gateway's id
-    tasks = []
+    tasks: list[asyncio.Task[None]] = []
 
     async def one(text: str, max_tokens: int) -> None:
         t0 = time.perf_counter()

@@ -160,7 +160,7 @@ def calls_by_component(stats: dict[Func, tuple], n: int) -> dict[str, float]:
 
 
 def _difference(after: dict[Func, tuple], before: dict[Func, tuple]) -> dict[Func, tuple]:
-    zero = (0, 0, 0.0, 0.0, {})
+    zero: tuple = (0, 0, 0.0, 0.0, {})
     out = {}
     for func, (cc, nc, tt, ct, callers) in after.items():
         bcc, bnc, btt, bct, bcallers = before.get(func, zero)
@@ -304,7 +304,7 @@ Threads = dict[int, tuple[float, ...]]
 def thread_cpu(pid: int) -> Threads:
     """Per thread of ``pid``: (user s, system s, on-CPU s by the scheduler's ns, voluntary and
     involuntary context switches)."""
-    out = {}
+    out: Threads = {}
     tick = os.sysconf("SC_CLK_TCK")
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
@@ -321,10 +321,13 @@ def thread_cpu(pid: int) -> Threads:
     return out
 
 
-def thread_rows(pid: int, before: Threads, after: Threads, n: int) -> list[tuple[str, float, ...]]:
+ThreadRow = tuple[str, float, float, float, float, float]
+
+
+def thread_rows(pid: int, before: Threads, after: Threads, n: int) -> list[ThreadRow]:
     """(thread, user, system, CPU ms, voluntary, involuntary switches) a request over ``n`` requests:
     the main thread, then the others that ran, busiest first."""
-    rows = []
+    rows: list[ThreadRow] = []
     for tid, now in after.items():
         then = before.get(tid, (0.0,) * len(now))
         if now[2] - then[2] <= 0:

@@ -28,7 +28,10 @@ Columns: each well-behaved tenant's TTFT pooled over the five and the seeds, p95
 tenant's p99 and how many tenants' p99 are met; output tokens/s (completed before the arrivals stop)
 summed over seeds against FCFS's; the flood's share of completions against its entitled max-min share;
 the well-behaved tenants' prefix hit rate; their own steps' p95 (the start of the step that first
-scheduled them to their first token, pooled) beside alone's.
+scheduled them to their first token, pooled) beside alone's. A second table splits their time: the
+gateway's wait, the engine's until the step that first scheduled them, and that step and any more
+to the first token; how many were sent off the replica holding their longest prefix (a cold
+prefill); the engines' preemptions.
 """
 
 from __future__ import annotations
@@ -86,6 +89,10 @@ class SeedResult:
     flood_share: float
     flood_entitled: float
     calm_hit: float
+    parts: list[list[float]]  # gateway wait, until the step that first scheduled it, its own steps
+    off_home: int  # well-behaved requests sent off the replica of their longest prefix match
+    sent: int
+    preemptions: int
 
 
 def _one(mode: str, kw: dict[str, Any], seed: int, flood_rate: float, seconds: float = 30.0) -> SeedResult:
@@ -93,14 +100,17 @@ def _one(mode: str, kw: dict[str, Any], seed: int, flood_rate: float, seconds: f
     reqs = workload(seconds, 1.0, 0.0 if alone else flood_rate, 0 if alone else 200, seed)
     run = simulate(mode, reqs, 2, seconds=seconds, **kw)
     s = summarize(run)
-    own = [
-        r.first - r.scheduled
-        for r in run.reqs
-        if r.tenant in CALM and r.first is not None and r.scheduled is not None
+    sent = [r for r in run.reqs if r.tenant in CALM and r.first is not None and r.scheduled is not None]
+    own = [r.first - r.scheduled for r in sent]  # type: ignore[operator]
+    parts = [
+        [r.decision.routed_at - r.at for r in sent],  # type: ignore[union-attr]
+        [r.scheduled - r.decision.routed_at for r in sent],  # type: ignore[operator,union-attr]
+        own,
     ]
+    off = sum(1 for r in sent if r.decision is not None and r.decision.matched_tokens < r.best)
     return SeedResult(
         {t: _tail_ttfts(run, t) for t in CALM}, own, s["tokens_per_s"], s["flood_share"], s["flood_entitled"],
-        s["calm_hit"],
+        s["calm_hit"], parts, off, len(sent), int(run.extra["preemptions"]),
     )  # fmt: skip
 
 
@@ -166,9 +176,26 @@ def report(results: dict[str, list[SeedResult]], points: list[str]) -> str:
         "output x FCFS", "x FIFO, same engines", "flood share / entitled", "hit rate (well-behaved)",
         f"own steps p95 s (alone {alone_own:.3f})",
     ]  # fmt: skip
+    parts = []
+    for name in ["alone", *points]:
+        rs = results[name]
+        qs = [
+            " / ".join(f"{percentile([x for r in rs for x in r.parts[k]], q):.3f}" for q in (50, 95, 99))
+            for k in range(3)
+        ]
+        parts.append([
+            name or "-", *qs, f"{sum(r.off_home for r in rs)} of {sum(r.sent for r in rs)}",
+            sum(r.preemptions for r in rs),
+        ])  # fmt: skip
+    parts_head = [
+        "point", "gateway wait p50 / p95 / p99 s", "until the step that first scheduled it", "its steps to the first token",
+        "sent off their prefix's replica", "engine preemptions",
+    ]  # fmt: skip
     return (
         f"alone: {n_alone} requests a tenant; FCFS output {fcfs / len(results['FCFS']):.0f} tok/s a seed\n\n"
         + table(head, rows)
+        + "\n\nWhere the well-behaved requests' time went (pooled over the seeds):\n\n"
+        + table(parts_head, parts)
     )
 
 

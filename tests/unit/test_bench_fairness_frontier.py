@@ -59,7 +59,10 @@ def test_reserved_slots_cut_the_floods_output_the_frontier_reports_it_against_fc
         res[f"FIFO@{text}"] = [_one("fifo", same, 6, flood, 6.0)]
     assert res["headroom=2,reserved=2"][0].tokens_per_s < 0.9 * res["headroom=2"][0].tokens_per_s
     md = report(res, ["headroom=2", "headroom=2,reserved=2"])
-    rows = [line for line in md.splitlines() if line.startswith("| headroom=2")]
+    first, parts = md.split("Where the well-behaved requests' time went")
+    rows = [line for line in first.splitlines() if line.startswith("| headroom=2")]
     assert len(rows) == 2
+    split = [line for line in parts.splitlines() if line.startswith(("| alone", "| headroom=2"))]
+    assert len(split) == 3 and all(line.count(" of ") == 1 for line in split)  # off-home count per point
     out = [float(r.split("|")[6]) for r in rows]  # output x FCFS
     assert out[1] < out[0]

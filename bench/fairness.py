@@ -190,6 +190,8 @@ def simulate(
     fifo_timeout_s: float = FIFO_TIMEOUT_S,
     auto: AutoHeadroom | None = None,
     engine_priority: bool = False,
+    max_batched_tokens: int = 8192,
+    long_prefill: int = 0,
 ) -> Run:
     """One run; ``engine_batch`` (the engines' ``max_num_seqs``) defaults to ``slots + headroom``.
     ``weights``: the fair queue's per tenant (1 when absent); the run goes on until every request of
@@ -197,7 +199,9 @@ def simulate(
     ``auto``: the highest class's headroom derived from its concurrency (``router.fairness.headroom``),
     kept inside the ``slots`` (as the gateway's ``auto_headroom``); ``engine_priority``: the engines
     run vLLM's ``--scheduling-policy priority`` and each request carries its band's ``priority``
-    (``router.fairness.classes.engine_priority``, ``vllm``; the batch band latest)."""
+    (``router.fairness.classes.engine_priority``, ``vllm``; the batch band latest);
+    ``max_batched_tokens`` / ``long_prefill``: the engines' ``--max-num-batched-tokens`` and
+    ``--long-prefill-token-threshold`` (vLLM's defaults 8192 and 0: no cap)."""
     clock = [0.0]
     batch = engine_batch if engine_batch is not None else slots + headroom
     states = [
@@ -210,6 +214,7 @@ def simulate(
     engine_cfg = EngineConfig(
         num_gpu_blocks=kv_blocks, max_num_seqs=batch, costs=costs or EngineCosts(),
         scheduling_policy="priority" if engine_priority else "fcfs",
+        max_num_batched_tokens=max_batched_tokens, long_prefill_token_threshold=long_prefill,
     )  # fmt: skip
     style = "vllm" if engine_priority else "none"
     engines = [Engine(engine_cfg) for _ in range(replicas)]

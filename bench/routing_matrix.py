@@ -57,6 +57,7 @@ from bench.report import table, write_section
 from bench.routing_offline import OfflineResult, replay
 from config.routing import RoutingConfig
 from router import capacity, pool
+from router.policies import prefix_affinity
 from sim.engine import BlockPool, Engine, EngineConfig, EngineCosts, EngineRequest
 
 # smg's load poll (1 s of wall time, ``bench.peers``) in the replay's seconds: ``bench.routing`` plays
@@ -132,9 +133,21 @@ VARIANTS: dict[str, dict[str, object]] = {
     "depth-prior32": {"_capacity": {"ESTIMATOR": "depth", "PRIOR_WEIGHT": 32.0}},
     "depth-top": {"_capacity": {"ESTIMATOR": "depth", "PLATEAU": "top"}},
     "depth-gone0.5": {"_capacity": {"ESTIMATOR": "depth", "GONE_WEIGHT": 0.5}},
+    # round 10 (``router.policies.prefix_affinity.UNKNOWN_ROOM``): the eviction term where a capacity is
+    # neither published nor proven: off (rounds 4-9), or the cache taken as full
+    "r9": {"_affinity": {"UNKNOWN_ROOM": "off"}},
+    "room-full": {"_affinity": {"UNKNOWN_ROOM": "full"}},
+    "room-fullest": {"_affinity": {"UNKNOWN_ROOM": "fullest"}},
+    "room-full-all": {"_affinity": {"UNKNOWN_ROOM": "full-all"}},
+    "room-full-min": {"_affinity": {"UNKNOWN_ROOM": "full-min"}},
+    "room-floor": {"_affinity": {"UNKNOWN_ROOM": "floor"}},
+    "room-floor-all": {"_affinity": {"UNKNOWN_ROOM": "floor-all"}},
 }
 # router.capacity's values as committed, restored before each variant sets its own
 CAPACITY_DEFAULTS = {k: getattr(capacity, k) for v in VARIANTS.values() for k in v.get("_capacity", {})}  # type: ignore[union-attr]
+AFFINITY_DEFAULTS = {
+    k: getattr(prefix_affinity, k) for v in VARIANTS.values() for k in v.get("_affinity", {})
+}  # type: ignore[union-attr]
 
 
 class PromptPool(BlockPool):
@@ -364,6 +377,8 @@ def run_cell(
     pool.UNLEARN = str(VARIANTS[variant].get("_unlearn", "proven"))
     for k, v in {**CAPACITY_DEFAULTS, **VARIANTS[variant].get("_capacity", {})}.items():  # type: ignore[dict-item]
         setattr(capacity, k, v)
+    for k, v in {**AFFINITY_DEFAULTS, **VARIANTS[variant].get("_affinity", {})}.items():  # type: ignore[dict-item]
+        setattr(prefix_affinity, k, v)
     # scrape_s None: the gateway scrapes nothing (a peer's model still polls: the peers read the replicas)
     scrape = scrape_s is not None or model is not None
     return replay(wl, cfg, ecfg, replicas, rate, scrape_interval_s=scrape_s or 1.0, published=published,  # type: ignore[arg-type]

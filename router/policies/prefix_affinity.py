@@ -115,6 +115,10 @@ from router.replica import ReplicaState
 
 HOT_WINDOW = 256  # the last decisions whose replicas give each replica's share of the traffic
 HOT_MIN_DECISIONS = 32  # decisions of that window before a share counts
+# Round 10: where a replica's capacity is neither published nor proven, its free room is unknown:
+# "full" scores the eviction term as if its cache were full (an LRU engine's steady state), "off" drops
+# the term for every candidate (rounds 4-9)
+UNKNOWN_ROOM = "full-all"
 
 
 class PrefixAffinity:
@@ -159,8 +163,21 @@ class PrefixAffinity:
         ctx.weights.update(reuse_factor=reuse, decode_cost_tokens=decode)  # what router.explain shows
         index, blocks = ctx.index, len(ctx.block_hashes)
         evict = self.evict_weight * bs if index is not None and blocks else 0.0
-        if evict and not all(r.kv_capacity_blocks or r.id in ctx.proven for r in cands):
-            evict = 0.0  # the free room is a guess where a capacity is neither published nor proven (above)
+        if evict and UNKNOWN_ROOM in ("off", "full-all", "floor-all"):
+            n_known = sum(1 for r in cands if r.kv_capacity_blocks or r.id in ctx.proven)
+            if 0 < n_known < len(cands) or (n_known == 0 and UNKNOWN_ROOM == "off"):
+                evict = (
+                    0.0  # the free room is a guess where a capacity is neither published nor proven (above)
+                )
+        fullest = unknown_room = 0
+        if evict and UNKNOWN_ROOM == "fullest":
+            unknown = [index.size(r.id) for r in cands if not (r.kv_capacity_blocks or r.id in ctx.proven)]  # type: ignore[union-attr]
+            fullest = max(unknown, default=0)
+        if evict and UNKNOWN_ROOM == "full-min":
+            rooms = [
+                index.headroom(r.id, ctx.now)[0] for r in cands if r.kv_capacity_blocks or r.id in ctx.proven
+            ]  # type: ignore[union-attr]
+            unknown_room = min(rooms, default=0)
         hot, over = self._hot(ctx, depth), 0.0
         if hot:  # decisions of the window a replica may take before the term counts
             over = self.hot_share_factor * len(self._sent) / len(cands)
@@ -179,8 +196,17 @@ class PrefixAffinity:
                 ctx.added[r.id] = extra
                 score += extra
             if evict:  # what the new blocks push out of a full cache will be prefilled again
-                new = blocks - matched.get(r.id, 0) - index.headroom(r.id, ctx.now)[0]  # type: ignore[union-attr]
+                # a room neither published nor proven is not known: the cache is taken as full, or the
+                # fullest such candidate's is and the others' room is what they list less (above)
+                if r.kv_capacity_blocks or r.id in ctx.proven:
+                    room = index.headroom(r.id, ctx.now)[0]  # type: ignore[union-attr]
+                else:
+                    room = fullest - index.size(r.id) if fullest else unknown_room  # type: ignore[union-attr]
+                    if UNKNOWN_ROOM in ("floor", "floor-all"):
+                        room = max(0, ctx.least_capacity - index.size(r.id))  # type: ignore[union-attr]
+                new = blocks - matched.get(r.id, 0) - room
                 if new > 0:
+                    ctx.evicted[r.id] = evict * new
                     score += evict * new
             if score < low:
                 low, tied = score, [(r, m)]

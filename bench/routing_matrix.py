@@ -134,14 +134,12 @@ VARIANTS: dict[str, dict[str, object]] = {
     "depth-top": {"_capacity": {"ESTIMATOR": "depth", "PLATEAU": "top"}},
     "depth-gone0.5": {"_capacity": {"ESTIMATOR": "depth", "GONE_WEIGHT": 0.5}},
     # round 10 (``router.policies.prefix_affinity.UNKNOWN_ROOM``): the eviction term where a capacity is
-    # neither published nor proven: off (rounds 4-9), or the cache taken as full
+    # neither published nor proven: off (rounds 4-9), each such cache taken as full beside known rooms
+    # (``room-full``), or every cache taken as full where no room is known (``room-full-all``, committed);
+    # ``room-fullest``, ``-full-min``, ``-floor``, ``-floor-all`` were measured on 4d7a348 and removed
     "r9": {"_affinity": {"UNKNOWN_ROOM": "off"}},
     "room-full": {"_affinity": {"UNKNOWN_ROOM": "full"}},
-    "room-fullest": {"_affinity": {"UNKNOWN_ROOM": "fullest"}},
     "room-full-all": {"_affinity": {"UNKNOWN_ROOM": "full-all"}},
-    "room-full-min": {"_affinity": {"UNKNOWN_ROOM": "full-min"}},
-    "room-floor": {"_affinity": {"UNKNOWN_ROOM": "floor"}},
-    "room-floor-all": {"_affinity": {"UNKNOWN_ROOM": "floor-all"}},
 }
 # router.capacity's values as committed, restored before each variant sets its own
 CAPACITY_DEFAULTS = {k: getattr(capacity, k) for v in VARIANTS.values() for k in v.get("_capacity", {})}  # type: ignore[union-attr]

@@ -15,7 +15,6 @@ from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass, replace
 
 from config.routing import RoutingConfig
-from router import capacity as capacity_rules
 from router.blocks import block_hashes, root_hash, route_key
 from router.capacity import CapacityLearner, CounterWindow
 from router.engine_prompt import EnginePrompt
@@ -192,7 +191,6 @@ class PoolRouter:
         )
         if self.capacity is not None:
             ctx.proven = self.capacity.proven(candidates)
-            ctx.least_capacity = self.cfg.default_kv_capacity_blocks // capacity_rules.UNPUBLISHED_LOW
         hashes: tuple[int, ...] = ()
         engine: tuple[int, ...] = ()
         approx: dict[str, int] = {}

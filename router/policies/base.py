@@ -29,7 +29,6 @@ class PickContext:
     index: PrefixIndex | None = None  # the pool's prefix index (read only), with the decision's time
     now: float = 0.0
     proven: Container[str] = ()  # replica ids whose learned capacity evidence has proven (router.capacity)
-    least_capacity: int = 0  # the least capacity the learner allows an unproven estimate (0: none learned)
     weights: dict[str, float] = field(default_factory=dict)  # what a scoring policy applied (router.explain)
     added: dict[str, float] = field(default_factory=dict)  # replica id -> score a policy added beyond the
     # formula router.explain recomputes (prefix_affinity's hot-share term)

@@ -57,9 +57,9 @@ class Explanation:
                 q,
                 load,
                 m,
-                q + decode * load - factor * m + added.get(rid, 0.0) + evicted.get(rid, 0.0)
+                q + decode * load - factor * m + added.get(rid, 0.0) + evicted.get(rid, 0.0)  # type: ignore[operator]
                 if scores
-                else None,  # type: ignore[operator]
+                else None,
                 added.get(rid, 0.0),
                 evicted.get(rid, 0.0),
             )

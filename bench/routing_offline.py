@@ -90,6 +90,7 @@ def replay(
     report_cached: bool = True,
     make_engine: Callable[[EngineConfig], Engine] = Engine,
     make_policy: Callable[[], RoutingPolicy] | None = None,
+    scrape: bool = True,
 ) -> OfflineResult:
     """Offer ``wl`` to ``replicas`` engines behind a ``PoolRouter``: requests with ``at`` arrive at
     ``at / rate``; others are Poisson at ``rate`` per second; ``after`` holds a request until that one
@@ -114,7 +115,9 @@ def replay(
     or None (unpublished: ``default_kv_capacity_blocks``). ``report_cached``: the router hears each
     answer's ``cached_tokens`` (False: an engine that does not report it). ``make_engine``: the replicas'
     engine model (``bench.routing_matrix`` has other eviction models). ``make_policy``: each router's
-    policy instead of ``routing.policy``'s (``bench.peer_models``)."""
+    policy instead of ``routing.policy``'s (``bench.peer_models``). ``scrape=False``: the routers hear no
+    scrape (a gateway with ``scrape.enabled: false``, or whose replicas' metrics are unreachable): no
+    reported load and no hit counter, only their own in-flight counts and the answers."""
     clock = [0.0]
     true_blocks = engine.num_gpu_blocks * engine.block_size // routing.block_size
     told = None if published is None else max(1, round(published * true_blocks))
@@ -195,7 +198,7 @@ def replay(
                 queued = sum(st.queued_prefill_tokens for st in states_k if st is not None)
                 queue_err.append(abs(queued - left))
             for router, states in zip(routers, fleets, strict=True):
-                for k, e in enumerate(engines):
+                for k, e in enumerate(engines if scrape else ()):
                     router.update_reported(states[k].id, len(e.running), len(e.waiting), e.pool.usage(), now)
                     router.observe_hit_counter(states[k].id, e.stats.prefix_hits)  # vllm:prefix_cache_hits
             push(now + scrape_interval_s, _SCRAPE, 0)

@@ -5,7 +5,8 @@ policy read, before the decision adds its own load: each candidate's queued pref
 tokens, the weights the policy applied (``PickContext.weights``, written by the policy as it picks),
 and for a policy that scores (``prefix_affinity``) each candidate's score, recomputed from those terms
 by its formula ``queued + decode_cost x load - reuse_factor x matched`` plus what it added to a
-candidate beyond it (``PickContext.added``: prefix_affinity's hot-share term) (lowest wins). Nothing here
+candidate beyond it (``PickContext.added``: prefix_affinity's hot-share term) and its eviction term
+(``PickContext.evicted``: what the new blocks would push out of the replica's cache) (lowest wins). Nothing here
 takes part in the choice: the explanation reads it. Only numbers and replica ids: never prompt text.
 """
 
@@ -26,6 +27,7 @@ class CandidateTerms:
     matched_tokens: int
     score: float | None  # the policy's score (lowest wins), for a policy that scores; else None
     added: float = 0.0  # what the policy added to the formula's score (the hot-share term)
+    evicted: float = 0.0  # the eviction term's part of the score (what the new blocks push out)
 
 
 @dataclass(slots=True, eq=False)
@@ -42,20 +44,24 @@ class Explanation:
     terms: tuple[tuple[str, int, float, int], ...]  # (replica, queued prefill, load, matched) each
     decided_by_filter: bool = False  # a filter (pin, batch plan) decided before the policy
     added: Mapping[str, float] = field(default_factory=dict)  # replica -> score added beyond the formula
+    evicted: Mapping[str, float] = field(default_factory=dict)  # replica -> the eviction term's score
 
     @property
     def candidates(self) -> tuple[CandidateTerms, ...]:
         factor, decode = self.weights.get("reuse_factor"), self.weights.get("decode_cost_tokens")
         scores = factor is not None and decode is not None
-        added = self.added
+        added, evicted = self.added, self.evicted
         return tuple(
             CandidateTerms(
                 rid,
                 q,
                 load,
                 m,
-                q + decode * load - factor * m + added.get(rid, 0.0) if scores else None,  # type: ignore[operator]
+                q + decode * load - factor * m + added.get(rid, 0.0) + evicted.get(rid, 0.0)  # type: ignore[operator]
+                if scores
+                else None,
                 added.get(rid, 0.0),
+                evicted.get(rid, 0.0),
             )
             for rid, q, load, m in self.terms
         )
@@ -86,6 +92,9 @@ class Explanation:
                 f"; {', '.join(pushed)} scored more for having taken over their share of the recent decisions "
                 "(a hot prefix)"
             )
+        if any(c.evicted for c in candidates):
+            text += f"; its new blocks would evict {won.evicted:g} tokens' worth there"
+            text += " (the score counts what a placement pushes out of a full cache)"
         if self.reason == "spill":
             holder = next(c for c in candidates if c.matched_tokens == longest)
             text += (
@@ -114,6 +123,7 @@ class Explanation:
                     "matched_tokens": c.matched_tokens,
                     "score": c.score,
                     "added": c.added,
+                    "evicted": c.evicted,
                     "chosen": c.replica == self.chosen,
                 }
                 for c in self.candidates
@@ -135,6 +145,7 @@ def explain(
     policy: str,
     available_tokens: int,
     decided_by_filter: bool,
+    evicted: Mapping[str, float] | None = None,
 ) -> Explanation:
     """The terms of the candidates a policy read (before the decision counts its own load on
     ``chosen``). It takes the pick context's fields, not the context, so that the explanation, which a
@@ -160,4 +171,5 @@ def explain(
         terms,
         decided_by_filter,
         dict(added),
+        dict(evicted or {}),
     )

@@ -227,6 +227,7 @@ class PoolRouter:
                 self.policy.name,
                 available,
                 fctx.decided_by is not None,
+                ctx.evicted,
             )
         decision = Decision(
             replica=replica,

@@ -32,6 +32,7 @@ class PickContext:
     weights: dict[str, float] = field(default_factory=dict)  # what a scoring policy applied (router.explain)
     added: dict[str, float] = field(default_factory=dict)  # replica id -> score a policy added beyond the
     # formula router.explain recomputes (prefix_affinity's hot-share term)
+    evicted: dict[str, float] = field(default_factory=dict)  # replica id -> a policy's eviction term
 
 
 class RoutingPolicy(Protocol):

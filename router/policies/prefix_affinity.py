@@ -80,6 +80,20 @@ tables in docs/benchmarks.md):
   to what the index listed; from then it grows at the published rate). Unpublished, the Zipf tight
   cache had no term and concentrated (0.896 of the pooled bound, estimate 18 x the engine): 0.973 now,
   busy 1.08; the 12 unpublished tune cells' mean 0.930 -> 0.938 (docs/benchmarks.md, "Round 8").
+  Round 10: **where no candidate's room is known, every cache is taken as full** (its room 0: an LRU
+  engine runs full after its first minutes), and the term is off only where rooms are on two footings
+  (some known, some not; the tie-break below compares rooms on one footing too). On the real-vLLM
+  engine (``bench.real_vllm``: 256 blocks of 32 tokens a replica, 1/32 of the default, no capacity
+  written, no scrape) an estimate stays at its 8 x-default ceiling until each replica's first miss, a
+  fifth of a 300-request run, and with the term off shared documents (w = 0) were copied into full
+  caches whenever the home's queue passed one re-prefill (7 spills in 12 requests of docs14x1k, each
+  evicting another document). ``python -m bench.routing_matrix --set real-vllm --split tune --variants
+  r9 after`` (virtual time, that engine and gateway): docs14x1k seeds 1 / 2 0.946 / 0.985 -> 0.978 /
+  1.010 of the pooled bound, zipf16x3k and the trace's cells unchanged; the matrix's tune split (``--split
+  tune --small-grid heldout``): the 18 unpublished cells' mean 0.922 -> 0.923, published cells
+  identical, ``zipf-unpub`` 0.973 -> 0.926. Each unknown cache taken as full beside the known rooms
+  (``UNKNOWN_ROOM = "full"``) had the same mean with four cells 0.020-0.055 lower (docs/benchmarks.md,
+  "Round 10").
 - **A hot prompt's home takes at most about its share: hot_penalty_tokens = 192 past 1.15 x.** Under
   Zipf a hot shared prompt stays on the replica that first held it (a copy costs a re-prefill plus what it
   evicts, 3,200 tokens here, against 64 a request in flight), and so does anything that replica held:
@@ -115,6 +129,12 @@ from router.replica import ReplicaState
 
 HOT_WINDOW = 256  # the last decisions whose replicas give each replica's share of the traffic
 HOT_MIN_DECISIONS = 32  # decisions of that window before a share counts
+# Round 10: the eviction term where a candidate's capacity is neither published nor proven (its free room
+# unknown): "full-all" (committed) takes every cache as full where no candidate's room is known, and
+# drops the term where some are known and some not (rooms not on one footing); "full" takes each unknown
+# one as full beside the known rooms; "off" drops the term wherever one is unknown (rounds 4-9). Module
+# header, "Round 10".
+UNKNOWN_ROOM = "full-all"
 
 
 class PrefixAffinity:
@@ -159,8 +179,10 @@ class PrefixAffinity:
         ctx.weights.update(reuse_factor=reuse, decode_cost_tokens=decode)  # what router.explain shows
         index, blocks = ctx.index, len(ctx.block_hashes)
         evict = self.evict_weight * bs if index is not None and blocks else 0.0
-        if evict and not all(r.kv_capacity_blocks or r.id in ctx.proven for r in cands):
-            evict = 0.0  # the free room is a guess where a capacity is neither published nor proven (above)
+        if evict and UNKNOWN_ROOM != "full":
+            known = sum(1 for r in cands if r.kv_capacity_blocks or r.id in ctx.proven)
+            if 0 < known < len(cands) or (not known and UNKNOWN_ROOM == "off"):
+                evict = 0.0  # rooms on two footings, or (rounds 4-9) none known: the term is off (above)
         hot, over = self._hot(ctx, depth), 0.0
         if hot:  # decisions of the window a replica may take before the term counts
             over = self.hot_share_factor * len(self._sent) / len(cands)
@@ -179,8 +201,13 @@ class PrefixAffinity:
                 ctx.added[r.id] = extra
                 score += extra
             if evict:  # what the new blocks push out of a full cache will be prefilled again
-                new = blocks - matched.get(r.id, 0) - index.headroom(r.id, ctx.now)[0]  # type: ignore[union-attr]
+                # a room neither published nor proven is not known: that cache is taken as full (above)
+                free = 0
+                if r.kv_capacity_blocks or r.id in ctx.proven:
+                    free = index.headroom(r.id, ctx.now)[0]  # type: ignore[union-attr]
+                new = blocks - matched.get(r.id, 0) - free
                 if new > 0:
+                    ctx.evicted[r.id] = evict * new
                     score += evict * new
             if score < low:
                 low, tied = score, [(r, m)]

@@ -37,6 +37,7 @@ def test_the_explained_winner_is_the_policy_s_choice_and_the_lowest_score() -> N
     explained.explain = True
     rng = random.Random(5)
     open_a, open_b = [], []
+    evicting = 0  # decisions whose scores carried the eviction term (no room known: caches taken as full)
     for text in prompts(300):
         a, b = plain.route(chat(text)), explained.route(chat(text))
         assert (a.replica.id, a.reason, a.matched_tokens) == (b.replica.id, b.reason, b.matched_tokens)
@@ -48,6 +49,7 @@ def test_the_explained_winner_is_the_policy_s_choice_and_the_lowest_score() -> N
         assert scores[e.chosen] == min(scores.values())  # type: ignore[type-var]
         won = next(c for c in e.candidates if c.replica == e.chosen)
         assert won.matched_tokens == b.matched_tokens
+        evicting += any(c.evicted for c in e.candidates)
         assert e.available_tokens == max(c.matched_tokens for c in e.candidates) == b.available_tokens
         # the terms are those before this decision counted its own load
         assert won.queued_prefill_tokens == b.replica.queued_prefill_tokens - b.uncached_tokens
@@ -60,6 +62,7 @@ def test_the_explained_winner_is_the_policy_s_choice_and_the_lowest_score() -> N
             explained.release(open_b.pop(k))
     reasons = {d.reason for d in open_b}
     assert reasons  # the stream leaves some in flight: scores were not all zero-load ties
+    assert evicting  # the recomputed scores include the eviction term where it was scored
 
 
 def test_a_policy_without_scores_and_a_filter_that_decides_say_so() -> None:

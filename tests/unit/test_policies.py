@@ -107,13 +107,20 @@ def conversation(turns: int, tag: str = "conv") -> list[RouteRequest]:
     return out
 
 
-@pytest.mark.parametrize("w", [0.0, 1.0, 20.0])
-def test_a_private_home_is_left_only_when_its_queue_costs_more_than_the_reuse(w):
+@pytest.mark.parametrize(("w", "room"), [(0.0, "known"), (1.0, "known"), (20.0, "known"), (1.0, "unknown")])
+def test_a_private_home_is_left_only_when_its_queue_costs_more_than_the_reuse(w, room):
     """score = queued + 64 x load - (1 + w) x matched: the home keeps the next turn until its extra
-    queue exceeds (1 + w) x the tokens it holds, and not one token before. (The probes repeat one
-    request: ``shared_window`` 0 keeps them from counting as a shared prefix.)"""
+    queue exceeds (1 + w) x the tokens it holds, and not one token before, where the caches publish
+    room to spare (the eviction term is 0). Where no replica's room is known, every cache is taken as
+    full and the copy evicts what the home holds once more: (2 + w) x. (The probes repeat one request:
+    ``shared_window`` 0 keeps them from counting as a shared prefix.)"""
     turns = conversation(2)
-    router = affinity_router(reuse_weight=w, shared_window=0)
+    if room == "known":
+        reps = [ReplicaState(id=f"r{i}", url="", kv_capacity_blocks=10_000) for i in range(4)]
+        router = PoolRouter(reps, RoutingConfig(seed=7, reuse_weight=w, shared_window=0))
+    else:
+        router = affinity_router(reuse_weight=w, shared_window=0)
+    k = 1 + w + (room == "unknown")
     first = router.route(turns[0])
     router.release(first)
     home = first.replica
@@ -122,12 +129,12 @@ def test_a_private_home_is_left_only_when_its_queue_costs_more_than_the_reuse(w)
     router.forget_failed(probe)
     held = probe.matched_tokens
     assert probe.replica is home and held >= 16 * 12
-    home.queued_prefill_tokens = int((1 + w) * held)  # a tie with an idle replica: the ring decides
+    home.queued_prefill_tokens = int(k * held)  # a tie with an idle replica: the ring decides
     home.queued_prefill_tokens -= 1
     stay = router.route(turns[1])
     router.release(stay)
     router.forget_failed(stay)
-    home.queued_prefill_tokens = int((1 + w) * held) + 1
+    home.queued_prefill_tokens = int(k * held) + 1
     leave = router.route(turns[1])
     assert (stay.replica, stay.reason) == (home, "affinity")
     assert leave.replica is not home and leave.reason == "spill" and leave.matched_tokens == 0

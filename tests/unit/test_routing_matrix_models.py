@@ -7,6 +7,7 @@ import pytest
 from bench import routing_matrix
 from bench.peer_models import SglangCacheAware
 from bench.routing_matrix import PromptEngine
+from bench.workloads import Workload
 from router import pool
 from sim.engine import EngineConfig, EngineRequest
 
@@ -82,3 +83,33 @@ def test_round7_small_engines_are_below_the_default_and_the_held_out_split_adds_
     names = [c.name for c in held]
     assert len(set(names)) == len(names) and "bs64 unpub block cached e0.25" in names
     assert {c.name for c in tune}.isdisjoint({c.name for c in routing_matrix.trace_cells()})
+
+
+def test_round10_cells_mimic_the_real_vllm_engine_and_gateway() -> None:
+    """``--set real-vllm``: 256 blocks of 32 tokens a replica, router blocks of 32, two replicas on the
+    real benchmark's workloads (the split's seeds), and no scrape where the capacity is unpublished."""
+    jobs = routing_matrix.vllm_jobs("tune", None, 4000, None)
+    assert {j.label for j in jobs} == {f"{w} seed {s}" for w in ("docs14x1k", "zipf16x3k") for s in (1, 2)}
+    assert all((j.ecfg.num_gpu_blocks, j.ecfg.block_size, j.replicas) == (256, 32, 2) for j in jobs)
+    assert all(j.routing == {"block_size": 32} and j.per_replica == 512 for j in jobs)
+    assert {(j.name, j.cell.published, j.scrape_s) for j in jobs} == {
+        ("vllm32 unpub", None, None),
+        ("vllm32 pub", 1.0, 0.5),
+    }
+    held = routing_matrix.vllm_jobs("heldout", None, 4000, ["vllm32 unpub"])
+    assert {j.label for j in held} == {f"{w} seed {s}" for w in ("docs14x1k", "zipf16x3k") for s in (3, 4)}
+    assert {j.name for j in held} == {"vllm32 unpub"}
+
+
+def test_an_unscraped_gateway_hears_no_load_but_a_peers_model_polls(monkeypatch) -> None:
+    seen: list[tuple[bool, bool]] = []
+
+    def fake_replay(wl, cfg, ecfg, replicas, rate, **kw):
+        seen.append((kw["scrape"], kw["make_policy"] is not None))
+
+    monkeypatch.setattr(routing_matrix, "replay", fake_replay)
+    cell, wl = routing_matrix.Cell(32, "unpub"), Workload("docs14x1k", "")
+    for v in ("after", "smg-model"):
+        routing_matrix.run_cell(wl, EngineConfig(), cell, v, 1.0, 2, {"block_size": 32}, None)
+    routing_matrix.run_cell(wl, EngineConfig(), cell, "after", 1.0, 2, None, 0.5)
+    assert seen == [(False, False), (True, True), (True, False)]

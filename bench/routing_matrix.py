@@ -134,8 +134,8 @@ VARIANTS: dict[str, dict[str, object]] = {
     "depth-top": {"_capacity": {"ESTIMATOR": "depth", "PLATEAU": "top"}},
     "depth-gone0.5": {"_capacity": {"ESTIMATOR": "depth", "GONE_WEIGHT": 0.5}},
     # round 10 (``router.policies.prefix_affinity.UNKNOWN_ROOM``): the eviction term where a capacity is
-    # neither published nor proven: off (rounds 4-9), each such cache taken as full beside known rooms
-    # (``room-full``), or every cache taken as full where no room is known (``room-full-all``, committed);
+    # neither published nor proven: off (rounds 4-9, committed), each such cache taken as full beside known
+    # rooms (``room-full``), or every cache taken as full where no room is known (``room-full-all``);
     # ``room-fullest``, ``-full-min``, ``-floor``, ``-floor-all`` were measured on 4d7a348 and removed
     "r9": {"_affinity": {"UNKNOWN_ROOM": "off"}},
     "room-full": {"_affinity": {"UNKNOWN_ROOM": "full"}},

@@ -238,8 +238,8 @@ class RoutingConfig(BaseModel):
         le=1000.0,
         description="prefix_affinity: queued prefill tokens one token counts as that a placement evicts from "
         "a full cache (it will be prefilled again); 0 scores only what a placement prefills. Reads the index's "
-        "free room where every candidate's capacity is published or proven by a miss; where none is, every "
-        "cache is taken as full; where some are, off (rooms not on one footing)",
+        "free room where every candidate's capacity is published or proven by a miss; where any is neither, off "
+        "(a room not known, or rooms not on one footing)",
     )
     hot_penalty_tokens: float = Field(
         192.0,

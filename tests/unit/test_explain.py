@@ -16,8 +16,12 @@ from router.types import RouteRequest
 WORD = "quizzaciousness"  # appears in the prompts only
 
 
-def fleet(n: int = 4) -> list[ReplicaState]:
-    return [ReplicaState(id=f"r{i}", url=f"http://127.0.0.1:{9000 + i}") for i in range(n)]
+def fleet(n: int = 4, capacity: int | None = None) -> list[ReplicaState]:
+    """``capacity``: each replica's published KV blocks (None: unpublished, the eviction term off)."""
+    return [
+        ReplicaState(id=f"r{i}", url=f"http://127.0.0.1:{9000 + i}", kv_capacity_blocks=capacity)
+        for i in range(n)
+    ]
 
 
 def chat(text: str, pinned: str | None = None) -> RouteRequest:
@@ -32,12 +36,13 @@ def prompts(n: int, seed: int = 0) -> list[str]:
 
 
 def test_the_explained_winner_is_the_policy_s_choice_and_the_lowest_score() -> None:
-    plain = PoolRouter(fleet(), RoutingConfig(seed=1))
-    explained = PoolRouter(fleet(), RoutingConfig(seed=1))
+    # published capacities smaller than the six documents, so placements evict and the term is scored
+    plain = PoolRouter(fleet(capacity=96), RoutingConfig(seed=1))
+    explained = PoolRouter(fleet(capacity=96), RoutingConfig(seed=1))
     explained.explain = True
     rng = random.Random(5)
     open_a, open_b = [], []
-    evicting = 0  # decisions whose scores carried the eviction term (no room known: caches taken as full)
+    evicting = 0  # decisions whose scores carried the eviction term
     for text in prompts(300):
         a, b = plain.route(chat(text)), explained.route(chat(text))
         assert (a.replica.id, a.reason, a.matched_tokens) == (b.replica.id, b.reason, b.matched_tokens)

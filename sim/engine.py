@@ -322,6 +322,14 @@ class StepOutput:
         return sum(self.scheduled.values())
 
 
+def context_len(max_model_len: int, num_gpu_blocks: int, block_size: int) -> int:
+    """The longest request (prompt + output) one engine can hold: ``max_model_len``, bounded by its KV
+    (vLLM refuses to start where ``max_model_len`` exceeds the KV cache's tokens; the model bounds the
+    length instead, so a small-KV configuration serves rather than leave a request waiting for blocks
+    that can never free: before, a prompt longer than every block waited, and was stepped, forever)."""
+    return min(max_model_len, num_gpu_blocks * block_size)
+
+
 @dataclass(frozen=True, slots=True)
 class EngineConfig:
     num_gpu_blocks: int = 2048
@@ -348,6 +356,10 @@ class EngineConfig:
         if self.scheduling_policy not in POLICIES:
             raise ValueError(f"scheduling_policy must be one of {POLICIES}, got {self.scheduling_policy!r}")
 
+    @property
+    def context_len(self) -> int:
+        return context_len(self.max_model_len, self.num_gpu_blocks, self.block_size)
+
 
 class Engine:
     """The scheduler and KV cache of one replica. Time is passed in (model seconds), never read."""
@@ -365,6 +377,11 @@ class Engine:
     def add(self, req: EngineRequest, now: float = 0.0) -> None:
         if req.num_prompt_tokens < 1 or req.max_tokens < 1:
             raise ValueError("a request needs at least one prompt token and one output token")
+        if req.num_prompt_tokens >= self.cfg.context_len:
+            raise ValueError(
+                f"a prompt of {req.num_prompt_tokens} tokens does not fit the engine's context of "
+                f"{self.cfg.context_len} tokens (max_model_len, bounded by its KV blocks)"
+            )
         req.arrival = now
         req.seq = next(self._seq)
         req.status = WAITING
@@ -405,7 +422,7 @@ class Engine:
         finished: list[EngineRequest] = []
         first: list[EngineRequest] = []
         st = self.stats
-        max_len = self.cfg.max_model_len
+        max_len = self.cfg.context_len
         for req, n in scheduled.items():
             req.num_computed_tokens += n
             if req.num_computed_tokens < req.num_tokens:
@@ -467,7 +484,7 @@ class Engine:
             n = req.num_tokens - req.num_computed_tokens
             if 0 < threshold < n:
                 n = threshold
-            n = min(n, budget, cfg.max_model_len - 1 - req.num_computed_tokens)
+            n = min(n, budget, cfg.context_len - 1 - req.num_computed_tokens)
             if n <= 0:
                 i += 1
                 continue

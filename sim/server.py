@@ -19,7 +19,7 @@ from aiohttp import web
 
 from sim import extras, latency, lora, protocols, textgen
 from sim.config import Faults, SimConfig
-from sim.engine import EngineRequest
+from sim.engine import EngineRequest, context_len
 from sim.engine_loop import Progress
 from sim.http import JSON as _JSON
 from sim.http import REPLICA_KEY, error_response, record_trace
@@ -55,10 +55,11 @@ def _max_tokens(cfg: SimConfig, body: dict[str, Any], prompt_tokens: int) -> int
         value = cfg.default_max_tokens
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise _BadRequest(400, "max_tokens must be a positive integer", "max_tokens")
-    if prompt_tokens + value > cfg.max_model_len:
+    limit = context_len(cfg.max_model_len, cfg.kv_capacity_blocks, cfg.block_size)
+    if prompt_tokens + value > limit:
         raise _BadRequest(
             400,
-            f"This model's maximum context length is {cfg.max_model_len} tokens. However, you requested "
+            f"This model's maximum context length is {limit} tokens. However, you requested "
             f"{prompt_tokens + value} tokens ({prompt_tokens} in the messages, {value} in the completion).",
             "max_tokens",
         )

@@ -252,3 +252,21 @@ async def test_faults_are_per_replica_even_with_a_shared_config(session: aiohttp
         assert shared.faults.fail_status is None
     finally:
         await fleet.stop()
+
+
+async def test_a_replica_whose_kv_is_smaller_than_its_context_refuses_what_cannot_fit(
+    session: aiohttp.ClientSession,
+) -> None:
+    """8 blocks of 16 tokens under the default max_model_len: the context is the KV's 128 tokens, a longer
+    request is the context-length 400 at once (before, it waited for blocks forever), a short one is served."""
+    fleet = await start_replicas([SimConfig(speed=0.0, kv_capacity_blocks=8, block_size=16)], base_port=0)
+    try:
+        url = fleet.urls[0] + "/v1/chat/completions"
+        async with session.post(url, json=chat("word " * 400, max_tokens=4)) as r:
+            body = await r.json()
+            assert r.status == 400, body
+            assert "maximum context length is 128 tokens" in body["error"]["message"]
+        async with session.post(url, json=chat("hello", max_tokens=4)) as r:
+            assert r.status == 200, await r.text()
+    finally:
+        await fleet.stop()

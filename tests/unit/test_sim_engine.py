@@ -373,3 +373,19 @@ def test_fcfs_ignores_priorities() -> None:
 def test_unknown_policy_is_rejected() -> None:
     with pytest.raises(ValueError, match="scheduling_policy"):
         EngineConfig(scheduling_policy="lifo")  # type: ignore[arg-type]
+
+
+def test_a_context_longer_than_the_kv_is_bounded_by_the_kv() -> None:
+    """An engine whose KV holds fewer tokens than max_model_len (vLLM would refuse to start) refuses a
+    prompt that cannot fit and ends a generation at the KV's length; before, such a prompt waited for
+    blocks that never free and ``step`` ran forever."""
+    cfg = EngineConfig(num_gpu_blocks=8, block_size=BS, max_model_len=32768)
+    assert cfg.context_len == 8 * BS
+    engine = Engine(cfg)
+    with pytest.raises(ValueError, match="does not fit the engine's context of 128 tokens"):
+        engine.add(req(1, 8 * BS))
+    assert engine.idle
+    long = req(2, 6 * BS, max_tokens=1000)  # fits, but its output reaches the KV's length
+    engine.add(long)
+    run(engine)
+    assert long.status == FINISHED and long.num_tokens == 8 * BS and long.num_output_tokens == 2 * BS

@@ -444,7 +444,7 @@ def capacity(replicas: int, slots: int, seconds: float = 20.0, seed: int = 0, kv
     """Requests a second the fleet completes with every slot busy (a closed loop of flood requests)."""
     rng = random.Random(seed)
     system = _words(rng, 400)
-    rng_bodies = [
+    rng_bodies: list[dict[str, Any]] = [
         {
             "messages": [
                 {"role": "system", "content": system},

@@ -49,6 +49,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from bench import traces, vllm_workloads, workloads
 from bench.oracle import oracle
@@ -65,7 +66,7 @@ from sim.engine import BlockPool, Engine, EngineConfig, EngineCosts, EngineReque
 SMG_TRACE_POLL_S = 29.0
 HELDOUT_OFFSET = 6000  # first record of the held-out window of the trace
 TIER_FACTOR = 2  # CPU tier blocks per GPU block
-VARIANTS: dict[str, dict[str, object]] = {
+VARIANTS: dict[str, dict[str, Any]] = {
     "before": {"learn_capacity": False, "evict_weight": 0.0, "hot_penalty_tokens": 0.0},
     "after": {},
     "after-full-prefix": {"max_prefix_tokens": 65536},  # every prompt token hashed (a candidate default)
@@ -142,10 +143,10 @@ VARIANTS: dict[str, dict[str, object]] = {
     "room-full-all": {"_affinity": {"UNKNOWN_ROOM": "full-all"}},
 }
 # router.capacity's values as committed, restored before each variant sets its own
-CAPACITY_DEFAULTS = {k: getattr(capacity, k) for v in VARIANTS.values() for k in v.get("_capacity", {})}  # type: ignore[union-attr]
+CAPACITY_DEFAULTS = {k: getattr(capacity, k) for v in VARIANTS.values() for k in v.get("_capacity", {})}
 AFFINITY_DEFAULTS = {
     k: getattr(prefix_affinity, k) for v in VARIANTS.values() for k in v.get("_affinity", {})
-}  # type: ignore[union-attr]
+}
 
 
 class PromptPool(BlockPool):
@@ -365,21 +366,21 @@ def run_cell(
 ) -> OfflineResult:
     fields = {k: v for k, v in VARIANTS[variant].items() if not k.startswith("_")}
     published = VARIANTS[variant].get("_published", cell.published)  # a variant may tell the truth
-    cfg = RoutingConfig(policy="prefix_affinity", seed=0, **{**(routing or {}), **fields})  # type: ignore[arg-type]
+    cfg = RoutingConfig(policy="prefix_affinity", seed=0, **{**(routing or {}), **fields})
     kwargs = VARIANTS[variant].get("_sglang", {} if variant == "sglang-model" else None)
-    model = None if kwargs is None else (lambda: SglangCacheAware(**kwargs))  # type: ignore[arg-type]
+    model = None if kwargs is None else (lambda: SglangCacheAware(**kwargs))
     smg = VARIANTS[variant].get("_smg")
     if isinstance(smg, dict):
         smg_kw = {"poll_s": SMG_TRACE_POLL_S if wl.name == "trace" else 1.0, **smg}
         model = lambda: SmgCacheAware(**smg_kw)  # type: ignore[assignment]  # noqa: E731
     pool.UNLEARN = str(VARIANTS[variant].get("_unlearn", "proven"))
-    for k, v in {**CAPACITY_DEFAULTS, **VARIANTS[variant].get("_capacity", {})}.items():  # type: ignore[dict-item]
+    for k, v in {**CAPACITY_DEFAULTS, **VARIANTS[variant].get("_capacity", {})}.items():
         setattr(capacity, k, v)
-    for k, v in {**AFFINITY_DEFAULTS, **VARIANTS[variant].get("_affinity", {})}.items():  # type: ignore[dict-item]
+    for k, v in {**AFFINITY_DEFAULTS, **VARIANTS[variant].get("_affinity", {})}.items():
         setattr(prefix_affinity, k, v)
     # scrape_s None: the gateway scrapes nothing (a peer's model still polls: the peers read the replicas)
     scrape = scrape_s is not None or model is not None
-    return replay(wl, cfg, ecfg, replicas, rate, scrape_interval_s=scrape_s or 1.0, published=published,  # type: ignore[arg-type]
+    return replay(wl, cfg, ecfg, replicas, rate, scrape_interval_s=scrape_s or 1.0, published=published,
                   report_cached=cell.cached, make_engine=ENGINES[cell.eviction], make_policy=model,
                   scrape=scrape)  # fmt: skip
 
@@ -549,4 +550,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

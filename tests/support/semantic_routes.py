@@ -16,3 +16,10 @@ def key(route: SemanticRoute, text: str) -> str | None:
     """The semantic key of a one-message deterministic chat request asking ``text``."""
     body = {"model": "sim-llama", "temperature": 0, "messages": [{"role": "user", "content": text}]}
     return route.analyse("chat", body).key("salt", route.cfg.version)
+
+
+def shares_key(route: SemanticRoute, asked: str, plain: str, other: str) -> bool:
+    """``asked`` and ``plain`` get one key, and ``other`` a different one that is not None (a near miss
+    the policy can answer, not a question it cannot read)."""
+    k = key(route, asked)
+    return k is not None and k == key(route, plain) and key(route, other) not in (None, k)

@@ -21,6 +21,7 @@ from router.capacity import (
     Evidence,
 )
 from router.index import PrefixIndex
+from router.policies import prefix_affinity
 from router.pool import PoolRouter
 from router.replica import ReplicaState
 from router.types import RouteRequest
@@ -307,13 +308,17 @@ def test_a_copy_that_evicts_from_a_full_cache_pays_for_it():
     assert not copied(1.0)
 
 
-def test_the_eviction_term_never_reads_an_unpublished_capacity_s_room():
+def test_the_eviction_term_never_reads_an_unpublished_capacity_s_room(monkeypatch: pytest.MonkeyPatch):
     """Without a published capacity the index's free room is a guess (the default, or what the learner
     grew from it 32 x a ghost's depth at a time): on 64-token engine blocks the term reading it cost
-    0.015 of the pooled bound on the issue's cell (bench.routing_matrix, tune split). Round 10: where no
-    candidate's room is known every cache is taken as full (an LRU engine's steady state), so the copy
-    pays for what it evicts as with a published full cache; where some candidates' room is known and
-    others' not, rooms are not compared on one footing and the term is off."""
+    0.015 of the pooled bound on the issue's cell (bench.routing_matrix, tune split), so it is off there
+    (``UNKNOWN_ROOM = "off"``, committed) and the placement is the one without the term; where some
+    candidates' room is known and others' not, rooms are not compared on one footing and it is off too.
+    Round 10's variant ``"full-all"`` (measured, not adopted) takes every cache as full where no room is
+    known, so the copy pays for what it evicts as with a published full cache."""
+    assert copied(1.0, published=False) and copied(0.0, published=False)
+    assert copied(1.0, published="mixed") and copied(0.0, published="mixed")
+    monkeypatch.setattr(prefix_affinity, "UNKNOWN_ROOM", "full-all")
     assert not copied(1.0, published=False)
     assert copied(0.0, published=False)
     assert copied(1.0, published="mixed") and copied(0.0, published="mixed")

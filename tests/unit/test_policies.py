@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from config.routing import RoutingConfig
 from router.load import load_bound
-from router.policies import make_policy
+from router.policies import make_policy, prefix_affinity
 from router.policies.base import PickContext
 from router.policies.ring import HashRing, chwbl_pick
 from router.policies.session import session_key
@@ -107,20 +107,24 @@ def conversation(turns: int, tag: str = "conv") -> list[RouteRequest]:
     return out
 
 
-@pytest.mark.parametrize(("w", "room"), [(0.0, "known"), (1.0, "known"), (20.0, "known"), (1.0, "unknown")])
-def test_a_private_home_is_left_only_when_its_queue_costs_more_than_the_reuse(w, room):
+@pytest.mark.parametrize(
+    ("w", "room"), [(0.0, "known"), (1.0, "known"), (20.0, "known"), (1.0, "off"), (1.0, "full-all")]
+)
+def test_a_private_home_is_left_only_when_its_queue_costs_more_than_the_reuse(w, room, monkeypatch):
     """score = queued + 64 x load - (1 + w) x matched: the home keeps the next turn until its extra
     queue exceeds (1 + w) x the tokens it holds, and not one token before, where the caches publish
-    room to spare (the eviction term is 0). Where no replica's room is known, every cache is taken as
-    full and the copy evicts what the home holds once more: (2 + w) x. (The probes repeat one request:
-    ``shared_window`` 0 keeps them from counting as a shared prefix.)"""
+    room to spare, or where no room is known (the eviction term is 0 either way: ``UNKNOWN_ROOM =
+    "off"``, committed). Under round 10's variant ``"full-all"`` (measured, not adopted) every cache of
+    unknown room is taken as full and the copy evicts what the home holds once more: (2 + w) x. (The
+    probes repeat one request: ``shared_window`` 0 keeps them from counting as a shared prefix.)"""
     turns = conversation(2)
     if room == "known":
         reps = [ReplicaState(id=f"r{i}", url="", kv_capacity_blocks=10_000) for i in range(4)]
         router = PoolRouter(reps, RoutingConfig(seed=7, reuse_weight=w, shared_window=0))
     else:
+        monkeypatch.setattr(prefix_affinity, "UNKNOWN_ROOM", room)
         router = affinity_router(reuse_weight=w, shared_window=0)
-    k = 1 + w + (room == "unknown")
+    k = 1 + w + (room == "full-all")
     first = router.route(turns[0])
     router.release(first)
     home = first.replica

@@ -28,7 +28,9 @@ set and added ``heldout6`` (bench/data/semantic_heldout6.jsonl, ``bench.semantic
 fifth domain, a hotel), run once; round 9 added ``heldout7`` (bench/data/semantic_heldout7.jsonl,
 ``bench.semantic_heldout7_source``, with a sixth domain, a car rental company), run once; round 10 added
 ``heldout8`` (bench/data/semantic_heldout8.jsonl, ``bench.semantic_heldout8_source``, with a seventh domain,
-a food delivery app), run once. Mode
+a food delivery app), run once; round 11 added ``heldout9`` (bench/data/semantic_heldout9.jsonl,
+``bench.semantic_heldout9_source``, with an eighth domain, an electricity and gas utility), run once
+(not in ``SHOWN``). Mode
 ``phrases`` is fingerprint mode without the intent-word rule (``intent_words: false``), to compare the two in one run.
 ``--show`` lists the pairs that hit wrongly or missed (on ``SHOWN``: ``tune``, ``dev``, ``tune4``, ``heldout2``,
 ``heldout3``, ``heldout5``, ``heldout6`` (round 9 promoted it), ``heldout7`` and ``heldout8`` (run once each, then
@@ -68,6 +70,7 @@ HELDOUT5 = Path("bench/data/semantic_heldout5.jsonl")  # round 7, held out; dev 
 HELDOUT6 = Path("bench/data/semantic_heldout6.jsonl")  # round 8's held-out set, run once
 HELDOUT7 = Path("bench/data/semantic_heldout7.jsonl")  # round 9's held-out set, run once
 HELDOUT8 = Path("bench/data/semantic_heldout8.jsonl")  # round 10's held-out set, run once
+HELDOUT9 = Path("bench/data/semantic_heldout9.jsonl")  # round 11's held-out set, run once
 FILES = {
     "dev": DEV,
     "heldout2": HELDOUT2,
@@ -78,6 +81,7 @@ FILES = {
     "heldout6": HELDOUT6,
     "heldout7": HELDOUT7,
     "heldout8": HELDOUT8,
+    "heldout9": HELDOUT9,
 }
 SPLITS = (
     "tune",
@@ -91,6 +95,7 @@ SPLITS = (
     "heldout6",
     "heldout7",
     "heldout8",
+    "heldout9",
 )
 # the splits whose pairs --show may list (never a held-out split not yet run)
 SHOWN = ("tune", "dev", "tune4", "heldout2", "heldout3", "heldout5", "heldout6", "heldout7", "heldout8")
@@ -102,6 +107,7 @@ DOMAINS = {
     "hotel": "hotel",
     "car": "car rental",
     "food": "food delivery",
+    "util": "electricity and gas",
 }
 
 

@@ -28,6 +28,7 @@ WRITTEN = tuple(
         "heldout6",
         "heldout7",
         "heldout8",
+        "heldout9",
     )
 )
 

@@ -201,6 +201,7 @@ KINDS: tuple[tuple[str, ...], ...] = (
     ("cabin", "class", "舱位"),
     ("flight", "航班"),
     ("booking", "reservation", "预订", "预定"),
+    ("order", "订单"),  # an order number's kind word (eleventh pass: "订单FD…" in the food delivery example)
     ("city", "城市"),
     ("country", "国家"),
 )  # fmt: skip

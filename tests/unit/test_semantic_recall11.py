@@ -255,3 +255,10 @@ _OVERLAP = st.lists(
 def test_normalisation_stays_idempotent_on_shared_characters(text: str) -> None:
     once = BANK.normalize(text)
     assert BANK.normalize(once) == once
+
+
+def test_an_order_numbers_kind_word_is_part_of_naming_it() -> None:
+    """``订单`` before an order number names what it is (the food delivery example lists ``order`` in its
+    pattern only); another order number is a near miss, and ``订单`` away from a number stays unexplained."""
+    assert shares_key(FOOD, "订单FD2612030055到哪了", "FD2612030055到哪了", "订单FD2612030056到哪了")
+    assert key(FOOD, "订单到哪了") is None

@@ -262,3 +262,11 @@ def test_an_order_numbers_kind_word_is_part_of_naming_it() -> None:
     pattern only); another order number is a near miss, and ``订单`` away from a number stays unexplained."""
     assert shares_key(FOOD, "订单FD2612030055到哪了", "FD2612030055到哪了", "订单FD2612030056到哪了")
     assert key(FOOD, "订单到哪了") is None
+
+
+def test_please_before_an_asking_verb_and_thanks_are_politeness() -> None:
+    """ "麻烦帮我查一下…，谢谢" asks what the bare question does; ``麻烦`` alone ("trouble") is no politeness."""
+    assert shares_key(
+        FOOD, "麻烦帮我查一下订单FD2612030055到哪了，谢谢", "订单FD2612030055到哪了", "订单FD2612030056到哪了"
+    )
+    assert key(FOOD, "麻烦订单FD2612030055到哪了") is None

@@ -79,7 +79,7 @@ class ExtractorConfig(_Strict):
     """One slot (or constraint) extractor: a dictionary of values and their aliases, or a regex.
 
     ``dictionary``: ``values`` maps each canonical value to the aliases that mean it (the value itself
-    is matched too). ``regex``: ``pattern`` (on the normalised text: lower case, NFKC) with named groups;
+    is matched too). ``regex``: ``pattern`` (on the normalised text: lower case, NFKC, numbers in words as digits) with named groups;
     each group fills the slot of its name, cleaned by the ``normalise`` steps named for it.
     """
 

@@ -36,6 +36,7 @@ import unicodedata
 from collections.abc import Iterable
 
 from cache.semantic.frames import Frames
+from cache.semantic.numbers import chinese_numbers, english_numbers
 from cache.semantic.terms import TermMatcher
 from cache.semantic.typos import TypoCorrector
 
@@ -317,9 +318,9 @@ def base_normalize(text: str) -> str:
     text = _APOSTROPHE.sub(
         "", _PRONOUN_AUX.sub(_pronoun_aux, _CONTRACTION.sub(r"\1 is", _CONTRACTION_RE.sub(r"\1 are", text)))
     )
-    text = _OPENER_RUN.sub("", _collapse(_strip_punctuation(text)))
+    text = _OPENER_RUN.sub("", _collapse(_strip_punctuation(english_numbers(text))))
     if _CJK_CHAR.search(text):
-        text = _zh_question_words(_join_mixed(_CJK_GAP.sub("", text)))
+        text = _zh_question_words(chinese_numbers(_join_mixed(_CJK_GAP.sub("", text))))
     return _embedded(text)
 
 
@@ -352,13 +353,14 @@ class Normalizer:
     """``normalizer(text)``: the normalised form, synonyms applied. ``sources``: normalised term -> where
     it comes from (``semantic explain`` prints it; default ``policy``)."""
 
-    __slots__ = ("_frames", "_matcher", "_source", "_to", "typos")
+    __slots__ = ("_frames", "_matcher", "_protect", "_source", "_to", "typos")
 
     def __init__(
         self,
         synonyms: Iterable[tuple[str, Iterable[str]]] = (),
         typos: TypoCorrector | None = None,
         sources: dict[str, str] | None = None,
+        protect: Iterable[str] = (),
     ) -> None:
         self.typos = typos
         self._to: dict[str, str] = {}
@@ -368,6 +370,11 @@ class Normalizer:
         self._source = sources or {}
         self._matcher = TermMatcher(self._to)
         self._frames = Frames(self._to)
+        # Chinese words of the policy a synonym term may start inside (``_shared``): those holding no term
+        protect = {
+            p for p in (base_normalize(w) for w in protect) if has_cjk(p) and not self._matcher.search(p)
+        }
+        self._protect = TermMatcher(protect)
 
     def _before_synonyms(self, text: str) -> str:
         text = base_normalize(text)
@@ -378,10 +385,33 @@ class Normalizer:
     def __call__(self, text: str) -> str:
         text = self._before_synonyms(text)
         if self._matcher:
-            text = _ALTERNATIVES.sub(r"\1", _collapse(self._matcher.sub(text, self._to)))
+            text = _ALTERNATIVES.sub(r"\1", _collapse(self._substitute(text)))
             text = _collapse(_ZH_HAVE.sub(" ", text)) if "有" in text else text
             text = _ZH_METHOD.sub(r"\1 怎么", text) if "方法" in text else text
         return text
+
+    def _substitute(self, text: str) -> str:
+        """Each synonym term as its canonical. A Chinese term that starts inside a word of the policy (a
+        filler, a slot or constraint alias) and ends past it shares the characters they overlap in: the word
+        keeps them ("信用卡丢了", with the filler ``信用卡`` and the term ``卡丢了``, is ``信用卡 lost_card``,
+        not ``信用 lost_card``; "白金卡丢了" keeps the card ``白金卡``). Chinese writes no space between them,
+        and the customer wrote the character once for both."""
+        if not self._protect:
+            return self._matcher.sub(text, self._to)
+        words = self._protect.find(text)
+        if not words:
+            return self._matcher.sub(text, self._to)
+        out, last = [], 0
+        for m in self._matcher.find(text):
+            keep = m.start
+            for w in words:
+                if w.start < m.start < w.end < m.end and w.start >= last:
+                    keep = w.end
+            out.append(text[last:keep])
+            out.append(f" {self._to[m.term]} ")
+            last = m.end
+        out.append(text[last:])
+        return "".join(out)
 
     def fired(self, text: str) -> list[tuple[str, str, str]]:
         """(term, canonical, source) for each synonym term the text's normalisation rewrote, in order."""

@@ -88,8 +88,18 @@ class SemanticRoute:
         )
         sources = {t: "inflection" for ts in extra.values() for t in ts}
         sources |= {t: "built-in lexicon" for ts in self.lexicon.synonyms.values() for t in ts}
+        # the policy's Chinese words a synonym term may start inside without taking their characters
+        protect = [
+            *safe_fillers(cfg),
+            *(
+                a
+                for e in (*cfg.slots, *cfg.constraints)
+                for v, aliases in e.values.items()
+                for a in (v, *aliases)
+            ),
+        ]
         self.normalize = Normalizer(
-            ((c, (*ts, *self.lexicon.synonyms.get(c, ()))) for c, ts in groups), typos, sources
+            ((c, (*ts, *self.lexicon.synonyms.get(c, ()))) for c, ts in groups), typos, sources, protect
         )
         n = self.normalize
         self.kinds = kind_words(cfg)

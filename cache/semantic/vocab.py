@@ -102,6 +102,9 @@ ZH_POLITENESS = (
     # ``GREETINGS`` already ignores in English ("i want to", "i would like to"); not ``要`` alone (``要多少钱``
     # asks a price, ``需要``, ``重要``)
     "我想", "想", "我想要", "想要", "我要",
+    # issue 25, eleventh pass: "please" before an asking verb, and "thanks" (heldout8: "麻烦帮我查一下订单…，谢谢");
+    # not ``麻烦`` alone ("有麻烦", trouble) nor ``查一下`` alone ("怎么查一下余额" asks how to check it)
+    "麻烦帮我查一下", "麻烦帮我查下", "麻烦帮忙查一下", "麻烦查一下", "麻烦帮我看一下", "谢谢", "多谢",
 )  # fmt: skip
 # Hesitations ("So, um, how heavy is the Mate 60?"; issue 25, sixth pass): sounds, not words, anywhere.
 HESITATIONS = ("um", "umm", "uh", "uhh", "uhm", "erm", "hmm", "hmmm")

@@ -116,7 +116,7 @@ def test_what_you_charge_to_verb_is_the_fee_to_verb() -> None:
 @pytest.mark.parametrize(
     ("raw", "normal"),
     [
-        ("一个月要多少钱", "一个月多少钱"),
+        ("一个月要多少钱", "1个月多少钱"),
         ("还要多少钱", "还要多少钱"),
         ("需要多少天", "需要多少天"),
         ("费要多少钱", "费是多少"),

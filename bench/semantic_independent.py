@@ -98,7 +98,7 @@ SPLITS = (
     "heldout9",
 )
 # the splits whose pairs --show may list (never a held-out split not yet run)
-SHOWN = ("tune", "dev", "tune4", "heldout2", "heldout3", "heldout5", "heldout6", "heldout7", "heldout8")
+SHOWN = ("tune", "dev", "tune4", "heldout2", "heldout3", "heldout5", "heldout6", "heldout7", "heldout8", "heldout9")
 DOMAINS = {
     "shop": "e-commerce",
     "air": "airline",

@@ -12,10 +12,17 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
+
 from bench.procs import Proc, free_port, wait_http
+
+# How long a started peer may take to list every worker healthy after its /health first answers.
+WORKERS_TIMEOUT_S = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +109,49 @@ def start_peer(peer: Peer, worker_urls: list[str], log_path: str | None = None) 
     url = f"http://127.0.0.1:{port}"
     try:
         wait_http(url + "/health", timeout=60.0, proc=popen)
+        wait_workers(url, worker_urls, WORKERS_TIMEOUT_S, popen)
     except BaseException:
         Proc(popen, url).stop()
         raise
     return PeerProc(Proc(popen, url), f"http://127.0.0.1:{prom}/metrics")
+
+
+def workers_ready(listing: Mapping[str, object], worker_urls: list[str]) -> bool:
+    """Whether a peer's ``GET /workers`` answer lists every one of ``worker_urls`` as healthy. Both
+    peers answer ``{"workers": [{"url": ..., "is_healthy": ...}, ...]}`` (smg 1.13.0, sglang-router
+    0.3.2, read off the installed versions); a worker whose entry has no ``is_healthy`` counts as
+    healthy. ``/health`` alone is not readiness: sglang-router 0.3.2 was seen in an earlier round
+    answering it before the workers given on its command line were registered, so a run started on
+    it could send its first requests to a router with fewer workers than the run says (on 2026-12-04,
+    three starts of each peer in front of two simulated replicas listed both healthy at the first
+    poll after ``/health``, 0.04-0.07 s: the wait costs nothing when they are ready)."""
+    entries = listing.get("workers")
+    if not isinstance(entries, list):
+        return False
+    healthy = {
+        str(e.get("url", "")).rstrip("/")
+        for e in entries
+        if isinstance(e, dict) and e.get("is_healthy", True) is True
+    }
+    return all(u.rstrip("/") in healthy for u in worker_urls)
+
+
+def wait_workers(
+    url: str, worker_urls: list[str], timeout: float, proc: subprocess.Popen[bytes] | None = None
+) -> None:
+    """Poll the peer's ``/workers`` until :func:`workers_ready`, or raise after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    last = "no answer"
+    with httpx.Client(timeout=1.0) as client:
+        while time.monotonic() < deadline:
+            if proc is not None and proc.poll() is not None:
+                raise RuntimeError(f"peer exited with {proc.returncode} before its workers were ready")
+            try:
+                r = client.get(url + "/workers")
+                last = f"{r.status_code} {r.text[:200]}"
+                if r.status_code == 200 and workers_ready(r.json(), worker_urls):
+                    return
+            except (httpx.HTTPError, ValueError) as e:
+                last = repr(e)
+            time.sleep(0.05)
+    raise RuntimeError(f"{url}/workers did not list {worker_urls} healthy within {timeout}s (last: {last})")

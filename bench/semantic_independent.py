@@ -71,6 +71,7 @@ HELDOUT6 = Path("bench/data/semantic_heldout6.jsonl")  # round 8's held-out set,
 HELDOUT7 = Path("bench/data/semantic_heldout7.jsonl")  # round 9's held-out set, run once
 HELDOUT8 = Path("bench/data/semantic_heldout8.jsonl")  # round 10's held-out set, run once
 HELDOUT9 = Path("bench/data/semantic_heldout9.jsonl")  # round 11's held-out set, run once
+HELDOUT10 = Path("bench/data/semantic_heldout10.jsonl")  # round 12's blind held-out set (semdata10), run once
 FILES = {
     "dev": DEV,
     "heldout2": HELDOUT2,
@@ -82,6 +83,7 @@ FILES = {
     "heldout7": HELDOUT7,
     "heldout8": HELDOUT8,
     "heldout9": HELDOUT9,
+    "heldout10": HELDOUT10,
 }
 SPLITS = (
     "tune",
@@ -96,6 +98,7 @@ SPLITS = (
     "heldout7",
     "heldout8",
     "heldout9",
+    "heldout10",
 )
 # the splits whose pairs --show may list (never a held-out split not yet run)
 SHOWN = ("tune", "dev", "tune4", "heldout2", "heldout3", "heldout5", "heldout6", "heldout7", "heldout8", "heldout9")

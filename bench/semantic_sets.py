@@ -29,6 +29,7 @@ WRITTEN = tuple(
         "heldout7",
         "heldout8",
         "heldout9",
+        "heldout10",
     )
 )
 

@@ -101,7 +101,18 @@ SPLITS = (
     "heldout10",
 )
 # the splits whose pairs --show may list (never a held-out split not yet run)
-SHOWN = ("tune", "dev", "tune4", "heldout2", "heldout3", "heldout5", "heldout6", "heldout7", "heldout8", "heldout9")
+SHOWN = (
+    "tune",
+    "dev",
+    "tune4",
+    "heldout2",
+    "heldout3",
+    "heldout5",
+    "heldout6",
+    "heldout7",
+    "heldout8",
+    "heldout9",
+)
 DOMAINS = {
     "shop": "e-commerce",
     "air": "airline",
@@ -111,7 +122,15 @@ DOMAINS = {
     "car": "car rental",
     "food": "food delivery",
     "util": "electricity and gas",
+    "pharm": "pharmacy",
 }
+
+
+def domain_order(pairs: list[dict[str, Any]]) -> list[str]:
+    """The domains a split holds, named ones in ``DOMAINS``' order, then any other in its first pair's
+    order: a domain the table does not name still gets its row (heldout10's pharmacy once had none)."""
+    seen = dict.fromkeys(p["domain"] for p in pairs)
+    return [d for d in DOMAINS if d in seen] + [d for d in seen if d not in DOMAINS]
 
 
 async def probe(route: SemanticRoute, embedder: Embedder | None, p: dict[str, Any]) -> tuple[bool, str]:
@@ -255,13 +274,13 @@ async def run_split(
                         if hit != (p["label"] == "same"):
                             shown.append(f"  {mode} {p['id']} {p['label']} {p['kind']} [{why}]: "
                                          f"{p['cached']!r} / {p['probe']!r}")  # fmt: skip
-                domains = [d for d in DOMAINS if any(p["domain"] == d for p in pairs)]
+                domains = domain_order(pairs)
                 for domain in [*domains, None]:
                     d = lambda k, dom=domain: dom is None or k[0] == dom  # noqa: E731
                     fh, ft = count(hits, totals, lambda k, d=d: d(k) and k[1] == "different")
                     sh, st = count(hits, totals, lambda k, d=d: d(k) and k[1] == "same")
                     rows.append(
-                        [DOMAINS[domain] if domain else "**all**", mode, f"**{fh}/{ft}**",
+                        [DOMAINS.get(domain, domain) if domain else "**all**", mode, f"**{fh}/{ft}**",
                          f"{100 * upper95(fh, ft):.1f} %", interval(fh, ft)]
                         + [cell(hits, totals, lambda k, d=d, lg=lg: d(k) and k[1] == "different" and k[2] == lg)
                            for lg in ("en", "zh", "mixed")]

@@ -7,6 +7,7 @@ import orjson
 import pytest
 
 from bench import semantic_heldout6_source, semantic_heldout7_source
+from bench.semantic_independent import DOMAINS, FILES, domain_order
 from bench.semantic_sets import WRITTEN, earlier_texts, labelled_rows
 
 
@@ -35,3 +36,13 @@ def test_a_repeat_of_an_earlier_set_is_dropped_either_order_and_case() -> None:
         pairs, out=semantic_heldout7_source.OUT, split="t", prefix="t", seed=1, round_=0, policy={"shop": "p"}
     )
     assert [r["id"] for r in rows] == ["t-shop-001"]
+
+
+def test_every_domain_of_every_set_gets_its_own_row() -> None:
+    for path in FILES.values():
+        pairs = [orjson.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+        order = domain_order(pairs)
+        assert set(order) == {p["domain"] for p in pairs}, path
+        assert all(d in DOMAINS for d in order), f"{path}: a domain without a name in DOMAINS"
+    pairs = [{"domain": "x"}, {"domain": "shop"}, {"domain": "x"}]
+    assert domain_order(pairs) == ["shop", "x"]  # named first, an unnamed one still listed
